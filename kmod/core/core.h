@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * core.h - gpuslice's decision core: decode, quota, filter, virtualized
+ * replies and the per-instance registry of RM objects.
+ *
+ * Plain C. The same core.c compiles into the kernel module (kmod/) and into
+ * the user-space LD_PRELOAD library (preload/). It never touches user memory,
+ * files or the real driver itself: the glue copies the ioctl's argument block
+ * in, calls gs_pre(), calls the real driver if told to, calls gs_post(), and
+ * copies the block back. Nested parameter blocks (RM_ALLOC params, RM_CONTROL
+ * params) are reached through struct gs_io. Environment-specific primitives
+ * (allocation, mutex, clock) come from port.h.
+ *
+ * Thread safety: every function takes the instance's own mutex; the glue needs
+ * no lock of its own around them. gs_pre()/gs_post() may sleep (gs_io reads).
+ */
+#ifndef GPUSLICE_CORE_H
+#define GPUSLICE_CORE_H
+
+#include "nvrm_abi.h"
+#include "port.h"
+
+enum gs_file_kind {
+	GS_FILE_CTL,	/* nvidiactl */
+	GS_FILE_GPU,	/* nvidia<N> */
+	GS_FILE_UVM,	/* nvidia-uvm */
+};
+
+enum gs_verdict {
+	GS_PASS = 0,	/* call the real driver, then gs_post() */
+	GS_REPLY = 1,	/* do not call it: the arg block (status set) is the reply, ioctl returns 0 */
+};
+
+/* why a call was refused; also counted per instance */
+enum gs_refusal {
+	GS_REFUSE_NONE,
+	GS_REFUSE_QUOTA,		/* video memory over the limit */
+	GS_REFUSE_FOREIGN,		/* names a client or object that is not this instance's */
+	GS_REFUSE_GLOBAL,		/* control that changes the whole GPU */
+	GS_REFUSE_CLASS,		/* class not allowed (privileged / cross-instance) */
+	GS_REFUSE_ESCAPE,		/* escape not allowed through an instance */
+	GS_REFUSE_MALFORMED,		/* argument block could not be read or is too short */
+};
+
+/* access to the calling process's memory (copy_from_user / memcpy) */
+struct gs_io {
+	int (*read)(void *ctx, nv_u64 uaddr, void *dst, nv_u32 len);	/* 0 or -errno */
+	int (*write)(void *ctx, nv_u64 uaddr, const void *src, nv_u32 len);
+	void *ctx;
+};
+
+/* one ioctl, from gs_pre() to gs_post() */
+struct gs_call {
+	/* filled by the glue */
+	enum gs_file_kind kind;
+	nv_u32 gpu_minor;	/* for GS_FILE_GPU */
+	nv_u32 req;		/* full ioctl request word */
+	void *arg;		/* the glue's copy of the argument block */
+	nv_u32 arg_size;	/* NV_IOC_SIZE(req), 0 for UVM */
+	nv_u64 file_id;		/* identifies the open file; RM ties clients to it */
+	nv_u32 pid;
+	/* filled by the core, read by the glue (tracing) */
+	nv_u32 escape;		/* NV_IOC_NR(req) */
+	nv_u32 what;		/* class for RM_ALLOC, cmd for RM_CONTROL, else 0 */
+	nv_u32 status;		/* NV status seen in / put into the reply */
+	enum gs_refusal refusal;
+	/* private to the core between pre and post */
+	nv_u64 reserved;
+	nv_u64 priv[4];
+};
+
+/* what happened, for the glue to publish (netlink multicast / unix socket) */
+struct gs_event {
+	nv_u32 type;		/* enum gpuslice_event (kmod/uapi/gpuslice.h) */
+	nv_u32 obj_kind;	/* enum gpuslice_obj_kind */
+	nv_u32 pid;
+	nv_u32 gpu;
+	nv_handle client;
+	nv_handle handle;
+	nv_handle parent;
+	nv_u32 klass;
+	nv_u32 engine;
+	nv_u64 size;
+	nv_u32 status;
+	nv_u32 cmd;
+};
+
+struct gs_inst_ops {
+	void (*event)(void *ctx, const struct gs_event *ev);	/* may be NULL; called without the core lock held */
+	void *ctx;
+};
+
+struct gs_stats {
+	nv_u64 mem_limit;
+	nv_u64 mem_used;
+	nv_u64 mem_peak;
+	nv_u64 nr_ioctls;
+	nv_u64 nr_refused_quota;
+	nv_u64 nr_refused_filter;
+	nv_u32 nr_objects;
+};
+
+/* one tracked RM object, as handed to gs_for_each_object() */
+struct gs_object {
+	nv_u32 obj_kind;	/* enum gpuslice_obj_kind */
+	nv_u64 file_id;
+	nv_u32 pid;
+	nv_u32 gpu;
+	nv_handle client;
+	nv_handle handle;
+	nv_handle parent;
+	nv_u32 klass;
+	nv_u32 engine;
+	nv_u64 size;		/* bytes of video memory, 0 for the rest */
+};
+
+struct gs_inst;
+
+struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops);
+void gs_inst_free(struct gs_inst *in);
+void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit);
+void gs_inst_stats(struct gs_inst *in, struct gs_stats *st);
+
+/* Decide on a call before the real driver sees it. */
+enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io);
+/* Account for / rewrite the reply of a call that GS_PASS sent to the driver. ret: the driver's return. */
+void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret);
+/* The file died (close, process exit, kill -9): RM frees every client it owned. */
+void gs_file_closed(struct gs_inst *in, nv_u64 file_id);
+
+/* Registry walk; cb returns non-zero to stop. Called under the core lock: cb must not sleep long. */
+int gs_for_each_object(struct gs_inst *in, int (*cb)(void *ctx, const struct gs_object *o), void *ctx);
+
+/* Names for tracing and tools: NULL if unknown. */
+const char *gs_escape_name(nv_u32 escape);
+const char *gs_class_name(nv_u32 klass);
+const char *gs_control_name(nv_u32 cmd);
+
+#endif /* GPUSLICE_CORE_H */

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
+/*
+ * gpuslice.h - the contract between the gpuslice kernel module and its
+ * controller (pyctl/gpuslice/netlink.py mirrors every value below; the test
+ * tests/test_uapi.py parses this file and checks that it does).
+ *
+ * Generic netlink family GPUSLICE_GENL_NAME, version GPUSLICE_GENL_VERSION.
+ *
+ * Commands (all attributes are top-level unless said otherwise):
+ *
+ *   GPUSLICE_CMD_INSTANCE_NEW   (CAP_SYS_ADMIN)
+ *       in:  NAME (required), GPU_MASK (required), MEM_LIMIT (required),
+ *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE
+ *       Creates /dev/gpuslice/<NAME>/{nvidiactl,nvidia<N>...,nvidia-uvm}.
+ *       -EEXIST if NAME exists, -EINVAL on a bad name, mask or limit,
+ *       -ENODEV if a GPU in GPU_MASK is not present.
+ *   GPUSLICE_CMD_INSTANCE_DEL   (CAP_SYS_ADMIN)
+ *       in:  NAME. -EBUSY while any of its nodes is open (no draining).
+ *   GPUSLICE_CMD_INSTANCE_SET   (CAP_SYS_ADMIN)
+ *       in:  NAME, any of MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE.
+ *       Takes effect for the next call; lowering MEM_LIMIT below MEM_USED
+ *       refuses further allocations but frees nothing.
+ *   GPUSLICE_CMD_INSTANCE_GET   (anyone; doit with NAME, or dump)
+ *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
+ *            MEM_USED, MEM_PEAK, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
+ *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER, PIDS (nest of PID).
+ *   GPUSLICE_CMD_OBJECT_GET     (anyone; dump, NAME filters)
+ *       out: one message per tracked RM object of kind TSG or CHANNEL:
+ *            NAME, OBJ_KIND, PID, CLIENT, HANDLE, PARENT, CLASS, ENGINE, GPU.
+ *   GPUSLICE_CMD_EVENT          (multicast group GPUSLICE_MCGRP_EVENTS)
+ *       out: EVENT (enum gpuslice_event), NAME, and the attributes of the
+ *            object (as OBJECT_GET), PID, or SIZE and STATUS for a refusal.
+ *
+ * Sizes are bytes; SHARE is in parts per 10000 (10000 = the whole GPU);
+ * WEIGHT is 1..10000; TIMESLICE_US 0 means "leave the driver's default".
+ */
+#ifndef _UAPI_GPUSLICE_H
+#define _UAPI_GPUSLICE_H
+
+#define GPUSLICE_GENL_NAME		"gpuslice"
+#define GPUSLICE_GENL_VERSION		1
+#define GPUSLICE_MCGRP_EVENTS		"events"
+
+#define GPUSLICE_NAME_MAX		32	/* including the NUL */
+#define GPUSLICE_SHARE_FULL		10000
+#define GPUSLICE_WEIGHT_MAX		10000
+#define GPUSLICE_DEV_DIR		"gpuslice"	/* /dev/gpuslice/<name>/ */
+
+enum gpuslice_cmd {
+	GPUSLICE_CMD_UNSPEC,
+	GPUSLICE_CMD_INSTANCE_NEW,
+	GPUSLICE_CMD_INSTANCE_DEL,
+	GPUSLICE_CMD_INSTANCE_SET,
+	GPUSLICE_CMD_INSTANCE_GET,
+	GPUSLICE_CMD_OBJECT_GET,
+	GPUSLICE_CMD_EVENT,
+	__GPUSLICE_CMD_MAX,
+};
+#define GPUSLICE_CMD_MAX (__GPUSLICE_CMD_MAX - 1)
+
+enum gpuslice_attr {
+	GPUSLICE_A_UNSPEC,
+	GPUSLICE_A_NAME,		/* NUL-terminated string, [a-zA-Z0-9_.-]{1,31} */
+	GPUSLICE_A_ID,			/* u32 */
+	GPUSLICE_A_GPU_MASK,		/* u32, bit N = /dev/nvidiaN */
+	GPUSLICE_A_MEM_LIMIT,		/* u64 bytes, > 0 */
+	GPUSLICE_A_MEM_USED,		/* u64 bytes */
+	GPUSLICE_A_MEM_PEAK,		/* u64 bytes */
+	GPUSLICE_A_WEIGHT,		/* u32 1..GPUSLICE_WEIGHT_MAX */
+	GPUSLICE_A_SHARE,		/* u32 0..GPUSLICE_SHARE_FULL */
+	GPUSLICE_A_TIMESLICE_US,	/* u64 */
+	GPUSLICE_A_UID,			/* u32 owner of the nodes */
+	GPUSLICE_A_GID,			/* u32 */
+	GPUSLICE_A_MODE,		/* u32 permission bits of the nodes, <= 0777 */
+	GPUSLICE_A_NR_IOCTLS,		/* u64 */
+	GPUSLICE_A_NR_REFUSED_QUOTA,	/* u64 */
+	GPUSLICE_A_NR_REFUSED_FILTER,	/* u64 */
+	GPUSLICE_A_PIDS,		/* nest of GPUSLICE_A_PID */
+	GPUSLICE_A_PID,			/* u32 */
+	GPUSLICE_A_OBJ_KIND,		/* u32 enum gpuslice_obj_kind */
+	GPUSLICE_A_CLIENT,		/* u32 RM client handle */
+	GPUSLICE_A_HANDLE,		/* u32 RM object handle */
+	GPUSLICE_A_PARENT,		/* u32 RM parent handle */
+	GPUSLICE_A_CLASS,		/* u32 RM class */
+	GPUSLICE_A_ENGINE,		/* u32 engine type from the alloc params */
+	GPUSLICE_A_GPU,			/* u32 GPU minor */
+	GPUSLICE_A_EVENT,		/* u32 enum gpuslice_event */
+	GPUSLICE_A_SIZE,		/* u64 bytes of a refused allocation */
+	GPUSLICE_A_STATUS,		/* u32 NV status returned to the caller */
+	GPUSLICE_A_CMD,			/* u32 RM control cmd or escape of a refusal */
+	GPUSLICE_A_PAD,
+	__GPUSLICE_A_MAX,
+};
+#define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)
+
+enum gpuslice_obj_kind {
+	GPUSLICE_OBJ_CLIENT,
+	GPUSLICE_OBJ_TSG,
+	GPUSLICE_OBJ_CHANNEL,
+	GPUSLICE_OBJ_MEMORY,
+	GPUSLICE_OBJ_OTHER,
+};
+
+enum gpuslice_event {
+	GPUSLICE_EV_TSG_NEW = 1,
+	GPUSLICE_EV_TSG_DEL,
+	GPUSLICE_EV_CHANNEL_NEW,
+	GPUSLICE_EV_CHANNEL_DEL,
+	GPUSLICE_EV_PROC_ATTACH,
+	GPUSLICE_EV_PROC_DETACH,
+	GPUSLICE_EV_ALLOC_REFUSED,
+	GPUSLICE_EV_FILTER_REFUSED,
+};
+
+#endif /* _UAPI_GPUSLICE_H */
