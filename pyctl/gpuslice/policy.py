@@ -1,0 +1,163 @@
+"""Pure policy math: who gets which share of a GPU, and the slot schedule of a period.
+
+No I/O here. The scheduler calls :func:`compute_shares` once per period with the
+instances of one GPU and the set of instances that have runnable work, then
+:func:`slot_plan` to lay those shares out as exclusive slots within the period.
+docs/policies.md states the semantics; tests/test_policy.py checks them with hypothesis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Iterable, Mapping, Sequence
+
+POLICIES = ("fixed", "weight", "equal", "burst")
+# work-conserving policies hand idle capacity to active instances
+WORK_CONSERVING = frozenset({"equal", "burst"})
+WEIGHT_MIN = 1
+WEIGHT_MAX = 10000
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One instance's scheduling parameters on one GPU.
+
+    weight: 1..10000 (weight, burst). share: fixed absolute fraction (fixed policy).
+    ceiling: at most this fraction (equal, burst); None = no ceiling.
+    """
+
+    name: str
+    weight: int = 1
+    share: float | None = None
+    ceiling: float | None = None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """``name`` owns [start_ns, start_ns + length_ns) of the period; None = nobody runs."""
+
+    name: str | None
+    start_ns: int
+    length_ns: int
+
+
+def validate(policy: str, claims: Sequence[Claim]) -> list[str]:
+    """Problems with ``claims`` under ``policy`` (empty list = fine)."""
+    errors: list[str] = []
+    if policy not in POLICIES:
+        return [f"unknown policy {policy!r} (one of {', '.join(POLICIES)})"]
+    names = [c.name for c in claims]
+    if len(set(names)) != len(names):
+        errors.append("duplicate instance names")
+    for c in claims:
+        if not WEIGHT_MIN <= c.weight <= WEIGHT_MAX:
+            errors.append(f"{c.name}: weight {c.weight} outside {WEIGHT_MIN}..{WEIGHT_MAX}")
+        if c.share is not None and not 0 < c.share <= 1:
+            errors.append(f"{c.name}: share {c.share} outside (0, 1]")
+        if c.ceiling is not None and not 0 < c.ceiling <= 1:
+            errors.append(f"{c.name}: ceiling {c.ceiling} outside (0, 1]")
+    if policy == "fixed":
+        total = sum(c.share for c in claims if c.share is not None)
+        if total > 1 + EPS:
+            errors.append(f"fixed shares sum to {total * 100:.1f}% > 100%")
+    return errors
+
+
+def _water_fill(weights: Mapping[str, float], ceilings: Mapping[str, float | None], total: float) -> dict[str, float]:
+    """Split ``total`` in proportion to ``weights``; nobody above its ceiling; the excess
+    of capped ones goes to the others in proportion to their weights."""
+    out: dict[str, float] = {}
+    free = dict(weights)
+    remaining = total
+    while free and remaining > EPS:
+        wsum = sum(free.values())
+        lam = remaining / wsum
+        capped = {n for n, w in free.items() if ceilings.get(n) is not None and ceilings[n] < lam * w}  # type: ignore[operator]
+        if not capped:
+            for n, w in free.items():
+                out[n] = lam * w
+            free = {}
+            break
+        for n in capped:
+            cap = ceilings[n]
+            assert cap is not None
+            out[n] = cap
+            remaining -= cap
+            del free[n]
+    for n in free:
+        out.setdefault(n, 0.0)
+    return out
+
+
+def compute_shares(policy: str, claims: Sequence[Claim], active: Collection[str]) -> dict[str, float]:
+    """Fraction of the period each instance of one GPU may run (sum <= 1).
+
+    fixed  : share f_i as configured; instances without a share split what the fixed
+             ones leave equally. Idle capacity stays idle.
+    weight : w_i / sum(w) over all instances. Idle capacity stays idle.
+    equal  : 1/len(active) to each active instance (ceilings honoured, excess to the
+             other active ones); idle instances 0.
+    burst  : guarantee w_i/sum(w) over all; what idle instances leave goes to active
+             ones in proportion to w, each at most its ceiling.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}")
+    if not claims:
+        return {}
+    if policy == "fixed":
+        fixed = {c.name: c.share for c in claims if c.share is not None}
+        rest = [c.name for c in claims if c.share is None]
+        left = max(0.0, 1.0 - sum(fixed.values()))
+        out = {n: float(f) for n, f in fixed.items()}
+        for n in rest:
+            out[n] = left / len(rest)
+        return _normalise(out)
+    if policy == "weight":
+        wsum = sum(c.weight for c in claims)
+        return _normalise({c.name: c.weight / wsum for c in claims})
+    act = [c for c in claims if c.name in active]
+    out = {c.name: 0.0 for c in claims}
+    if not act:
+        return out
+    weights = {c.name: (1.0 if policy == "equal" else float(c.weight)) for c in act}
+    ceilings = {c.name: c.ceiling for c in act}
+    out.update(_water_fill(weights, ceilings, 1.0))
+    return _normalise(out)
+
+
+def _normalise(shares: dict[str, float]) -> dict[str, float]:
+    """Guard against float drift: never more than the whole GPU in total."""
+    total = sum(shares.values())
+    if total > 1.0:
+        shares = {n: s / total for n, s in shares.items()}
+    return shares
+
+
+def slot_plan(shares: Mapping[str, float], period_ns: int, order: Iterable[str] | None = None) -> list[Slot]:
+    """Lay ``shares`` out as consecutive exclusive slots covering one period exactly.
+
+    Lengths are whole nanoseconds by largest remainder, so each differs from
+    share*period by less than 1 ns and the slots of instances sum to at most the
+    period; what is left is one trailing idle slot (name None). Instances appear in
+    ``order`` (default: sorted names); zero-length slots are left out.
+    """
+    if period_ns <= 0:
+        raise ValueError("period must be positive")
+    names = list(order) if order is not None else sorted(shares)
+    names = [n for n in names if n in shares] + sorted(n for n in shares if n not in set(names))
+    exact = {n: max(0.0, shares[n]) * period_ns for n in names}
+    lengths = {n: int(exact[n]) for n in names}
+    target = min(period_ns, round(sum(exact.values())))
+    short = target - sum(lengths.values())
+    for n in sorted(names, key=lambda n: (lengths[n] - exact[n], names.index(n)))[: max(0, short)]:
+        lengths[n] += 1
+    slots: list[Slot] = []
+    t = 0
+    for n in names:
+        if lengths[n] > 0:
+            slots.append(Slot(n, t, lengths[n]))
+            t += lengths[n]
+    if t < period_ns:
+        slots.append(Slot(None, t, period_ns - t))
+    return slots

@@ -1,0 +1,154 @@
+"""Policy math: the properties docs/policies.md promises."""
+
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+from gpuslice.policy import POLICIES, WORK_CONSERVING, Claim, compute_shares, slot_plan, validate
+
+TOL = 1e-9
+names = st.lists(st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=6, unique=True)
+
+
+@st.composite
+def scenario(draw: st.DrawFn, policy: str | None = None) -> tuple[str, list[Claim], set[str]]:
+    pol = policy or draw(st.sampled_from(POLICIES))
+    ns = draw(names)
+    claims = []
+    budget = 1.0
+    for n in ns:
+        share = None
+        if pol == "fixed" and draw(st.booleans()):
+            share = draw(st.floats(min_value=0.001, max_value=1.0))
+            if share > budget:
+                share = None
+            else:
+                budget -= share
+        ceiling = draw(st.one_of(st.none(), st.floats(min_value=0.01, max_value=1.0)))
+        claims.append(Claim(n, draw(st.integers(1, 10000)), share, ceiling))
+    active = set(draw(st.lists(st.sampled_from(ns), unique=True)))
+    return pol, claims, active
+
+
+@given(scenario())
+def test_shares_sum_to_at_most_one(sc: tuple[str, list[Claim], set[str]]) -> None:
+    pol, claims, active = sc
+    shares = compute_shares(pol, claims, active)
+    assert set(shares) == {c.name for c in claims}
+    assert all(s >= 0 for s in shares.values())
+    assert sum(shares.values()) <= 1 + TOL
+
+
+@given(scenario())
+def test_ceilings_respected_and_idle_get_nothing_when_work_conserving(sc: tuple[str, list[Claim], set[str]]) -> None:
+    pol, claims, active = sc
+    assume(pol in WORK_CONSERVING)
+    shares = compute_shares(pol, claims, active)
+    for c in claims:
+        if c.ceiling is not None:
+            assert shares[c.name] <= c.ceiling + TOL
+        if c.name not in active:
+            assert shares[c.name] == 0
+
+
+@given(scenario())
+def test_idle_capacity(sc: tuple[str, list[Claim], set[str]]) -> None:
+    """fixed/weight: shares do not depend on who is active (idle capacity stays idle).
+    equal/burst: the active ones get everything unless all of them hit their ceiling."""
+    pol, claims, active = sc
+    shares = compute_shares(pol, claims, active)
+    if pol in WORK_CONSERVING:
+        act = [c for c in claims if c.name in active]
+        if act and not all(c.ceiling is not None and shares[c.name] >= c.ceiling - TOL for c in act):
+            assert sum(shares.values()) == pytest.approx(1.0)
+    else:
+        assert shares == compute_shares(pol, claims, set())
+        assert shares == compute_shares(pol, claims, {c.name for c in claims})
+
+
+@given(scenario(), st.data())
+def test_monotone_in_weight(sc: tuple[str, list[Claim], set[str]], data: st.DataObject) -> None:
+    pol, claims, active = sc
+    i = data.draw(st.integers(0, len(claims) - 1))
+    c = claims[i]
+    bigger = data.draw(st.integers(c.weight, 10000))
+    before = compute_shares(pol, claims, active)[c.name]
+    claims2 = list(claims)
+    claims2[i] = Claim(c.name, bigger, c.share, c.ceiling)
+    after = compute_shares(pol, claims2, active)[c.name]
+    assert after >= before - TOL
+
+
+@given(scenario("burst"))
+def test_burst_guarantee(sc: tuple[str, list[Claim], set[str]]) -> None:
+    """An active burst instance gets at least its guarantee w/W (or its ceiling)."""
+    pol, claims, active = sc
+    shares = compute_shares(pol, claims, active)
+    wsum = sum(c.weight for c in claims)
+    for c in claims:
+        if c.name in active:
+            floor = c.weight / wsum
+            if c.ceiling is not None:
+                floor = min(floor, c.ceiling)
+            assert shares[c.name] >= floor - TOL
+
+
+@given(scenario("equal"))
+def test_equal_is_equal_without_ceilings(sc: tuple[str, list[Claim], set[str]]) -> None:
+    pol, claims, active = sc
+    claims = [Claim(c.name, c.weight) for c in claims]
+    shares = compute_shares(pol, claims, active)
+    for n in active:
+        assert shares[n] == pytest.approx(1 / len(active))
+
+
+def test_examples() -> None:
+    cl = [Claim("a", 1, 0.3), Claim("b", 3, 0.5), Claim("c", 1)]
+    assert compute_shares("fixed", cl, {"a"}) == pytest.approx({"a": 0.3, "b": 0.5, "c": 0.2})
+    assert compute_shares("weight", cl, set()) == pytest.approx({"a": 0.2, "b": 0.6, "c": 0.2})
+    assert compute_shares("equal", cl, {"a", "b"}) == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.0})
+    # burst: c idle leaves 0.2, shared 1:3 by a and b
+    assert compute_shares("burst", cl, {"a", "b"}) == pytest.approx({"a": 0.25, "b": 0.75, "c": 0.0})
+    capped = [Claim("a", 1, ceiling=0.1), Claim("b", 1)]
+    assert compute_shares("burst", capped, {"a", "b"}) == pytest.approx({"a": 0.1, "b": 0.9})
+    assert compute_shares("burst", capped, {"a"}) == pytest.approx({"a": 0.1, "b": 0.0})
+
+
+def test_validate() -> None:
+    assert validate("fixed", [Claim("a", share=0.6), Claim("b", share=0.5)]) == ["fixed shares sum to 110.0% > 100%"]
+    assert validate("fixed", [Claim("a", share=0.6), Claim("b", share=0.4)]) == []
+    assert validate("nope", []) != []
+    assert validate("weight", [Claim("a", weight=0)]) != []
+    assert validate("burst", [Claim("a", ceiling=1.5)]) != []
+    with pytest.raises(ValueError):
+        compute_shares("nope", [Claim("a")], set())
+
+
+shares_st = st.dictionaries(st.text("abcdef", min_size=1, max_size=3), st.floats(0, 1), max_size=6)
+
+
+@given(shares_st, st.integers(1, 10**9))
+@settings(max_examples=300)
+def test_slot_plan_covers_period(shares: dict[str, float], period: int) -> None:
+    total = sum(shares.values())
+    assume(total <= 1)
+    slots = slot_plan(shares, period)
+    # consecutive, starting at 0, covering exactly the period
+    t = 0
+    for s in slots:
+        assert s.start_ns == t and s.length_ns > 0
+        t += s.length_ns
+    assert t == period
+    got = {s.name: s.length_ns for s in slots if s.name is not None}
+    assert len(got) == len([s for s in slots if s.name is not None])  # one slot per instance
+    for n, f in shares.items():
+        assert abs(got.get(n, 0) - f * period) < 1.0  # within one ns
+    assert [s.name for s in slots if s.name is not None] == sorted(got)
+
+
+def test_slot_plan_order_and_idle() -> None:
+    slots = slot_plan({"a": 0.25, "b": 0.5}, 40_000_000, order=["b", "a"])
+    assert [(s.name, s.start_ns, s.length_ns) for s in slots] == [
+        ("b", 0, 20_000_000), ("a", 20_000_000, 10_000_000), (None, 30_000_000, 10_000_000)]
+    assert slot_plan({}, 10) == [slot_plan({}, 10)[0]] and slot_plan({}, 10)[0].name is None
+    with pytest.raises(ValueError):
+        slot_plan({"a": 1.0}, 0)
