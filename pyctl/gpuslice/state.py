@@ -1,0 +1,231 @@
+"""gpuctl's configuration: instances and per-GPU policies, kept in a JSON state file.
+
+Default path /var/lib/gpuslice/state.json (``GPUSLICE_STATE`` or ``--state`` override).
+Writes are atomic (temp file in the same directory, fsync, rename) and serialised with
+an flock on ``<path>.lock``. A file that cannot be read or does not validate raises
+StateError and is left untouched: it is never silently replaced by an empty state.
+
+Layout (version 1)::
+
+    {"version": 1,
+     "gpus": {"0": {"policy": "burst", "period_ns": 50000000}},
+     "instances": {"web": {"gpus": [0], "memory": 8589934592, "weight": 1,
+                            "share": null, "ceiling": null}}}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+from .policy import POLICIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
+
+DEFAULT_PATH = "/var/lib/gpuslice/state.json"
+VERSION = 1
+DEFAULT_POLICY = "burst"
+DEFAULT_PERIOD_NS = 50_000_000
+PERIOD_MIN_NS = 1_000_000
+PERIOD_MAX_NS = 10_000_000_000
+MAX_GPUS = 32
+NAME_RE = re.compile(r"[a-zA-Z0-9_.-]{1,31}")
+
+
+class StateError(Exception):
+    """The state file is unreadable or invalid, or a change would make it invalid."""
+
+
+@dataclass
+class Instance:
+    name: str
+    gpus: list[int]
+    memory: int  # bytes
+    weight: int = 1
+    share: float | None = None  # fixed share, fraction of one GPU
+    ceiling: float | None = None  # burst/equal ceiling, fraction
+
+    def claim(self) -> Claim:
+        return Claim(self.name, self.weight, self.share, self.ceiling)
+
+
+@dataclass
+class GpuPolicy:
+    policy: str = DEFAULT_POLICY
+    period_ns: int = DEFAULT_PERIOD_NS
+
+
+@dataclass
+class State:
+    instances: dict[str, Instance] = field(default_factory=dict)
+    gpus: dict[int, GpuPolicy] = field(default_factory=dict)
+
+    def policy_of(self, gpu: int) -> GpuPolicy:
+        return self.gpus.get(gpu, GpuPolicy())
+
+    def instances_on(self, gpu: int) -> list[Instance]:
+        return [i for i in sorted(self.instances.values(), key=lambda i: i.name) if gpu in i.gpus]
+
+    def claims(self, gpu: int) -> list[Claim]:
+        return [i.claim() for i in self.instances_on(gpu)]
+
+    def used_gpus(self) -> list[int]:
+        return sorted({g for i in self.instances.values() for g in i.gpus} | set(self.gpus))
+
+    def check(self) -> None:
+        """Raise StateError unless every instance and policy is valid."""
+        for name, inst in self.instances.items():
+            _check_instance(name, inst)
+        for gpu, gp in self.gpus.items():
+            if not 0 <= gpu < MAX_GPUS:
+                raise StateError(f"gpu {gpu} outside 0..{MAX_GPUS - 1}")
+            if gp.policy not in POLICIES:
+                raise StateError(f"gpu {gpu}: unknown policy {gp.policy!r}")
+            if not PERIOD_MIN_NS <= gp.period_ns <= PERIOD_MAX_NS:
+                raise StateError(f"gpu {gpu}: period {gp.period_ns} ns outside {PERIOD_MIN_NS}..{PERIOD_MAX_NS}")
+        for gpu in self.used_gpus():
+            errs = validate(self.policy_of(gpu).policy, self.claims(gpu))
+            if errs:
+                raise StateError(f"gpu {gpu}: {errs[0]}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "gpus": {str(g): asdict(p) for g, p in sorted(self.gpus.items())},
+            "instances": {n: {k: v for k, v in asdict(i).items() if k != "name"} for n, i in sorted(self.instances.items())},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "State":
+        if not isinstance(doc, dict):
+            raise StateError("top level is not an object")
+        if doc.get("version") != VERSION:
+            raise StateError(f"unsupported version {doc.get('version')!r} (want {VERSION})")
+        st = cls()
+        gpus = doc.get("gpus", {})
+        insts = doc.get("instances", {})
+        if not isinstance(gpus, dict) or not isinstance(insts, dict):
+            raise StateError("'gpus' and 'instances' must be objects")
+        for key, val in gpus.items():
+            if not isinstance(key, str) or not key.isdigit():
+                raise StateError(f"gpu key {key!r} is not a number")
+            try:
+                gp = GpuPolicy(**val)
+            except TypeError as e:
+                raise StateError(f"gpu {key}: {e}") from None
+            if not isinstance(gp.policy, str) or type(gp.period_ns) is not int:
+                raise StateError(f"gpu {key}: bad policy or period type")
+            st.gpus[int(key)] = gp
+        for name, val in insts.items():
+            if not isinstance(val, dict):
+                raise StateError(f"instance {name!r} is not an object")
+            try:
+                inst = Instance(name=name, **val)
+            except TypeError as e:
+                raise StateError(f"instance {name!r}: {e}") from None
+            _check_types(inst)
+            st.instances[name] = inst
+        st.check()
+        return st
+
+
+def _check_types(inst: Instance) -> None:
+    ok = (
+        isinstance(inst.gpus, list)
+        and all(type(g) is int for g in inst.gpus)
+        and type(inst.memory) is int
+        and type(inst.weight) is int
+        and (inst.share is None or isinstance(inst.share, (int, float)))
+        and (inst.ceiling is None or isinstance(inst.ceiling, (int, float)))
+    )
+    if not ok:
+        raise StateError(f"instance {inst.name!r}: field of the wrong type")
+
+
+def _check_instance(name: str, inst: Instance) -> None:
+    if not NAME_RE.fullmatch(name) or name != inst.name:
+        raise StateError(f"bad instance name {name!r} (1-31 of a-z A-Z 0-9 _ . -)")
+    _check_types(inst)
+    if not inst.gpus or len(set(inst.gpus)) != len(inst.gpus) or not all(0 <= g < MAX_GPUS for g in inst.gpus):
+        raise StateError(f"instance {name}: gpus must be distinct numbers 0..{MAX_GPUS - 1}")
+    if inst.memory <= 0:
+        raise StateError(f"instance {name}: memory must be positive")
+    if not WEIGHT_MIN <= inst.weight <= WEIGHT_MAX:
+        raise StateError(f"instance {name}: weight {inst.weight} outside {WEIGHT_MIN}..{WEIGHT_MAX}")
+    for what, v in (("share", inst.share), ("ceiling", inst.ceiling)):
+        if v is not None and not 0 < v <= 1:
+            raise StateError(f"instance {name}: {what} {v} outside (0, 1]")
+
+
+def state_path(path: str | None = None) -> str:
+    return path or os.environ.get("GPUSLICE_STATE") or DEFAULT_PATH
+
+
+def load(path: str | None = None) -> State:
+    """The state in ``path``; an empty state if the file does not exist."""
+    p = state_path(path)
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return State()
+    except OSError as e:
+        raise StateError(f"cannot read state file {p}: {e.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise StateError(f"invalid state file {p}: {e.msg} at line {e.lineno}") from None
+    try:
+        return State.from_json(doc)
+    except StateError as e:
+        raise StateError(f"invalid state file {p}: {e}") from None
+
+
+def save(state: State, path: str | None = None) -> None:
+    """Validate and atomically replace ``path`` with ``state``."""
+    state.check()
+    p = state_path(path)
+    d = os.path.dirname(os.path.abspath(p))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".state.", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(state.to_json(), f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+@contextlib.contextmanager
+def locked(path: str | None = None) -> Iterator[State]:
+    """Read-modify-write under an exclusive lock: the state yielded is saved on success."""
+    p = state_path(path)
+    os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+    with open(p + ".lock", "a") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        st = load(p)
+        yield st
+        save(st, p)
+
+
+def file_stamp(path: str | None = None) -> tuple[int, int, int] | None:
+    """(inode, mtime_ns, size) of the state file, to notice changes; None if absent."""
+    try:
+        s = os.stat(state_path(path))
+    except FileNotFoundError:
+        return None
+    return (s.st_ino, s.st_mtime_ns, s.st_size)
