@@ -1,0 +1,215 @@
+"""Generic-netlink client for the gpuslice kernel module (kmod/uapi/gpuslice.h).
+
+This is the ONE Python place that lists the family's commands and attributes; the values
+mirror the header's enums and tests/test_uapi.py parses the header to check that they do.
+Attributes travel as their Python names without prefix, lower case (``mem_limit``,
+``weight``...); :func:`to_dict` turns a reply into such a dict.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+from typing import Any, Iterable
+
+from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, genlmsg, nla
+
+FAMILY = "gpuslice"
+VERSION = 1
+MCGRP_EVENTS = "events"
+NAME_MAX = 32
+SHARE_FULL = 10000
+WEIGHT_MAX = 10000
+DEV_DIR = "gpuslice"
+
+# enum gpuslice_cmd
+CMD_UNSPEC = 0
+CMD_INSTANCE_NEW = 1
+CMD_INSTANCE_DEL = 2
+CMD_INSTANCE_SET = 3
+CMD_INSTANCE_GET = 4
+CMD_OBJECT_GET = 5
+CMD_EVENT = 6
+CMDS = {
+    "GPUSLICE_CMD_UNSPEC": CMD_UNSPEC,
+    "GPUSLICE_CMD_INSTANCE_NEW": CMD_INSTANCE_NEW,
+    "GPUSLICE_CMD_INSTANCE_DEL": CMD_INSTANCE_DEL,
+    "GPUSLICE_CMD_INSTANCE_SET": CMD_INSTANCE_SET,
+    "GPUSLICE_CMD_INSTANCE_GET": CMD_INSTANCE_GET,
+    "GPUSLICE_CMD_OBJECT_GET": CMD_OBJECT_GET,
+    "GPUSLICE_CMD_EVENT": CMD_EVENT,
+}
+
+# enum gpuslice_attr, in order (value = index), with the pyroute2 type of each
+ATTRS: tuple[tuple[str, str], ...] = (
+    ("GPUSLICE_A_UNSPEC", "none"),
+    ("GPUSLICE_A_NAME", "asciiz"),
+    ("GPUSLICE_A_ID", "uint32"),
+    ("GPUSLICE_A_GPU_MASK", "uint32"),
+    ("GPUSLICE_A_MEM_LIMIT", "uint64"),
+    ("GPUSLICE_A_MEM_USED", "uint64"),
+    ("GPUSLICE_A_MEM_PEAK", "uint64"),
+    ("GPUSLICE_A_WEIGHT", "uint32"),
+    ("GPUSLICE_A_SHARE", "uint32"),
+    ("GPUSLICE_A_TIMESLICE_US", "uint64"),
+    ("GPUSLICE_A_UID", "uint32"),
+    ("GPUSLICE_A_GID", "uint32"),
+    ("GPUSLICE_A_MODE", "uint32"),
+    ("GPUSLICE_A_NR_IOCTLS", "uint64"),
+    ("GPUSLICE_A_NR_REFUSED_QUOTA", "uint64"),
+    ("GPUSLICE_A_NR_REFUSED_FILTER", "uint64"),
+    ("GPUSLICE_A_PIDS", "pids"),
+    ("GPUSLICE_A_PID", "uint32"),
+    ("GPUSLICE_A_OBJ_KIND", "uint32"),
+    ("GPUSLICE_A_CLIENT", "uint32"),
+    ("GPUSLICE_A_HANDLE", "uint32"),
+    ("GPUSLICE_A_PARENT", "uint32"),
+    ("GPUSLICE_A_CLASS", "uint32"),
+    ("GPUSLICE_A_ENGINE", "uint32"),
+    ("GPUSLICE_A_GPU", "uint32"),
+    ("GPUSLICE_A_EVENT", "uint32"),
+    ("GPUSLICE_A_SIZE", "uint64"),
+    ("GPUSLICE_A_STATUS", "uint32"),
+    ("GPUSLICE_A_CMD", "uint32"),
+    ("GPUSLICE_A_PAD", "none"),
+)
+ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
+
+# enum gpuslice_obj_kind
+OBJ_KINDS = {"GPUSLICE_OBJ_CLIENT": 0, "GPUSLICE_OBJ_TSG": 1, "GPUSLICE_OBJ_CHANNEL": 2,
+             "GPUSLICE_OBJ_MEMORY": 3, "GPUSLICE_OBJ_OTHER": 4}
+OBJ_TSG = OBJ_KINDS["GPUSLICE_OBJ_TSG"]
+OBJ_CHANNEL = OBJ_KINDS["GPUSLICE_OBJ_CHANNEL"]
+# enum gpuslice_event
+EVENTS = {
+    "GPUSLICE_EV_TSG_NEW": 1, "GPUSLICE_EV_TSG_DEL": 2, "GPUSLICE_EV_CHANNEL_NEW": 3, "GPUSLICE_EV_CHANNEL_DEL": 4,
+    "GPUSLICE_EV_PROC_ATTACH": 5, "GPUSLICE_EV_PROC_DETACH": 6, "GPUSLICE_EV_ALLOC_REFUSED": 7,
+    "GPUSLICE_EV_FILTER_REFUSED": 8,
+}
+EVENT_NAMES = {v: k[len("GPUSLICE_EV_"):].lower() for k, v in EVENTS.items()}
+OBJ_KIND_NAMES = {v: k[len("GPUSLICE_OBJ_"):].lower() for k, v in OBJ_KINDS.items()}
+
+
+class GsMsg(genlmsg):  # type: ignore[misc]
+    """A gpuslice generic netlink message (genlmsghdr + attributes)."""
+
+    prefix = "GPUSLICE_A_"
+    nla_map = tuple((name, typ) for name, typ in ATTRS)
+
+    class pids(nla):  # type: ignore[misc]
+        prefix = "GPUSLICE_A_"
+        nla_map = tuple((name, typ if typ != "pids" else "none") for name, typ in ATTRS)
+
+
+def attr_name(key: str) -> str:
+    """``mem_limit`` -> ``GPUSLICE_A_MEM_LIMIT`` (raises KeyError for unknown ones)."""
+    full = "GPUSLICE_A_" + key.upper()
+    if full not in ATTR_IDS:
+        raise KeyError(f"unknown gpuslice attribute {key!r}")
+    return full
+
+
+def build(cmd: int, attrs: dict[str, Any]) -> GsMsg:
+    """A message for ``cmd`` with ``attrs`` (short names); None values are left out."""
+    msg = GsMsg()
+    msg["cmd"] = cmd
+    msg["version"] = VERSION
+    msg["attrs"] = [[attr_name(k), v] for k, v in attrs.items() if v is not None]
+    return msg
+
+
+def to_dict(msg: Any) -> dict[str, Any]:
+    """Attributes of a reply as {short name: value}; PIDS becomes a list of ints."""
+    out: dict[str, Any] = {}
+    for name, value in msg.get("attrs", []):
+        if not name.startswith("GPUSLICE_A_") or name in ("GPUSLICE_A_PAD", "GPUSLICE_A_UNSPEC"):
+            continue
+        key = name[len("GPUSLICE_A_"):].lower()
+        if key == "pids":
+            out[key] = [v for n, v in value.get("attrs", []) if n == "GPUSLICE_A_PID"]
+        else:
+            out[key] = value
+    return out
+
+
+class NetlinkError(OSError):
+    pass
+
+
+class GpusliceNetlink:
+    """Talks to the loaded module. Raises NetlinkError (errno set) when the family is
+    missing or a command is refused."""
+
+    def __init__(self) -> None:
+        from pyroute2.netlink.generic import GenericNetlinkSocket
+
+        self.sock = GenericNetlinkSocket()
+        try:
+            self.sock.bind(FAMILY, GsMsg)
+        except Exception as e:  # pyroute2 raises NetlinkError / OSError subclasses
+            self.sock.close()
+            code = getattr(e, "code", 0) or getattr(e, "errno", 0) or errno.ENOENT
+            raise NetlinkError(code, f"generic netlink family {FAMILY!r} not available (is gpuslice.ko loaded?)") from None
+        self._subscribed = False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "GpusliceNetlink":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, cmd: int, attrs: dict[str, Any], dump: bool = False) -> list[dict[str, Any]]:
+        msg = build(cmd, attrs)
+        flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else NLM_F_ACK)
+        try:
+            replies = self.sock.nlm_request(msg, msg_type=self.sock.prid, msg_flags=flags)
+            return [to_dict(r) for r in replies if r.get("cmd") == cmd or r.get("attrs")]
+        except Exception as e:
+            code = getattr(e, "code", 0) or getattr(e, "errno", 0) or errno.EIO
+            raise NetlinkError(code, f"gpuslice netlink cmd {cmd}: {errno.errorcode.get(code, code)}") from None
+
+    def instance_new(self, name: str, gpu_mask: int, mem_limit: int, **attrs: Any) -> None:
+        self._request(CMD_INSTANCE_NEW, {"name": name, "gpu_mask": gpu_mask, "mem_limit": mem_limit, **attrs})
+
+    def instance_del(self, name: str) -> None:
+        self._request(CMD_INSTANCE_DEL, {"name": name})
+
+    def instance_set(self, name: str, **attrs: Any) -> None:
+        self._request(CMD_INSTANCE_SET, {"name": name, **attrs})
+
+    def instances(self, name: str | None = None) -> list[dict[str, Any]]:
+        if name is not None:
+            return self._request(CMD_INSTANCE_GET, {"name": name})
+        return self._request(CMD_INSTANCE_GET, {}, dump=True)
+
+    def objects(self, name: str | None = None) -> list[dict[str, Any]]:
+        return self._request(CMD_OBJECT_GET, {"name": name}, dump=True)
+
+    def subscribe(self) -> None:
+        if not self._subscribed:
+            self.sock.add_membership(MCGRP_EVENTS)
+            self._subscribed = True
+
+    def fileno(self) -> int:
+        return int(self.sock.fileno())
+
+    def poll_events(self, timeout: float = 0.0) -> list[dict[str, Any]]:
+        """Events received so far (waits up to ``timeout`` s for the first)."""
+        self.subscribe()
+        out: list[dict[str, Any]] = []
+        while select.select([self.fileno()], [], [], timeout)[0]:
+            for m in self.sock.get():
+                if m.get("cmd") == CMD_EVENT:
+                    out.append(to_dict(m))
+            timeout = 0.0
+        return out
+
+
+def mask_of(gpus: Iterable[int]) -> int:
+    m = 0
+    for g in gpus:
+        m |= 1 << g
+    return m

@@ -1,0 +1,114 @@
+"""netlink.py mirrors kmod/uapi/gpuslice.h, and encodes messages the way the kernel reads them."""
+
+import os
+import re
+import struct
+
+import pytest
+
+from gpuslice import netlink as N
+
+HEADER = os.path.join(os.path.dirname(__file__), "..", "kmod", "uapi", "gpuslice.h")
+
+
+def parse_enums(text: str) -> dict[str, list[tuple[str, int]]]:
+    """enum name -> [(member, value)] with C's implicit numbering."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    out = {}
+    for m in re.finditer(r"enum\s+(\w+)\s*\{(.*?)\}", text, flags=re.S):
+        members, val = [], -1
+        for item in m.group(2).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if "=" in item:
+                name, expr = (s.strip() for s in item.split("=", 1))
+                val = int(expr, 0)
+            else:
+                name, val = item, val + 1
+            members.append((name, val))
+        out[m.group(1)] = members
+    return out
+
+
+def parse_defines(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^#define\s+(GPUSLICE_\w+)\s+(\S+)", text, flags=re.M))
+
+
+@pytest.fixture(scope="module")
+def header() -> str:
+    with open(HEADER) as f:
+        return f.read()
+
+
+def test_commands_mirror(header: str) -> None:
+    cmds = [(n, v) for n, v in parse_enums(header)["gpuslice_cmd"] if not n.startswith("__")]
+    assert dict(cmds) == N.CMDS
+
+
+def test_attributes_mirror(header: str) -> None:
+    attrs = [(n, v) for n, v in parse_enums(header)["gpuslice_attr"] if not n.startswith("__")]
+    assert [n for n, _ in attrs] == [n for n, _ in N.ATTRS]
+    assert all(N.ATTR_IDS[n] == v for n, v in attrs)
+
+
+def test_attribute_types_follow_comments(header: str) -> None:
+    """u32/u64/string as the header's comment on each attribute says."""
+    for name, comment in re.findall(r"(GPUSLICE_A_\w+),\s*/\*\s*(\w+)", header):
+        typ = dict(N.ATTRS)[name]
+        want = {"u32": "uint32", "u64": "uint64", "NUL": "asciiz", "nest": "pids"}.get(comment)
+        if want:
+            assert typ == want, name
+
+
+def test_kinds_events_and_defines(header: str) -> None:
+    enums = parse_enums(header)
+    assert dict(enums["gpuslice_obj_kind"]) == N.OBJ_KINDS
+    assert dict(enums["gpuslice_event"]) == N.EVENTS
+    d = parse_defines(header)
+    assert d["GPUSLICE_GENL_NAME"].strip('"') == N.FAMILY
+    assert int(d["GPUSLICE_GENL_VERSION"]) == N.VERSION
+    assert d["GPUSLICE_MCGRP_EVENTS"].strip('"') == N.MCGRP_EVENTS
+    assert int(d["GPUSLICE_NAME_MAX"]) == N.NAME_MAX
+    assert int(d["GPUSLICE_SHARE_FULL"]) == N.SHARE_FULL
+    assert int(d["GPUSLICE_WEIGHT_MAX"]) == N.WEIGHT_MAX
+
+
+def nla(typ: int, payload: bytes) -> bytes:
+    raw = struct.pack("<HH", 4 + len(payload), typ) + payload
+    return raw + b"\0" * (-len(raw) % 4)
+
+
+def test_instance_new_encoding_matches_hand_built() -> None:
+    msg = N.build(N.CMD_INSTANCE_NEW, {"name": "web", "gpu_mask": 0b101, "mem_limit": 8 << 30, "weight": 3,
+                                       "share": 2500, "timeslice_us": None})
+    msg["header"].update({"type": 0x1F, "flags": 5, "sequence_number": 9, "pid": 0})
+    msg.encode()
+    attrs = (nla(N.ATTR_IDS["GPUSLICE_A_NAME"], b"web\0") + nla(N.ATTR_IDS["GPUSLICE_A_GPU_MASK"], struct.pack("<I", 5))
+             + nla(N.ATTR_IDS["GPUSLICE_A_MEM_LIMIT"], struct.pack("<Q", 8 << 30))
+             + nla(N.ATTR_IDS["GPUSLICE_A_WEIGHT"], struct.pack("<I", 3))
+             + nla(N.ATTR_IDS["GPUSLICE_A_SHARE"], struct.pack("<I", 2500)))
+    body = struct.pack("<BBH", N.CMD_INSTANCE_NEW, N.VERSION, 0) + attrs
+    want = struct.pack("<IHHII", 16 + len(body), 0x1F, 5, 9, 0) + body
+    assert bytes(msg.data) == want
+
+
+def test_decode_kernel_style_reply_with_pids_and_pad() -> None:
+    """What the module sends for INSTANCE_GET: u64 after a PAD attribute, a PIDS nest."""
+    pids = nla(N.ATTR_IDS["GPUSLICE_A_PID"], struct.pack("<I", 100)) + nla(N.ATTR_IDS["GPUSLICE_A_PID"], struct.pack("<I", 200))
+    attrs = (nla(N.ATTR_IDS["GPUSLICE_A_NAME"], b"web\0") + nla(N.ATTR_IDS["GPUSLICE_A_PAD"], b"")
+             + nla(N.ATTR_IDS["GPUSLICE_A_MEM_USED"], struct.pack("<Q", 12345))
+             + nla(N.ATTR_IDS["GPUSLICE_A_PIDS"] | 0x8000, pids)  # NLA_F_NESTED
+             + nla(N.ATTR_IDS["GPUSLICE_A_OBJ_KIND"], struct.pack("<I", N.OBJ_CHANNEL)))
+    body = struct.pack("<BBH", N.CMD_INSTANCE_GET, N.VERSION, 0) + attrs
+    raw = struct.pack("<IHHII", 16 + len(body), 0x1F, 2, 1, 0) + body
+    msg = N.GsMsg(raw)
+    msg.decode()
+    assert msg["cmd"] == N.CMD_INSTANCE_GET
+    assert N.to_dict(msg) == {"name": "web", "mem_used": 12345, "pids": [100, 200], "obj_kind": N.OBJ_CHANNEL}
+
+
+def test_unknown_attribute_rejected() -> None:
+    with pytest.raises(KeyError):
+        N.build(N.CMD_INSTANCE_SET, {"bogus": 1})
+    assert N.mask_of([0, 3]) == 9
