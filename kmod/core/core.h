@@ -29,6 +29,7 @@ enum gs_file_kind {
 enum gs_verdict {
 	GS_PASS = 0,	/* call the real driver, then gs_post() */
 	GS_REPLY = 1,	/* do not call it: the arg block (status set) is the reply, ioctl returns 0 */
+	GS_FAIL = 2,	/* do not call it: the ioctl fails with -c->err (block too short, escape denied) */
 };
 
 /* why a call was refused; also counted per instance */
@@ -40,7 +41,14 @@ enum gs_refusal {
 	GS_REFUSE_CLASS,		/* class not allowed (privileged / cross-instance) */
 	GS_REFUSE_ESCAPE,		/* escape not allowed through an instance */
 	GS_REFUSE_MALFORMED,		/* argument block could not be read or is too short */
+	GS_REFUSE_UNLISTED,		/* control, class or escape not on the allowlist (deny by default) */
 };
+
+/* instance flags, gs_inst_set_flags() */
+#define GS_INST_ALLOW_TEST_ESCAPES	0x1	/* let GS_TEST_ESC_SUBMIT through (stand-in driver only) */
+
+/* NVSTUB_ESC_SUBMIT of the stand-in driver (tests/standin/nvstub_uapi.h) */
+#define GS_TEST_ESC_SUBMIT		0xF0
 
 /* access to the calling process's memory (copy_from_user / memcpy) */
 struct gs_io {
@@ -63,6 +71,7 @@ struct gs_call {
 	nv_u32 escape;		/* NV_IOC_NR(req) */
 	nv_u32 what;		/* class for RM_ALLOC, cmd for RM_CONTROL, else 0 */
 	nv_u32 status;		/* NV status seen in / put into the reply */
+	nv_s32 err;		/* positive errno for GS_FAIL */
 	enum gs_refusal refusal;
 	/* private to the core between pre and post */
 	nv_u64 reserved;
@@ -120,6 +129,9 @@ struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops);
 void gs_inst_free(struct gs_inst *in);
 void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit);
 void gs_inst_stats(struct gs_inst *in, struct gs_stats *st);
+void gs_inst_set_flags(struct gs_inst *in, nv_u32 flags);
+/* pids that have an open file with live RM clients, or made a call; returns how many (may exceed max) */
+int gs_inst_pids(struct gs_inst *in, nv_u32 *pids, int max);
 
 /* Decide on a call before the real driver sees it. */
 enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io);
@@ -135,5 +147,6 @@ int gs_for_each_object(struct gs_inst *in, int (*cb)(void *ctx, const struct gs_
 const char *gs_escape_name(nv_u32 escape);
 const char *gs_class_name(nv_u32 klass);
 const char *gs_control_name(nv_u32 cmd);
+const char *gs_refusal_name(enum gs_refusal r);
 
 #endif /* GPUSLICE_CORE_H */

@@ -130,6 +130,14 @@ typedef uint32_t nv_handle;
 #define HOPPER_CHANNEL_GPFIFO_A		0xc86f
 #define HOPPER_DMA_COPY_A		0xc8b5
 #define HOPPER_COMPUTE_A		0xcbc0
+/* more classes named by the filter (same directory; the rest of the traced
+ * classes are in the stand-in's block at the end) */
+#define NV01_CONTEXT_DMA_FROM_MEMORY	0x0002
+#define NV01_EVENT			0x0005
+#define NV20_SUBDEVICE_DIAG		0x208f
+#define AMPERE_CHANNEL_GPFIFO_A		0xc56f
+#define BLACKWELL_CHANNEL_GPFIFO_A	0xc96f
+#define BLACKWELL_CHANNEL_GPFIFO_B	0xca6f
 
 /* ---- argument blocks: src/common/sdk/nvidia/inc/nvos.h ---- */
 /* NV_ESC_RM_FREE, _IOWR('F', 0x29, 16) */
@@ -262,6 +270,13 @@ struct nv_ioctl_alloc_os_event {
 	nv_u32 status;
 };
 
+struct nv_ioctl_free_os_event {
+	nv_handle h_client;
+	nv_handle h_device;
+	nv_u32 fd;
+	nv_u32 status;
+};
+
 #define NV_RM_API_VERSION_STRING_LENGTH		64
 #define NV_RM_API_VERSION_CMD_STRICT		0
 #define NV_RM_API_VERSION_CMD_RELAXED		'1'
@@ -317,6 +332,47 @@ struct nv_memory_allocation_params {
 	nv_u32 pad1;
 };
 
+/* NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS (nvos.h), class 0xa06c */
+struct nv_channel_group_alloc_params {
+	nv_handle h_object_error;
+	nv_handle h_object_ecc_error;
+	nv_handle h_va_space;
+	nv_u32 engine_type;		/* NV2080_ENGINE_TYPE_*, offset 12 */
+	nv_u8 b_is_calling_context_vgpu_plugin;
+};
+
+/* NV_CHANNEL_ALLOC_PARAMS (alloc/alloc_channel.h), classes *_CHANNEL_GPFIFO_*:
+ * only the head up to engineType is decoded (NV_MAX_SUBDEVICES is 8). */
+#define NV_MAX_SUBDEVICES 8
+struct nv_channel_alloc_params_head {
+	nv_handle h_object_error;
+	nv_handle h_object_buffer;
+	nv_u64 gp_fifo_offset NV_ALIGN8;
+	nv_u32 gp_fifo_entries;
+	nv_u32 flags;
+	nv_handle h_context_share;
+	nv_handle h_va_space;
+	nv_handle h_userd_memory[NV_MAX_SUBDEVICES];
+	nv_u64 userd_offset[NV_MAX_SUBDEVICES] NV_ALIGN8;
+	nv_u32 engine_type;		/* offset 128 */
+	nv_u32 cid;
+};
+
+/* NV_PHYSICAL_MEMORY_ALLOCATION_PARAMS (class/cl00c2.h): memSize is an output */
+struct nv_physical_memory_allocation_params {
+	nv_u64 mem_size NV_ALIGN8;
+	nv_u32 format;
+	nv_u64 page_size NV_ALIGN8;
+};
+
+/* NV00F8_ALLOCATION_PARAMETERS (class/cl00f8.h), head */
+struct nv00f8_allocation_params_head {
+	nv_u64 alignment NV_ALIGN8;
+	nv_u64 alloc_size NV_ALIGN8;
+	nv_u64 page_size NV_ALIGN8;
+	nv_u32 alloc_flags;
+};
+
 /* ---- controls: src/common/sdk/nvidia/inc/ctrl/ ---- */
 /* ctrl2080/ctrl2080fb.h */
 #define NV2080_CTRL_CMD_FB_GET_INFO_V2			0x20801303
@@ -368,9 +424,278 @@ struct nva06c_ctrl_timeslice_params {
 	nv_u64 timeslice_us NV_ALIGN8;
 };
 
+/* Controls that change the whole GPU; flags from src/nvidia/generated/g_*_nvoc.c
+ * (ctrl0000gpu.h, ctrl0080gpu.h, ctrl2080gpu.h, ctrl2080perf.h, ctrl2080fifo.h) */
+#define NV0000_CTRL_CMD_GPU_MODIFY_DRAIN_STATE		0x00000278
+#define NV0080_CTRL_CMD_GPU_MODIFY_SW_STATE_PERSISTENCE	0x00800287
+#define NV2080_CTRL_CMD_GPU_SET_POWER			0x20800112
+#define NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES	0x20800130
+#define NV2080_CTRL_CMD_GPU_SET_ECC_CONFIGURATION	0x20800134
+#define NV2080_CTRL_CMD_GPU_RESET_ECC_ERROR_STATUS	0x20800136
+#define NV2080_CTRL_CMD_GPU_SET_PARTITIONS		0x20800174
+#define NV2080_CTRL_CMD_PERF_SET_POWERSTATE		0x2080205b
+#define NV2080_CTRL_CMD_PERF_RATED_TDP_SET_CONTROL	0x2080206f
+#define NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS_FOR_KEY_ROTATION	0x2080111a
+#define NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS_FOR_KEY_ROTATION_V2 0x2080111b
+/* controls that export / import RM objects through file descriptors (ctrl0000unix.h) */
+#define NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD	0x00003d05
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD	0x00003d06
+#define NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD	0x00003d0a
+#define NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD	0x00003d0b
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD	0x00003d0c
+/* RMCTRL_FLAGS_* (src/nvidia/inc/kernel/rmapi/control.h) */
+#define RMCTRL_FLAGS_PRIVILEGED		0x4
+#define RMCTRL_FLAGS_NON_PRIVILEGED	0x8
+
 /* ---- helpers ---- */
 #define NV_IOC_NR(req)		((req) & 0xff)
 #define NV_IOC_TYPE(req)	(((req) >> 8) & 0xff)
 #define NV_IOC_SIZE(req)	(((req) >> 16) & 0x3fff)
+
+/* ==== appended by the stand-in driver (tests/standin) ==== */
+/* more status codes: src/common/sdk/nvidia/inc/nvstatuscodes.h */
+#define NV_ERR_ILLEGAL_ACTION			0x16
+#define NV_ERR_INSERT_DUPLICATE_NAME		0x19
+#define NV_ERR_INSUFFICIENT_RESOURCES		0x1A
+#define NV_ERR_INVALID_CHANNEL			0x21
+#define NV_ERR_INVALID_EVENT			0x28
+#define NV_ERR_INVALID_FLAGS			0x29
+#define NV_ERR_INVALID_OBJECT_NEW		0x34
+#define NV_ERR_GENERIC				0xFFFF
+
+/* more classes seen in the traces: src/common/sdk/nvidia/inc/class/cl*.h */
+#define NV01_MEMORY_SYSTEM_OS_DESCRIPTOR	0x0071
+#define NV04_DISPLAY_COMMON			0x0073
+#define NV2081_BINAPI				0x2081
+#define GT200_DEBUGGER				0x83de
+#define GF100_SUBDEVICE_MASTER			0x90e6
+#define GF100_SUBDEVICE_INFOROM			0x90e7
+#define NV_CONFIDENTIAL_COMPUTE			0xcb33
+#define HOPPER_USERMODE_A			0xc661
+#define AMPERE_SMC_PARTITION_REF		0xc637
+#define AMPERE_SMC_EXEC_PARTITION_REF		0xc638
+#define AMPERE_SMC_CONFIG_SESSION		0xc639
+#define AMPERE_SMC_MONITOR_SESSION		0xc640
+#define RM_USER_SHARED_DATA			0x00de
+
+/* kernel-open/common/inc/nv-ioctl-numa.h */
+#define NV_IOCTL_NUMA_INFO_MAX_OFFLINE_ADDRESSES	64
+struct nv_ioctl_numa_info {	/* _IOWR('F', 0xd7, 560) */
+	nv_s32 nid;
+	nv_s32 status;
+	nv_u64 memblock_size NV_ALIGN8;
+	nv_u64 numa_mem_addr NV_ALIGN8;
+	nv_u64 numa_mem_size NV_ALIGN8;
+	nv_u8 use_auto_online;
+	nv_u64 offline_addresses[NV_IOCTL_NUMA_INFO_MAX_OFFLINE_ADDRESSES] NV_ALIGN8;
+	nv_u32 offline_num_entries;
+};
+
+/* nvos.h NVOS34_PARAMETERS: NV_ESC_RM_UNMAP_MEMORY, _IOWR('F', 0x4f, 32) */
+struct nvos34_params {
+	nv_handle h_client;
+	nv_handle h_device;
+	nv_handle h_memory;
+	nv_u64 p_linear_address NV_ALIGN8;
+	nv_u32 status;
+	nv_u32 flags;
+};
+
+/* nvos.h NVOS56_PARAMETERS: NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, _IOWR('F', 0x5e, 40) */
+struct nvos56_params {
+	nv_handle h_client;
+	nv_handle h_device;
+	nv_handle h_memory;
+	nv_u64 p_old_cpu_address NV_ALIGN8;
+	nv_u64 p_new_cpu_address NV_ALIGN8;
+	nv_u32 status;
+};
+
+/* class/cl0080.h NV0080_ALLOC_PARAMETERS (56 bytes) */
+struct nv0080_alloc_params {
+	nv_u32 device_id;
+	nv_handle h_client_share;
+	nv_handle h_target_client;
+	nv_handle h_target_device;
+	nv_u32 flags;
+	nv_u64 va_space_size NV_ALIGN8;
+	nv_u64 va_start_internal NV_ALIGN8;
+	nv_u64 va_limit_internal NV_ALIGN8;
+	nv_u32 va_mode;
+};
+
+/* class/cl2080.h NV2080_ALLOC_PARAMETERS */
+struct nv2080_alloc_params {
+	nv_u32 sub_device_id;
+};
+
+/* more controls (tests/standin): src/common/sdk/nvidia/inc/ctrl/ */
+/* ctrl2080/ctrl2080fb.h */
+#define NV2080_CTRL_FB_INFO_INDEX_NUMA_NODE_ID		0x3B
+#define NV2080_CTRL_FB_INFO_INDEX_MAX			NV2080_CTRL_FB_INFO_INDEX_NUMA_NODE_ID
+
+/* ctrl0000/ctrl0000client.h */
+#define NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE		0xd01
+#define NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_INVALID	0
+#define NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_SYSMEM	1
+#define NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_VIDMEM	2
+#define NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_REGMEM	3
+struct nv0000_ctrl_client_get_addr_space_type_params {
+	nv_handle h_object;
+	nv_u32 map_flags;
+	nv_u32 addr_space_type;
+};
+
+#define NV0000_CTRL_CMD_CLIENT_SET_INHERITED_SHARE_POLICY	0xd04
+#define NV0000_CTRL_CLIENT_SET_INHERITED_SHARE_POLICY_PARAMS_SIZE 12	/* RS_SHARE_POLICY */
+
+/* ctrl0080/ctrl0080gpu.h */
+#define NV0080_CTRL_CMD_GPU_GET_NUM_SUBDEVICES		0x800280
+struct nv0080_ctrl_gpu_get_num_subdevices_params {
+	nv_u32 num_subdevices;
+};
+
+/* ctrl2080/ctrl2080mc.h */
+#define NV2080_CTRL_CMD_MC_GET_ARCH_INFO			0x20801701
+#define NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100		0x180
+#define NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GH100		0x0
+struct nv2080_ctrl_mc_get_arch_info_params {	/* 16 bytes */
+	nv_u32 architecture;
+	nv_u32 implementation;
+	nv_u32 revision;
+	nv_u8 sub_revision;
+};
+
+/* ctrl2080/ctrl2080gpu.h engine types */
+#define NV2080_ENGINE_TYPE_GR0		0x01
+#define NV2080_ENGINE_TYPE_COPY0	0x09
+
+/* ctrl906f.h */
+#define NV906F_CTRL_CMD_GET_CLASS_ENGINEID	0x906f0101
+struct nv906f_ctrl_get_class_engineid_params {
+	nv_handle h_object;
+	nv_u32 class_engine_id;
+	nv_u32 class_id;
+	nv_u32 engine_id;
+};
+
+/* ctrlc36f.h: NvU32 workSubmitToken */
+#define NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN	0xc36f0108
+
+/* ---- nvidia-uvm: kernel-open/nvidia-uvm/uvm_ioctl.h, uvm_linux_ioctl.h ----
+ * The request is the bare command number (no _IOC encoding); the argument
+ * is a pointer to the command's params struct; status is its rmStatus. */
+#define UVM_INITIALIZE				0x30000001
+#define UVM_DEINITIALIZE			0x30000002
+#define UVM_CREATE_RANGE_GROUP			23
+#define UVM_DESTROY_RANGE_GROUP			24
+#define UVM_REGISTER_GPU_VASPACE		25
+#define UVM_REGISTER_CHANNEL			27
+#define UVM_MAP_EXTERNAL_ALLOCATION		33
+#define UVM_FREE				34
+#define UVM_REGISTER_GPU			37
+#define UVM_PAGEABLE_MEM_ACCESS			39
+#define UVM_MAP_DYNAMIC_PARALLELISM_REGION	65
+#define UVM_ALLOC_SEMAPHORE_POOL		68
+#define UVM_VALIDATE_VA_RANGE			72
+#define UVM_CREATE_EXTERNAL_RANGE		73
+#define UVM_MM_INITIALIZE			75
+#define UVM_INIT_FLAGS_MASK			0x3ULL
+#define UVM_MAX_GPUS				256	/* NV_MAX_DEVICES * 8 (uvm_types.h) */
+
+struct nv_processor_uuid {
+	nv_u8 uuid[16];
+};
+
+/* uvm_types.h UvmGpuMappingAttributes: 36 bytes */
+struct uvm_gpu_mapping_attributes {
+	struct nv_processor_uuid gpu_uuid;
+	nv_u32 gpu_mapping_type;
+	nv_u32 gpu_caching_type;
+	nv_u32 gpu_format_type;
+	nv_u32 gpu_element_bits;
+	nv_u32 gpu_compression_type;
+};
+
+struct uvm_initialize_params {		/* 16 */
+	nv_u64 flags NV_ALIGN8;
+	nv_u32 rm_status;
+};
+
+struct uvm_range_group_params {		/* 16: CREATE/DESTROY_RANGE_GROUP */
+	nv_u64 range_group_id NV_ALIGN8;
+	nv_u32 rm_status;
+};
+
+struct uvm_register_gpu_vaspace_params {	/* 32 */
+	struct nv_processor_uuid gpu_uuid;
+	nv_s32 rm_ctrl_fd;
+	nv_handle h_client;
+	nv_handle h_va_space;
+	nv_u32 rm_status;
+};
+
+struct uvm_register_channel_params {	/* 56 */
+	struct nv_processor_uuid gpu_uuid;
+	nv_s32 rm_ctrl_fd;
+	nv_handle h_client;
+	nv_handle h_channel;
+	nv_u64 base NV_ALIGN8;
+	nv_u64 length NV_ALIGN8;
+	nv_u32 rm_status;
+};
+
+struct uvm_map_external_allocation_params {	/* 9264 */
+	nv_u64 base NV_ALIGN8;
+	nv_u64 length NV_ALIGN8;
+	nv_u64 offset NV_ALIGN8;
+	struct uvm_gpu_mapping_attributes per_gpu_attributes[UVM_MAX_GPUS];
+	nv_u64 gpu_attributes_count NV_ALIGN8;
+	nv_s32 rm_ctrl_fd;
+	nv_u32 h_client;
+	nv_u32 h_memory;
+	nv_u32 rm_status;
+};
+
+struct uvm_range_params {	/* 24: FREE, VALIDATE_VA_RANGE, CREATE_EXTERNAL_RANGE */
+	nv_u64 base NV_ALIGN8;
+	nv_u64 length NV_ALIGN8;
+	nv_u32 rm_status;
+};
+
+struct uvm_register_gpu_params {	/* 40 */
+	struct nv_processor_uuid gpu_uuid;
+	nv_u8 numa_enabled;
+	nv_s32 numa_node_id;
+	nv_s32 rm_ctrl_fd;
+	nv_handle h_client;
+	nv_handle h_smc_part_ref;
+	nv_u32 rm_status;
+};
+
+struct uvm_pageable_mem_access_params {	/* 8 */
+	nv_u8 pageable_mem_access;
+	nv_u32 rm_status;
+};
+
+struct uvm_map_dynamic_parallelism_region_params {	/* 40 */
+	nv_u64 base NV_ALIGN8;
+	nv_u64 length NV_ALIGN8;
+	struct nv_processor_uuid gpu_uuid;
+	nv_u32 rm_status;
+};
+
+struct uvm_alloc_semaphore_pool_params {	/* 9248 */
+	nv_u64 base NV_ALIGN8;
+	nv_u64 length NV_ALIGN8;
+	struct uvm_gpu_mapping_attributes per_gpu_attributes[UVM_MAX_GPUS];
+	nv_u64 gpu_attributes_count NV_ALIGN8;
+	nv_u32 rm_status;
+};
+
+struct uvm_mm_initialize_params {	/* 8 */
+	nv_s32 uvm_fd;
+	nv_u32 rm_status;
+};
 
 #endif /* GPUSLICE_NVRM_ABI_H */

@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * core.c - the instance and the dispatch of one ioctl: gs_pre() decodes the
+ * argument block and decides (filter.c, quota.c), gs_post() records what RM
+ * did (registry.c, quota.c) and rewrites replies (virt.c).
+ *
+ * Every escape the core does not decode is refused unless filter.c lists it
+ * as safe without decoding. Every block is checked for its size before it is
+ * read: a short block fails the ioctl with -EINVAL (GS_FAIL), since it has no
+ * status field to answer in. A parameter pointer that cannot be read is
+ * answered with NV_ERR_INVALID_POINTER, as RM would.
+ */
+#include "core_int.h"
+
+/* ---- events ---- */
+
+void gs_evq_init(struct gs_evq *q)
+{
+	memset(q, 0, sizeof(*q));
+}
+
+void gs_evq_push(struct gs_evq *q, const struct gs_event *ev)
+{
+	int i = q->n - GS_EVQ_INLINE;
+
+	if (q->n < GS_EVQ_INLINE) {
+		q->ev[q->n++] = *ev;
+		return;
+	}
+	if (i >= q->cap) {
+		int cap = q->cap ? q->cap * 2 : 32;
+		struct gs_event *heap = gs_zalloc(sizeof(*heap) * cap);
+
+		if (!heap) {
+			q->dropped++;
+			return;
+		}
+		if (q->heap) {
+			memcpy(heap, q->heap, sizeof(*heap) * q->cap);
+			gs_free(q->heap);
+		}
+		q->heap = heap;
+		q->cap = cap;
+	}
+	q->heap[i] = *ev;
+	q->n++;
+}
+
+/* deliver, without the lock held */
+void gs_evq_flush(struct gs_inst *in, struct gs_evq *q)
+{
+	int i;
+
+	for (i = 0; i < q->n && in->ops.event; i++) {
+		const struct gs_event *ev = i < GS_EVQ_INLINE ? &q->ev[i] : &q->heap[i - GS_EVQ_INLINE];
+
+		in->ops.event(in->ops.ctx, ev);
+	}
+	gs_free(q->heap);
+	gs_evq_init(q);
+}
+
+/* ---- instance ---- */
+
+struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops)
+{
+	struct gs_inst *in = gs_zalloc(sizeof(*in));
+
+	if (!in)
+		return NULL;
+	gs_mutex_init(&in->lock);
+	in->limit = mem_limit;
+	if (ops)
+		in->ops = *ops;
+	return in;
+}
+
+void gs_inst_free(struct gs_inst *in)
+{
+	if (!in)
+		return;
+	gs_obj_free_all(in);
+	gs_mutex_destroy(&in->lock);
+	gs_free(in);
+}
+
+void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit)
+{
+	gs_lock(&in->lock);
+	in->limit = mem_limit;
+	gs_unlock(&in->lock);
+}
+
+void gs_inst_set_flags(struct gs_inst *in, nv_u32 flags)
+{
+	gs_lock(&in->lock);
+	in->flags = flags;
+	gs_unlock(&in->lock);
+}
+
+void gs_inst_stats(struct gs_inst *in, struct gs_stats *st)
+{
+	gs_lock(&in->lock);
+	st->mem_limit = in->limit;
+	st->mem_used = in->used;
+	st->mem_peak = in->peak;
+	st->nr_ioctls = in->nr_ioctls;
+	st->nr_refused_quota = in->nr_refused_quota;
+	st->nr_refused_filter = in->nr_refused_filter;
+	st->nr_objects = in->nr_objects;
+	gs_unlock(&in->lock);
+}
+
+int gs_inst_pids(struct gs_inst *in, nv_u32 *pids, int max)
+{
+	struct gs_obj *ob;
+	int i, j, n = 0;
+
+	gs_lock(&in->lock);
+	for (i = 0; i < GS_HASH_SIZE; i++) {
+		for (ob = in->hash[i]; ob; ob = ob->next) {
+			int seen = 0;
+
+			if (ob->o.obj_kind != GPUSLICE_OBJ_CLIENT)
+				continue;
+			for (j = 0; j < n && j < max; j++)
+				if (pids[j] == ob->o.pid)
+					seen = 1;
+			if (seen)
+				continue;
+			/* past max the count may include repeats: callers retry bigger */
+			if (n < max)
+				pids[n] = ob->o.pid;
+			n++;
+		}
+	}
+	gs_unlock(&in->lock);
+	return n;
+}
+
+int gs_for_each_object(struct gs_inst *in, int (*cb)(void *ctx, const struct gs_object *o), void *ctx)
+{
+	struct gs_obj *ob;
+	int i, ret = 0;
+
+	gs_lock(&in->lock);
+	for (i = 0; i < GS_HASH_SIZE && !ret; i++)
+		for (ob = in->hash[i]; ob && !ret; ob = ob->next)
+			ret = cb(ctx, &ob->o);
+	gs_unlock(&in->lock);
+	return ret;
+}
+
+void gs_file_closed(struct gs_inst *in, nv_u64 file_id)
+{
+	struct gs_evq q;
+
+	gs_evq_init(&q);
+	gs_lock(&in->lock);
+	gs_obj_free_file(in, file_id, &q);
+	gs_unlock(&in->lock);
+	gs_evq_flush(in, &q);
+}
+
+/* ---- gs_pre ---- */
+
+static void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status)
+{
+	memcpy((char *)c->arg + off, &status, sizeof(status));
+	c->status = status;
+}
+
+static enum gs_verdict gs_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status_off)
+{
+	c->refusal = r;
+	gs_put_status(c, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
+	return GS_REPLY;
+}
+
+static enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err)
+{
+	c->refusal = r;
+	c->err = err;
+	return GS_FAIL;
+}
+
+static int gs_short(const struct gs_call *c, nv_u32 need)
+{
+	return !c->arg || c->arg_size < need;
+}
+
+static int gs_read_u32(const struct gs_io *io, nv_u64 uaddr, nv_u32 *v)
+{
+	*v = 0;
+	return io->read(io->ctx, uaddr, v, sizeof(*v));
+}
+
+static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
+				    const struct gs_io *io, struct gs_evq *q)
+{
+	struct nvos64_params *p = c->arg;
+	const nv_u32 st = 40;	/* offsetof(struct nvos64_params, status) */
+	enum gs_refusal r;
+
+	if (gs_short(c, sizeof(*p)))
+		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+	c->what = p->h_class;
+	r = gs_filter_class(p->h_class);
+	if (r != GS_REFUSE_NONE)
+		return gs_refuse(c, r, st);
+	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
+		return GS_PASS;
+	if (!gs_is_client(in, p->h_root))
+		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	if (gs_vidmem_class(p->h_class) > 0)
+		return gs_quota_pre(in, c, io, p, q);
+	return GS_PASS;
+}
+
+static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
+				      const struct gs_io *io)
+{
+	struct nvos54_params *p = c->arg;
+	const nv_u32 st = 28;	/* offsetof(struct nvos54_params, status) */
+	enum gs_refusal r;
+
+	if (gs_short(c, sizeof(*p)))
+		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+	c->what = p->cmd;
+	if (!gs_is_client(in, p->h_client))
+		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	r = gs_filter_control(in, c, io, p);
+	if (r == GS_REFUSE_MALFORMED) {
+		c->refusal = r;
+		gs_put_status(c, st, NV_ERR_INVALID_POINTER);
+		return GS_REPLY;
+	}
+	if (r != GS_REFUSE_NONE)
+		return gs_refuse(c, r, st);
+	return GS_PASS;
+}
+
+/* escapes whose block starts with the client handle: size and status offset */
+static enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c,
+					   nv_u32 size, nv_u32 st)
+{
+	nv_handle client;
+
+	if (gs_short(c, size))
+		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+	memcpy(&client, c->arg, sizeof(client));
+	if (!gs_is_client(in, client))
+		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	return GS_PASS;
+}
+
+static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
+				     const struct gs_io *io, struct gs_evq *q)
+{
+	enum gs_refusal r;
+
+	if (c->kind == GS_FILE_UVM)
+		return GS_PASS;
+	if (NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
+		return gs_fail(c, GS_REFUSE_ESCAPE, ENOTTY);
+	switch (c->escape) {
+	case NV_ESC_RM_ALLOC:
+		return gs_pre_alloc(in, c, io, q);
+	case NV_ESC_RM_CONTROL:
+		return gs_pre_control(in, c, io);
+	case NV_ESC_RM_FREE:
+		return gs_pre_client_first(in, c, sizeof(struct nvos00_params), 12);
+	case NV_ESC_RM_DUP_OBJECT: {
+		struct nvos55_params *p = c->arg;
+
+		if (gs_short(c, sizeof(*p)))
+			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+		if (!gs_is_client(in, p->h_client) || !gs_is_client(in, p->h_client_src))
+			return gs_refuse(c, GS_REFUSE_FOREIGN, 24);
+		return GS_PASS;
+	}
+	case NV_ESC_RM_SHARE:
+		if (gs_short(c, sizeof(struct nvos57_params)))
+			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+		return gs_refuse(c, GS_REFUSE_FOREIGN, 20);
+	case NV_ESC_RM_ALLOC_MEMORY: {
+		struct nvos02_params *p = c->arg;
+
+		if (gs_short(c, sizeof(struct nvos02_params_with_fd)))
+			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+		c->what = p->h_class;
+		r = gs_filter_alloc_memory_class(p->h_class);
+		if (r != GS_REFUSE_NONE)
+			return gs_refuse(c, r, 40);
+		return gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), 40);
+	}
+	case NV_ESC_RM_MAP_MEMORY:
+		return gs_pre_client_first(in, c, sizeof(struct nvos33_params_with_fd), 40);
+	case NV_ESC_RM_UNMAP_MEMORY:
+		return gs_pre_client_first(in, c, sizeof(struct nvos34_params), 24);
+	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
+		return gs_pre_client_first(in, c, sizeof(struct nvos56_params), 32);
+	case NV_ESC_ALLOC_OS_EVENT:
+	case NV_ESC_FREE_OS_EVENT:
+		return gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
+	}
+	r = gs_filter_escape(in, c->escape);
+	if (r != GS_REFUSE_NONE)
+		return gs_fail(c, r, EPERM);
+	return GS_PASS;
+}
+
+enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io)
+{
+	enum gs_verdict v;
+	struct gs_evq q;
+
+	c->escape = NV_IOC_NR(c->req);
+	c->what = 0;
+	c->status = NV_OK;
+	c->err = 0;
+	c->refusal = GS_REFUSE_NONE;
+	c->reserved = 0;
+	memset(c->priv, 0, sizeof(c->priv));
+
+	gs_evq_init(&q);
+	gs_lock(&in->lock);
+	in->nr_ioctls++;
+	v = gs_pre_locked(in, c, io, &q);
+	if (c->refusal != GS_REFUSE_NONE && c->refusal != GS_REFUSE_QUOTA) {
+		struct gs_event ev;
+
+		in->nr_refused_filter++;
+		memset(&ev, 0, sizeof(ev));
+		ev.type = GPUSLICE_EV_FILTER_REFUSED;
+		ev.obj_kind = GPUSLICE_OBJ_OTHER;
+		ev.pid = c->pid;
+		ev.gpu = c->gpu_minor;
+		ev.status = v == GS_FAIL ? 0 : c->status;
+		ev.cmd = c->what ? c->what : c->escape;
+		if (c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_ALLOC_MEMORY)
+			ev.klass = c->what;
+		gs_evq_push(&q, &ev);
+	}
+	gs_unlock(&in->lock);
+	gs_evq_flush(in, &q);
+	return v;
+}
+
+/* ---- gs_post ---- */
+
+static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			  struct gs_evq *q)
+{
+	struct nvos64_params *p = c->arg;
+	struct gs_object o;
+
+	if (c->priv[0]) {
+		gs_quota_post(in, c, io, p, q);
+		return;
+	}
+	if (p->status != NV_OK)
+		return;
+	memset(&o, 0, sizeof(o));
+	o.obj_kind = gs_obj_kind(p->h_class);
+	o.file_id = c->file_id;
+	o.pid = c->pid;
+	o.gpu = c->gpu_minor;
+	o.handle = p->h_object_new;
+	o.klass = p->h_class;
+	if (o.obj_kind == GPUSLICE_OBJ_CLIENT) {
+		o.client = p->h_object_new;
+	} else {
+		o.client = p->h_root;
+		o.parent = p->h_object_parent;
+	}
+	/* engine type from the allocation parameters (nvrm_abi.h) */
+	if (o.obj_kind == GPUSLICE_OBJ_TSG && p->p_alloc_parms)
+		gs_read_u32(io, p->p_alloc_parms + 12, &o.engine);
+	else if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && p->p_alloc_parms)
+		gs_read_u32(io, p->p_alloc_parms + 128, &o.engine);
+	gs_obj_add(in, &o, NULL, q);
+}
+
+static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
+{
+	struct nvos55_params *p = c->arg;
+	struct gs_obj *src;
+	struct gs_object o;
+	struct gs_mem *mem;
+
+	if (p->status != NV_OK)
+		return;
+	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
+	memset(&o, 0, sizeof(o));
+	o.obj_kind = GPUSLICE_OBJ_OTHER;
+	if (src) {
+		o.klass = src->o.klass;
+		o.gpu = src->o.gpu;
+	}
+	o.file_id = c->file_id;
+	o.pid = c->pid;
+	o.client = p->h_client;
+	o.handle = p->h_object;
+	o.parent = p->h_parent;
+	mem = src ? src->mem : NULL;
+	if (mem) {
+		/* the same memory under another handle: freed when the last goes */
+		o.obj_kind = GPUSLICE_OBJ_MEMORY;
+		mem->refs++;
+	}
+	if (!gs_obj_add(in, &o, mem, q) && mem && --mem->refs == 0) {
+		in->used -= mem->size;
+		gs_free(mem);
+	}
+}
+
+static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
+{
+	struct nvos02_params *p = c->arg;
+	struct gs_object o;
+
+	if (p->status != NV_OK)
+		return;
+	memset(&o, 0, sizeof(o));
+	o.obj_kind = GPUSLICE_OBJ_OTHER;
+	o.file_id = c->file_id;
+	o.pid = c->pid;
+	o.gpu = c->gpu_minor;
+	o.client = p->h_root;
+	o.handle = p->h_object_new;
+	o.parent = p->h_object_parent;
+	o.klass = p->h_class;
+	gs_obj_add(in, &o, NULL, q);
+}
+
+void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret)
+{
+	struct gs_evq q;
+
+	if (c->kind == GS_FILE_UVM)
+		return;
+	gs_evq_init(&q);
+	gs_lock(&in->lock);
+	if (ret != 0) {
+		/* the driver did not run the call: only a reservation to drop */
+		gs_quota_release(in, c);
+		goto out;
+	}
+	switch (c->escape) {
+	case NV_ESC_RM_ALLOC:
+		c->status = ((struct nvos64_params *)c->arg)->status;
+		gs_post_alloc(in, c, io, &q);
+		break;
+	case NV_ESC_RM_CONTROL: {
+		struct nvos54_params *p = c->arg;
+
+		c->status = p->status;
+		gs_virt_control_post(in, c, io, p);
+		break;
+	}
+	case NV_ESC_RM_FREE: {
+		struct nvos00_params *p = c->arg;
+
+		c->status = p->status;
+		if (p->status == NV_OK)
+			gs_obj_free_tree(in, p->h_root, p->h_object_old, &q);
+		break;
+	}
+	case NV_ESC_RM_DUP_OBJECT:
+		c->status = ((struct nvos55_params *)c->arg)->status;
+		gs_post_dup(in, c, &q);
+		break;
+	case NV_ESC_RM_ALLOC_MEMORY:
+		c->status = ((struct nvos02_params *)c->arg)->status;
+		gs_post_alloc_memory(in, c, &q);
+		break;
+	}
+out:
+	gs_unlock(&in->lock);
+	gs_evq_flush(in, &q);
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * core_int.h - what the decision core's files share with each other and with
+ * nobody else: the instance, the object table, the per-call event queue.
+ */
+#ifndef GPUSLICE_CORE_INT_H
+#define GPUSLICE_CORE_INT_H
+
+#include "core.h"
+#include "../uapi/gpuslice.h"
+
+#define GS_HASH_SIZE	1024	/* buckets of the object table, a power of two */
+#define GS_EVQ_INLINE	4	/* events a call queues before it needs the heap */
+#define GS_MAX_DEPTH	64	/* longest parent chain followed */
+
+/* video memory, shared by an object and the handles RM_DUP_OBJECT made of it */
+struct gs_mem {
+	nv_u64 size;
+	nv_u32 refs;
+};
+
+struct gs_obj {
+	struct gs_obj *next;	/* hash chain */
+	struct gs_obj *kill;	/* list of objects a free removes */
+	struct gs_object o;
+	struct gs_mem *mem;	/* video memory, NULL for the rest */
+};
+
+struct gs_inst {
+	struct gs_mutex lock;
+	struct gs_inst_ops ops;
+	nv_u32 flags;
+	nv_u64 limit;
+	nv_u64 used;		/* sum of live gs_mem sizes */
+	nv_u64 reserved;	/* sizes of allocations between gs_pre() and gs_post() */
+	nv_u64 peak;
+	nv_u64 nr_ioctls;
+	nv_u64 nr_refused_quota;
+	nv_u64 nr_refused_filter;
+	nv_u32 nr_objects;
+	struct gs_obj *hash[GS_HASH_SIZE];
+};
+
+/* events collected under the lock and delivered after it is dropped */
+struct gs_evq {
+	struct gs_event ev[GS_EVQ_INLINE];
+	struct gs_event *heap;
+	int n;
+	int cap;		/* capacity of heap */
+	int dropped;
+};
+
+void gs_evq_init(struct gs_evq *q);
+void gs_evq_push(struct gs_evq *q, const struct gs_event *ev);
+void gs_evq_flush(struct gs_inst *in, struct gs_evq *q);
+
+/* registry.c, all under in->lock */
+struct gs_obj *gs_obj_find(struct gs_inst *in, nv_handle client, nv_handle handle);
+struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
+			  struct gs_mem *mem, struct gs_evq *q);
+void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
+		      struct gs_evq *q);
+void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
+void gs_obj_free_all(struct gs_inst *in);
+int gs_is_client(struct gs_inst *in, nv_handle client);
+nv_u32 gs_obj_kind(nv_u32 klass);
+
+/* quota.c */
+int gs_vidmem_class(nv_u32 klass);	/* 1 counted, -1 refused, 0 not video memory */
+enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			     struct nvos64_params *p, struct gs_evq *q);
+void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		   struct nvos64_params *p, struct gs_evq *q);
+void gs_quota_release(struct gs_inst *in, struct gs_call *c);
+
+/* filter.c */
+enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);
+enum gs_refusal gs_filter_class(nv_u32 klass);
+enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass);
+enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				  const struct nvos54_params *p);
+int gs_control_allowed(nv_u32 cmd);
+
+/* virt.c */
+void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			  const struct nvos54_params *p);
+
+#endif /* GPUSLICE_CORE_INT_H */

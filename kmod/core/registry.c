@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * registry.c - the instance's table of RM objects, keyed by (client, handle),
+ * with parent links, so that freeing an object, an ancestor of it, its client
+ * or the file its client lives on forgets exactly what RM forgets, and returns
+ * the video memory it held.
+ *
+ * Everything here runs under in->lock. Events go into the caller's queue.
+ */
+#include "core_int.h"
+
+static unsigned int gs_hash(nv_handle client, nv_handle handle)
+{
+	nv_u32 h = client * 0x9e3779b1u;
+
+	h ^= handle + 0x7f4a7c15u + (h << 6) + (h >> 2);
+	return (h ^ (h >> 16)) & (GS_HASH_SIZE - 1);
+}
+
+nv_u32 gs_obj_kind(nv_u32 klass)
+{
+	switch (klass) {
+	case NV01_ROOT:
+	case NV01_ROOT_NON_PRIV:
+	case NV01_ROOT_CLIENT:
+		return GPUSLICE_OBJ_CLIENT;
+	case KEPLER_CHANNEL_GROUP_A:
+		return GPUSLICE_OBJ_TSG;
+	case AMPERE_CHANNEL_GPFIFO_A:
+	case HOPPER_CHANNEL_GPFIFO_A:
+	case BLACKWELL_CHANNEL_GPFIFO_A:
+	case BLACKWELL_CHANNEL_GPFIFO_B:
+		return GPUSLICE_OBJ_CHANNEL;
+	}
+	if (gs_vidmem_class(klass) > 0)
+		return GPUSLICE_OBJ_MEMORY;
+	return GPUSLICE_OBJ_OTHER;
+}
+
+struct gs_obj *gs_obj_find(struct gs_inst *in, nv_handle client, nv_handle handle)
+{
+	struct gs_obj *ob;
+
+	for (ob = in->hash[gs_hash(client, handle)]; ob; ob = ob->next)
+		if (ob->o.client == client && ob->o.handle == handle)
+			return ob;
+	return NULL;
+}
+
+int gs_is_client(struct gs_inst *in, nv_handle client)
+{
+	struct gs_obj *ob = gs_obj_find(in, client, client);
+
+	return ob && ob->o.obj_kind == GPUSLICE_OBJ_CLIENT;
+}
+
+static int gs_pid_has_client(struct gs_inst *in, nv_u32 pid)
+{
+	struct gs_obj *ob;
+	int i;
+
+	for (i = 0; i < GS_HASH_SIZE; i++)
+		for (ob = in->hash[i]; ob; ob = ob->next)
+			if (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT && ob->o.pid == pid)
+				return 1;
+	return 0;
+}
+
+static void gs_obj_event(struct gs_evq *q, const struct gs_object *o, nv_u32 type)
+{
+	struct gs_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = type;
+	ev.obj_kind = o->obj_kind;
+	ev.pid = o->pid;
+	ev.gpu = o->gpu;
+	ev.client = o->client;
+	ev.handle = o->handle;
+	ev.parent = o->parent;
+	ev.klass = o->klass;
+	ev.engine = o->engine;
+	ev.size = o->size;
+	gs_evq_push(q, &ev);
+}
+
+static void gs_obj_unlink(struct gs_inst *in, struct gs_obj *ob)
+{
+	struct gs_obj **pp = &in->hash[gs_hash(ob->o.client, ob->o.handle)];
+
+	while (*pp && *pp != ob)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = ob->next;
+}
+
+/* forget one object that is already unlinked; returns its memory if last */
+static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq *q)
+{
+	if (ob->mem) {
+		if (--ob->mem->refs == 0) {
+			in->used -= ob->mem->size;
+			gs_free(ob->mem);
+		}
+		ob->mem = NULL;
+	}
+	switch (ob->o.obj_kind) {
+	case GPUSLICE_OBJ_TSG:
+		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_DEL);
+		break;
+	case GPUSLICE_OBJ_CHANNEL:
+		gs_obj_event(q, &ob->o, GPUSLICE_EV_CHANNEL_DEL);
+		break;
+	case GPUSLICE_OBJ_CLIENT:
+		if (!gs_pid_has_client(in, ob->o.pid))
+			gs_obj_event(q, &ob->o, GPUSLICE_EV_PROC_DETACH);
+		break;
+	}
+	in->nr_objects--;
+	gs_free(ob);
+}
+
+struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
+			  struct gs_mem *mem, struct gs_evq *q)
+{
+	struct gs_obj *ob;
+	unsigned int b;
+
+	/* a stale entry under the same key: RM freed it without us seeing it */
+	if (gs_obj_find(in, o->client, o->handle))
+		gs_obj_free_tree(in, o->client, o->handle, q);
+
+	ob = gs_zalloc(sizeof(*ob));
+	if (!ob)
+		return NULL;
+	ob->o = *o;
+	ob->mem = mem;
+	if (mem)
+		ob->o.size = mem->size;
+	if (o->obj_kind == GPUSLICE_OBJ_CLIENT && !gs_pid_has_client(in, o->pid))
+		gs_obj_event(q, o, GPUSLICE_EV_PROC_ATTACH);
+	b = gs_hash(o->client, o->handle);
+	ob->next = in->hash[b];
+	in->hash[b] = ob;
+	in->nr_objects++;
+	if (o->obj_kind == GPUSLICE_OBJ_TSG)
+		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_NEW);
+	else if (o->obj_kind == GPUSLICE_OBJ_CHANNEL)
+		gs_obj_event(q, &ob->o, GPUSLICE_EV_CHANNEL_NEW);
+	return ob;
+}
+
+/* is ob (handle) or one of its ancestors within its client equal to handle? */
+static int gs_under(struct gs_inst *in, const struct gs_obj *ob, nv_handle handle)
+{
+	nv_handle h = ob->o.handle;
+	nv_handle parent = ob->o.parent;
+	int depth;
+
+	for (depth = 0; depth < GS_MAX_DEPTH; depth++) {
+		const struct gs_obj *up;
+
+		if (h == handle)
+			return 1;
+		if (!parent || parent == h)
+			return 0;
+		up = gs_obj_find(in, ob->o.client, parent);
+		if (!up)
+			return parent == handle;
+		h = up->o.handle;
+		parent = up->o.parent;
+	}
+	return 0;
+}
+
+/* Remove the objects on the kill list: channels before TSGs before clients,
+ * so that DEL events come children first and PROC_DETACH last. */
+static void gs_kill_list(struct gs_inst *in, struct gs_obj *kill, struct gs_evq *q)
+{
+	static const nv_u32 order[] = {
+		GPUSLICE_OBJ_CHANNEL, GPUSLICE_OBJ_TSG, GPUSLICE_OBJ_MEMORY,
+		GPUSLICE_OBJ_OTHER, GPUSLICE_OBJ_CLIENT,
+	};
+	unsigned int k;
+
+	for (k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+		struct gs_obj **pp = &kill;
+
+		while (*pp) {
+			struct gs_obj *ob = *pp;
+
+			if (ob->o.obj_kind != order[k]) {
+				pp = &ob->kill;
+				continue;
+			}
+			*pp = ob->kill;
+			gs_obj_destroy(in, ob, q);
+		}
+	}
+}
+
+void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
+		      struct gs_evq *q)
+{
+	struct gs_obj *kill = NULL;
+	struct gs_obj *ob, *next;
+	int i;
+
+	/* collect first: removing breaks the parent chains we follow */
+	for (i = 0; i < GS_HASH_SIZE; i++)
+		for (ob = in->hash[i]; ob; ob = ob->next)
+			if (ob->o.client == client &&
+			    (handle == client || gs_under(in, ob, handle))) {
+				ob->kill = kill;
+				kill = ob;
+			}
+	for (ob = kill; ob; ob = next) {
+		next = ob->kill;
+		gs_obj_unlink(in, ob);
+	}
+	gs_kill_list(in, kill, q);
+}
+
+void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q)
+{
+	int again = 1;
+
+	/* free one client at a time: each free rewrites the chains */
+	while (again) {
+		struct gs_obj *ob;
+		int i;
+
+		again = 0;
+		for (i = 0; i < GS_HASH_SIZE && !again; i++)
+			for (ob = in->hash[i]; ob; ob = ob->next)
+				if (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT &&
+				    ob->o.file_id == file_id) {
+					gs_obj_free_tree(in, ob->o.client, ob->o.client, q);
+					again = 1;
+					break;
+				}
+	}
+}
+
+void gs_obj_free_all(struct gs_inst *in)
+{
+	int i;
+
+	for (i = 0; i < GS_HASH_SIZE; i++) {
+		while (in->hash[i]) {
+			struct gs_obj *ob = in->hash[i];
+
+			in->hash[i] = ob->next;
+			if (ob->mem && --ob->mem->refs == 0) {
+				in->used -= ob->mem->size;
+				gs_free(ob->mem);
+			}
+			in->nr_objects--;
+			gs_free(ob);
+		}
+	}
+}
