@@ -1,0 +1,190 @@
+"""Slot gating: disable/enable channel sets with FIFO_DISABLE_CHANNELS, never losing track.
+
+RmGate remembers every channel it has disabled (marked BEFORE the RM call, so an
+interruption can only over-report) and :meth:`RmGate.release_all` re-enables all of
+them; the daemon calls it on every exit path. A Watchdog (a separate process, see
+watchdog.py) is told about each channel before it is first disabled and re-enables
+them all when the daemon's pipe closes - including after SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
+
+from . import abi
+from .rm import RmClient, RmError
+from .sources import Channel
+
+log = logging.getLogger("gpuslice.gate")
+
+# statuses that mean "this channel/client no longer exists": stop tracking it
+GONE = {abi.NV_ERR_INVALID_CLIENT, abi.NV_ERR_INVALID_OBJECT_HANDLE, abi.NV_ERR_OBJECT_NOT_FOUND,
+        abi.NV_ERR_INVALID_OBJECT}
+
+
+class Guard(Protocol):
+    def announce(self, chans: Iterable[Channel]) -> None: ...
+    def forget(self, chans: Iterable[Channel]) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class GateStats:
+    calls: int = 0
+    disabled_total: int = 0
+    enabled_total: int = 0
+    errors: int = 0
+
+
+class RmGate:
+    def __init__(self, rm: RmClient, guard: Guard | None = None) -> None:
+        self.rm = rm
+        self.guard = guard
+        self.disabled: set[Channel] = set()
+        self.announced: set[Channel] = set()
+        self.stats = GateStats()
+
+    def _switch(self, gpu: int, chans: set[Channel], disable: bool) -> set[Channel]:
+        """Issue the calls; return the channels that failed."""
+        if not chans:
+            return set()
+        by_pair = {c.pair: c for c in chans}
+        before = self.rm.calls
+        try:
+            self.rm.disable_channels(gpu, by_pair.keys(), disable)
+            failed: set[Channel] = set()
+        except RmError:
+            bad = self.rm.disable_channels_each(gpu, by_pair.keys(), disable)
+            failed = {by_pair[p] for p, _e in bad}
+            for p, e in bad:
+                if e.status not in GONE:
+                    log.warning("%s channel 0x%x/0x%x: %s", "disable" if disable else "enable", p[0], p[1], e)
+            gone = {by_pair[p] for p, e in bad if e.status in GONE}
+            self.forget(gone)
+            failed -= gone
+            self.stats.errors += len(bad)
+        self.stats.calls += self.rm.calls - before
+        return failed
+
+    def apply(self, gpu: int, target: set[Channel]) -> int:
+        """Make exactly ``target`` disabled among this GPU's channels. Outgoing channels
+        are disabled before incoming ones are enabled. Returns RM calls issued."""
+        before = self.stats.calls
+        cur = {c for c in self.disabled if c.gpu == gpu}
+        to_disable = {c for c in target if c.gpu == gpu} - cur
+        to_enable = cur - target
+        if to_disable:
+            new = to_disable - self.announced
+            if new and self.guard is not None:
+                self.guard.announce(new)
+            self.announced |= new
+            self.disabled |= to_disable
+            failed = self._switch(gpu, to_disable, True)
+            self.disabled -= failed
+            self.stats.disabled_total += len(to_disable)
+        if to_enable:
+            failed = self._switch(gpu, to_enable, False)
+            self.disabled -= to_enable - failed
+            self.stats.enabled_total += len(to_enable)
+        return self.stats.calls - before
+
+    def enable_all(self, chans: Iterable[Channel]) -> None:
+        """Re-enable ``chans`` whatever we think their state is (daemon start)."""
+        by_gpu: dict[int, set[Channel]] = {}
+        for c in chans:
+            by_gpu.setdefault(c.gpu, set()).add(c)
+        for gpu, cs in by_gpu.items():
+            bad = self.rm.disable_channels_each(gpu, [c.pair for c in cs], False)
+            for p, e in bad:
+                if e.status not in GONE:
+                    log.warning("start re-enable of 0x%x/0x%x: %s", p[0], p[1], e)
+            self.disabled -= cs
+
+    def forget(self, chans: Iterable[Channel]) -> None:
+        cs = set(chans)
+        if not cs:
+            return
+        self.disabled -= cs
+        gone = cs & self.announced
+        self.announced -= gone
+        if gone and self.guard is not None:
+            self.guard.forget(gone)
+
+    def release_all(self) -> None:
+        """Re-enable everything this gate disabled. Never raises for RM errors."""
+        by_gpu: dict[int, list[Channel]] = {}
+        for c in self.disabled:
+            by_gpu.setdefault(c.gpu, []).append(c)
+        for gpu, cs in by_gpu.items():
+            try:
+                bad = self.rm.disable_channels_each(gpu, [c.pair for c in cs], False)
+            except OSError as e:
+                log.error("re-enable on GPU %d failed: %s", gpu, e)
+                continue
+            for p, e in bad:
+                if e.status not in GONE:
+                    log.error("re-enable of 0x%x/0x%x failed: %s", p[0], p[1], e)
+        self.disabled.clear()
+
+
+class Watchdog:
+    """Client side of the watchdog process (python -m gpuslice.watchdog)."""
+
+    def __init__(self, ctl_path: str, python: str = sys.executable) -> None:
+        self.ctl_path = ctl_path
+        self.python = python
+        self.known: set[Channel] = set()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "gpuslice.watchdog", "--ctl", self.ctl_path],
+            stdin=subprocess.PIPE, start_new_session=True, close_fds=True,
+        )
+        if self.known:
+            self._write("add", self.known)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else 0
+
+    def _write(self, op: str, chans: Iterable[Channel]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        data = "".join(json.dumps({"op": op, "gpu": c.gpu, "client": c.client, "handle": c.handle}) + "\n"
+                       for c in chans).encode()
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            log.warning("watchdog %d died; starting a new one", self.pid)
+            self._spawn()
+
+    def announce(self, chans: Iterable[Channel]) -> None:
+        cs = set(chans)
+        self.known |= cs
+        self._write("add", cs)
+
+    def forget(self, chans: Iterable[Channel]) -> None:
+        cs = set(chans)
+        self.known -= cs
+        self._write("del", cs)
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.warning("watchdog %d did not exit", self.proc.pid)
+        self.proc = None

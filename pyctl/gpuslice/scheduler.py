@@ -1,0 +1,319 @@
+"""The daemon loop: per GPU, per period, compute shares, lay out slots, gate channels.
+
+Each GPU runs its own timeline of periods on one monotonic clock; the loop sleeps until
+the earliest slot boundary of any GPU and applies that GPU's gating there: the slot's
+owner is enabled, every other gated instance of that GPU disabled (outgoing first).
+At each period start of a GPU the loop re-reads the state file if it changed (a live
+policy or weight change takes effect at the next period start, i.e. within one
+period), refreshes the channel source and samples the activity probe.
+
+Who is gated: under fixed and weight every instance of the GPU is confined to its slot
+(idle capacity stays idle). Under equal and burst idle instances are left enabled -
+they use nothing, and their first work becomes visible to the probe - and get a slot
+from the next period on (within two periods of starting work).
+
+Exit safety is the caller's (cli daemon) together with Scheduler.close():
+close() re-enables everything the gate disabled; start() first re-enables every
+channel of every instance (a SIGKILLed predecessor may have left some disabled).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from . import state as st
+from .policy import WORK_CONSERVING, Slot, compute_shares, slot_plan
+from .probes import Probe
+from .sources import Channel, Source
+from .units import share_to_ppt
+
+log = logging.getLogger("gpuslice.scheduler")
+
+
+class GateLike(Protocol):
+    disabled: set[Channel]
+
+    def apply(self, gpu: int, target: set[Channel]) -> int: ...
+    def enable_all(self, chans: Any) -> None: ...
+    def forget(self, chans: Any) -> None: ...
+    def release_all(self) -> None: ...
+
+
+@dataclass
+class GpuTimeline:
+    gpu: int
+    policy: str = st.DEFAULT_POLICY
+    period_ns: int = st.DEFAULT_PERIOD_NS
+    period_start: int = 0
+    slots: list[Slot] = field(default_factory=list)
+    idx: int = 0  # next slot to apply; == len(slots) -> next period
+    shares: dict[str, float] = field(default_factory=dict)
+    members: list[str] = field(default_factory=list)
+    ungated: set[str] = field(default_factory=set)
+    active: set[str] = field(default_factory=set)
+    periods: int = 0
+
+    def next_boundary(self) -> int:
+        if self.idx < len(self.slots):
+            return self.period_start + self.slots[self.idx].start_ns
+        return self.period_start + self.period_ns
+
+
+def timeslice_us(policy: str, weight: int, weights: list[int]) -> int:
+    """Hardware timeslice the module should give an instance's TSGs: proportional to
+    weight under weight/burst (1 ms for the lightest, at most 16 ms), else 0 (driver
+    default). It only matters while several instances run at once (ungated idle ones)."""
+    if policy not in ("weight", "burst") or not weights:
+        return 0
+    return int(min(16000, 1000 * weight / min(weights)))
+
+
+class Scheduler:
+    def __init__(self, state_path: str | None, source: Source, gate: GateLike, probe: Probe,
+                 netlink: Any = None, clock: Callable[[], int] = time.monotonic_ns,
+                 status_path: str | None = None, wake_fd: int | None = None,
+                 state_obj: st.State | None = None) -> None:
+        self.state_path = state_path
+        self.source = source
+        self.gate = gate
+        self.probe = probe
+        self.netlink = netlink
+        self.clock = clock
+        self.status_path = status_path
+        self.wake_fd = wake_fd
+        self.state = state_obj or st.State()
+        self._stamp: tuple[int, int, int] | None = None
+        self._fixed_state = state_obj is not None
+        self.timelines: dict[int, GpuTimeline] = {}
+        self.chans: dict[str, set[Channel]] = {}
+        self._refreshed_at = -1
+        self.latencies_ns: deque[int] = deque(maxlen=10000)  # boundary -> gating applied
+        self.switches = 0
+        self.rm_calls = 0
+        self._last_status = 0
+        self.started = False
+        self.stopping = False
+
+    # --- configuration ---
+    def reload_state(self, force: bool = False) -> bool:
+        if self._fixed_state:
+            return False
+        stamp = st.file_stamp(self.state_path)
+        if not force and stamp == self._stamp:
+            return False
+        try:
+            new = st.load(self.state_path)
+        except st.StateError as e:
+            if self._stamp != stamp:
+                log.error("%s; keeping the previous configuration", e)
+            self._stamp = stamp
+            return False
+        self._stamp = stamp
+        self.state = new
+        self.sync_kernel()
+        return True
+
+    def set_state(self, new: st.State) -> None:
+        """Replace the configuration directly (tests, benchmarks)."""
+        self.state = new
+        self._fixed_state = True
+
+    def sync_kernel(self) -> None:
+        """Tell the module each instance's weight, share and timeslice."""
+        if self.netlink is None:
+            return
+        for gpu in self.state.used_gpus():
+            pol = self.state.policy_of(gpu).policy
+            insts = self.state.instances_on(gpu)
+            weights = [i.weight for i in insts]
+            for inst in insts:
+                try:
+                    self.netlink.instance_set(inst.name, weight=inst.weight,
+                                              share=share_to_ppt(inst.share) if inst.share else None,
+                                              timeslice_us=timeslice_us(pol, inst.weight, weights))
+                except OSError as e:
+                    log.warning("netlink INSTANCE_SET %s: %s", inst.name, e)
+
+    # --- lifecycle ---
+    def start(self) -> None:
+        self.reload_state(force=True)
+        self.source.refresh()
+        self.chans = self.source.channels()
+        everything = {c for cs in self.chans.values() for c in cs}
+        if everything:
+            log.info("start: re-enabling %d channel(s) of %d instance(s)", len(everything), len(self.chans))
+            self.gate.enable_all(everything)
+        now = self.clock()
+        self.timelines = {}
+        self.started = True
+        self._sync_timelines(now)
+
+    def close(self) -> None:
+        """Re-enable everything we disabled. Safe to call more than once."""
+        self.stopping = True
+        self.gate.release_all()
+
+    def _sync_timelines(self, now: int) -> None:
+        gpus = set(self.state.used_gpus()) | {c.gpu for cs in self.chans.values() for c in cs}
+        for g in gpus:
+            if g not in self.timelines:
+                self.timelines[g] = GpuTimeline(g, period_start=now)
+                self.timelines[g].idx = 0
+                self._plan(self.timelines[g], now)
+        for g in list(self.timelines):
+            if g not in gpus:
+                tl = self.timelines.pop(g)
+                self.gate.apply(g, set())  # nothing of ours left to gate there
+                del tl
+
+    # --- per period ---
+    def _refresh(self, now: int) -> None:
+        if self._refreshed_at >= 0 and now - self._refreshed_at < 1_000_000:
+            return
+        self._refreshed_at = now
+        self.reload_state()
+        try:
+            self.source.refresh()
+        except OSError as e:
+            log.warning("channel source: %s", e)
+        new = self.source.channels()
+        old = {c for cs in self.chans.values() for c in cs}
+        cur = {c for cs in new.values() for c in cs}
+        gone = old - cur
+        if gone:
+            self.gate.forget(gone)
+        self.chans = new
+
+    def _plan(self, tl: GpuTimeline, now: int) -> None:
+        self._refresh(now)
+        gp = self.state.policy_of(tl.gpu)
+        tl.policy, tl.period_ns = gp.policy, gp.period_ns
+        claims = self.state.claims(tl.gpu)
+        mine = {c.name: {ch for ch in self.chans.get(c.name, set()) if ch.gpu == tl.gpu} for c in claims}
+        try:
+            tl.active = self.probe.active(mine)
+        except OSError as e:
+            log.warning("activity probe: %s", e)
+            tl.active = {n for n, cs in mine.items() if cs}
+        tl.shares = compute_shares(tl.policy, claims, tl.active)
+        tl.members = [c.name for c in claims]
+        tl.ungated = {n for n in tl.members if n not in tl.active} if tl.policy in WORK_CONSERVING else set()
+        tl.slots = slot_plan({n: s for n, s in tl.shares.items() if s > 0}, tl.period_ns, order=tl.members)
+        tl.idx = 0
+        tl.periods += 1
+
+    def target_disabled(self, tl: GpuTimeline, owner: str | None) -> set[Channel]:
+        out: set[Channel] = set()
+        for n in tl.members:
+            if n == owner or n in tl.ungated:
+                continue
+            out |= {c for c in self.chans.get(n, set()) if c.gpu == tl.gpu}
+        return out
+
+    def _boundary(self, tl: GpuTimeline, now: int) -> None:
+        if tl.idx >= len(tl.slots):
+            nxt = tl.period_start + tl.period_ns
+            # fell behind by more than a period (stopped, overloaded): restart the timeline
+            tl.period_start = nxt if now - nxt < tl.period_ns else now
+            self._plan(tl, now)
+        slot = tl.slots[tl.idx]
+        due = tl.period_start + slot.start_ns
+        calls = self.gate.apply(tl.gpu, self.target_disabled(tl, slot.name))
+        if calls:
+            self.switches += 1
+            self.rm_calls += calls
+            self.latencies_ns.append(self.clock() - due)
+        tl.idx += 1
+
+    def step(self) -> int:
+        """Handle every boundary that is due; return ns until the next one."""
+        if not self.started:
+            self.start()
+        now = self.clock()
+        for tl in list(self.timelines.values()):
+            guard = 0
+            while tl.next_boundary() <= now and guard < 1000:
+                self._boundary(tl, now)
+                guard += 1
+                now = self.clock()
+        self._sync_timelines(now)
+        if self.status_path and now - self._last_status > 500_000_000:
+            self._last_status = now
+            self.write_status()
+        if not self.timelines:
+            return 50_000_000
+        return max(0, min(tl.next_boundary() for tl in self.timelines.values()) - self.clock())
+
+    def run(self, should_stop: Callable[[], bool], until_ns: int | None = None) -> None:
+        """Loop until ``should_stop()`` (checked after every wake-up) or ``until_ns``."""
+        if not self.started:
+            self.start()
+        while not should_stop():
+            if until_ns is not None and self.clock() >= until_ns:
+                break
+            wait = self.step()
+            if until_ns is not None:
+                wait = min(wait, max(0, until_ns - self.clock()))
+            if wait > 0:
+                self._wait(wait / 1e9)
+
+    def _wait(self, seconds: float) -> None:
+        if self.wake_fd is None:
+            time.sleep(seconds)
+            return
+        r, _, _ = select.select([self.wake_fd], [], [], seconds)
+        if r:
+            try:
+                os.read(self.wake_fd, 512)
+            except BlockingIOError:
+                pass
+
+    # --- reporting ---
+    def snapshot(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_ns)
+
+        def pct(p: float) -> int | None:
+            return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
+
+        return {
+            "pid": os.getpid(),
+            "time": time.time(),
+            "switches": self.switches,
+            "rm_calls": self.rm_calls,
+            "disabled_now": len(self.gate.disabled),
+            "switch_latency_ns": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None},
+            "gpus": {
+                str(g): {
+                    "policy": tl.policy,
+                    "period_ns": tl.period_ns,
+                    "periods": tl.periods,
+                    "instances": {
+                        n: {"share": tl.shares.get(n, 0.0), "active": n in tl.active, "gated": n not in tl.ungated,
+                            "channels": len([c for c in self.chans.get(n, set()) if c.gpu == g])}
+                        for n in tl.members
+                    },
+                }
+                for g, tl in sorted(self.timelines.items())
+            },
+        }
+
+    def write_status(self) -> None:
+        if not self.status_path:
+            return
+        d = os.path.dirname(os.path.abspath(self.status_path))
+        try:
+            os.makedirs(d, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".status.", dir=d)
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.snapshot(), f)
+            os.replace(tmp, self.status_path)
+        except OSError as e:
+            log.debug("status file: %s", e)

@@ -1,0 +1,293 @@
+"""Where the daemon learns which channels belong to which instance: one `source` abstraction.
+
+Every source yields the same thing, ``{instance name: {Channel, ...}}``, and consumes the
+same event records (dicts with the fields event, name, pid, client, handle, parent,
+class, engine, gpu, obj_kind - as the module's netlink EVENT / OBJECT_GET and the
+LD_PRELOAD library's JSON lines carry them), so the scheduler does not care who
+reported a channel:
+
+* NetlinkSource - OBJECT_GET dump at start (and every ``resync_s``), EVENT multicast after;
+* PreloadSource - a unix stream socket (default /run/gpuslice/preload.sock) on which
+  preloaded processes write newline-delimited JSON events; a closed connection drops
+  that connection's objects (the process is gone);
+* NvstubSource  - the stand-in driver's /proc/nvstub/engine (guest tests); a channel
+  belongs to the instance named by its process's GPUSLICE_INSTANCE environment variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+from . import netlink as nl
+
+
+@dataclass(frozen=True, order=True)
+class Channel:
+    gpu: int
+    client: int
+    handle: int
+    pid: int = field(default=0, compare=False)
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return (self.client, self.handle)
+
+
+class Source(Protocol):
+    def refresh(self) -> None:
+        """Take in what changed since the last call (never blocks long)."""
+
+    def channels(self) -> dict[str, set[Channel]]:
+        """Current channels per instance."""
+
+    def close(self) -> None: ...
+
+
+_EVENT_BY_NAME = {v: k for k, v in nl.EVENT_NAMES.items()}
+_KIND_BY_NAME = {v: k for k, v in nl.OBJ_KIND_NAMES.items()}
+
+
+def _num(v: Any) -> int:
+    if isinstance(v, str):
+        return int(v, 0)
+    return int(v or 0)
+
+
+def normalise_event(ev: Mapping[str, Any]) -> dict[str, Any]:
+    """Event or object record with ints for event/obj_kind whichever way they came."""
+    out = dict(ev)
+    if "event" in out and isinstance(out["event"], str):
+        out["event"] = _EVENT_BY_NAME.get(out["event"].lower(), 0)
+    kind = out.get("obj_kind")
+    if isinstance(kind, str):
+        out["obj_kind"] = _KIND_BY_NAME.get(kind.lower(), -1)
+    for k in ("pid", "client", "handle", "parent", "class", "engine", "gpu", "event", "obj_kind"):
+        if k in out and out[k] is not None:
+            out[k] = _num(out[k])
+    return out
+
+
+class EventTracker:
+    """Channel table kept from object records and events (shared by every source)."""
+
+    def __init__(self) -> None:
+        self._chans: dict[tuple[int, int], tuple[str, Channel]] = {}  # (client, handle) -> (instance, channel)
+
+    def clear(self) -> None:
+        self._chans.clear()
+
+    def add_object(self, rec: Mapping[str, Any]) -> None:
+        r = normalise_event(rec)
+        if r.get("obj_kind") != nl.OBJ_CHANNEL or not r.get("name"):
+            return
+        ch = Channel(r.get("gpu", 0), r["client"], r["handle"], r.get("pid", 0))
+        self._chans[ch.pair] = (str(r["name"]), ch)
+
+    def apply(self, ev: Mapping[str, Any]) -> None:
+        r = normalise_event(ev)
+        e = r.get("event")
+        if e == nl.EVENTS["GPUSLICE_EV_CHANNEL_NEW"]:
+            self.add_object({**r, "obj_kind": nl.OBJ_CHANNEL})
+        elif e == nl.EVENTS["GPUSLICE_EV_CHANNEL_DEL"]:
+            self._chans.pop((r.get("client", 0), r.get("handle", 0)), None)
+        elif e == nl.EVENTS["GPUSLICE_EV_TSG_DEL"]:
+            pass  # its channels are deleted first (RM frees children before the parent)
+        elif e == nl.EVENTS["GPUSLICE_EV_PROC_DETACH"]:
+            self.drop_pid(r.get("pid", 0))
+
+    def drop_pid(self, pid: int) -> None:
+        for key in [k for k, (_n, c) in self._chans.items() if c.pid == pid]:
+            del self._chans[key]
+
+    def channels(self) -> dict[str, set[Channel]]:
+        out: dict[str, set[Channel]] = {}
+        for name, ch in self._chans.values():
+            out.setdefault(name, set()).add(ch)
+        return out
+
+
+class NetlinkSource(EventTracker):
+    def __init__(self, client: nl.GpusliceNetlink | None = None, resync_s: float = 10.0) -> None:
+        super().__init__()
+        self.nl = client or nl.GpusliceNetlink()
+        self.resync_s = resync_s
+        self._last_dump = 0.0
+        self.nl.subscribe()  # before the dump: no event falls between the two
+        self._dump()
+
+    def _dump(self) -> None:
+        self.clear()
+        for rec in self.nl.objects():
+            self.add_object(rec)
+        self._last_dump = time.monotonic()
+
+    def refresh(self) -> None:
+        for ev in self.nl.poll_events(0.0):
+            self.apply(ev)
+        if time.monotonic() - self._last_dump > self.resync_s:
+            self._dump()
+
+    def close(self) -> None:
+        self.nl.close()
+
+
+class PreloadSource(EventTracker):
+    """Unix stream socket server for the LD_PRELOAD library's JSON-line events."""
+
+    def __init__(self, path: str = "/run/gpuslice/preload.sock") -> None:
+        super().__init__()
+        self.path = path
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        os.chmod(path, 0o666)  # containers connect as any user
+        self.sock.listen(64)
+        self.sock.setblocking(False)
+        self._conns: dict[socket.socket, tuple[bytes, set[int]]] = {}  # buffer, pids seen
+        self.bad_lines = 0
+
+    def refresh(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except BlockingIOError:
+                break
+            c.setblocking(False)
+            self._conns[c] = (b"", set())
+        for c in list(self._conns):
+            buf, pids = self._conns[c]
+            closed = False
+            while True:
+                try:
+                    data = c.recv(65536)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    closed = True
+                    break
+                buf += data
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                self._line(line, pids)
+            if closed:
+                c.close()
+                del self._conns[c]
+                for pid in pids:  # the process is gone: so are its channels
+                    self.drop_pid(pid)
+            else:
+                self._conns[c] = (buf, pids)
+
+    def _line(self, line: bytes, pids: set[int]) -> None:
+        if not line.strip():
+            return
+        try:
+            ev = json.loads(line)
+            if not isinstance(ev, dict):
+                raise ValueError
+            r = normalise_event(ev)
+        except (ValueError, TypeError):
+            self.bad_lines += 1
+            return
+        if r.get("pid"):
+            pids.add(r["pid"])
+        if r.get("event"):
+            self.apply(r)
+        else:
+            self.add_object(r)
+
+    def close(self) -> None:
+        for c in self._conns:
+            c.close()
+        self._conns.clear()
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def parse_engine(text: str) -> list[dict[str, int]]:
+    """/proc/nvstub/engine lines (``key=value ...``) as dicts of ints."""
+    rows = []
+    for line in text.splitlines():
+        row: dict[str, int] = {}
+        for tok in line.split():
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                try:
+                    row[k] = int(v, 0)
+                except ValueError:
+                    continue
+        if "client" in row and "channel" in row:
+            rows.append(row)
+    return rows
+
+
+def instance_from_environ(pid: int, var: str = "GPUSLICE_INSTANCE") -> str | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = var.encode() + b"="
+    for e in env:
+        if e.startswith(prefix):
+            return e[len(prefix):].decode(errors="replace") or None
+    return None
+
+
+class NvstubSource:
+    """Channels of the stand-in's simulated engine, assigned to instances by ``assign``."""
+
+    def __init__(self, path: str = "/proc/nvstub/engine",
+                 assign: Callable[[dict[str, int]], str | None] | None = None) -> None:
+        self.path = path
+        self.assign = assign or (lambda row: instance_from_environ(row.get("pid", 0)))
+        self._by_pid: dict[int, str | None] = {}
+        self._chans: dict[str, set[Channel]] = {}
+        self.rows: list[dict[str, int]] = []
+
+    def refresh(self) -> None:
+        with open(self.path) as f:
+            self.rows = parse_engine(f.read())
+        out: dict[str, set[Channel]] = {}
+        for row in self.rows:
+            pid = row.get("pid", 0)
+            if pid not in self._by_pid:
+                self._by_pid[pid] = self.assign(row)
+            name = self._by_pid[pid]
+            if name:
+                out.setdefault(name, set()).add(Channel(row.get("gpu", 0), row["client"], row["channel"], pid))
+        live = {r.get("pid", 0) for r in self.rows}
+        self._by_pid = {p: n for p, n in self._by_pid.items() if p in live}
+        self._chans = out
+
+    def channels(self) -> dict[str, set[Channel]]:
+        return {k: set(v) for k, v in self._chans.items()}
+
+    def close(self) -> None:
+        pass
+
+
+class StaticSource:
+    """A fixed table (host tests, benchmarks)."""
+
+    def __init__(self, table: Mapping[str, Iterable[Channel]]) -> None:
+        self.table = {k: set(v) for k, v in table.items()}
+
+    def refresh(self) -> None:
+        pass
+
+    def channels(self) -> dict[str, set[Channel]]:
+        return {k: set(v) for k, v in self.table.items()}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,320 @@
+"""The daemon loop against a fake clock and a recording gate (no device needed)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import pytest
+
+from gpuslice import abi
+from gpuslice import state as S
+from gpuslice.gate import RmGate
+from gpuslice.probes import AllActive
+from gpuslice.rm import RmError
+from gpuslice.scheduler import Scheduler, timeslice_us
+from gpuslice.sources import Channel, EventTracker, PreloadSource, StaticSource, parse_engine
+
+MS = 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000 * MS
+
+    def __call__(self) -> int:
+        return self.t
+
+
+class RecGate:
+    """Records the disabled set over time to integrate each channel's enabled time."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.disabled: set[Channel] = set()
+        self.log: list[tuple[int, frozenset[Channel]]] = []
+        self.enabled_all: set[Channel] = set()
+        self.released = 0
+
+    def apply(self, gpu: int, target: set[Channel]) -> int:
+        new = {c for c in self.disabled if c.gpu != gpu} | {c for c in target if c.gpu == gpu}
+        changed = new != self.disabled
+        self.disabled = new
+        self.log.append((self.clock(), frozenset(new)))
+        return 1 if changed else 0
+
+    def enable_all(self, chans: Iterable[Channel]) -> None:
+        self.enabled_all |= set(chans)
+        self.disabled -= set(chans)
+
+    def forget(self, chans: Iterable[Channel]) -> None:
+        self.disabled -= set(chans)
+
+    def release_all(self) -> None:
+        self.released += 1
+        self.disabled.clear()
+
+    def enabled_time(self, ch: Channel, t0: int, t1: int) -> int:
+        total, cur_t, cur = 0, t0, frozenset()
+        for t, dis in self.log:
+            if t > t0:
+                if ch not in cur:
+                    total += min(t, t1) - cur_t
+                cur_t = min(t, t1)
+            cur = dis
+            if t >= t1:
+                break
+        if cur_t < t1 and ch not in cur:
+            total += t1 - cur_t
+        return total
+
+
+class FakeSched(Scheduler):
+    def _wait(self, seconds: float) -> None:
+        self.clock.t += max(1, int(seconds * 1e9))  # type: ignore[attr-defined]
+
+
+class SetProbe:
+    def __init__(self, active: set[str]) -> None:
+        self.set = active
+
+    def active(self, chans: dict[str, set[Channel]]) -> set[str]:
+        return {n for n in self.set if chans.get(n)}
+
+
+def chans(name_idx: int, n: int = 3, gpu: int = 0) -> set[Channel]:
+    return {Channel(gpu, 0xC1D00000 + name_idx, 0x5C000000 + i, pid=100 + name_idx) for i in range(n)}
+
+
+def make(policy: str, insts: list[S.Instance], active: set[str] | None = None, period: int = 40 * MS):
+    state = S.State(instances={i.name: i for i in insts}, gpus={0: S.GpuPolicy(policy, period)})
+    table = {i.name: chans(k) for k, i in enumerate(insts)}
+    clock = Clock()
+    gate = RecGate(clock)
+    probe = SetProbe(active if active is not None else set(table))
+    sched = FakeSched(None, StaticSource(table), gate, probe, clock=clock, state_obj=state)
+    return sched, gate, clock, table, probe
+
+
+def run_periods(sched: FakeSched, clock: Clock, n: int, period: int = 40 * MS) -> tuple[int, int]:
+    sched.start()
+    t0 = clock.t
+    sched.run(lambda: False, until_ns=t0 + n * period)
+    return t0, clock.t
+
+
+def share_of(gate: RecGate, table: dict[str, set[Channel]], name: str, t0: int, t1: int) -> float:
+    ch = sorted(table[name])[0]
+    return gate.enabled_time(ch, t0, t1) / (t1 - t0)
+
+
+@pytest.mark.parametrize(
+    "policy,insts,active,want",
+    [
+        ("weight", [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=3)], None, {"a": 0.25, "b": 0.75}),
+        ("fixed", [S.Instance("a", [0], 1, share=0.3), S.Instance("b", [0], 1, share=0.5)], None, {"a": 0.3, "b": 0.5}),
+        ("equal", [S.Instance(n, [0], 1) for n in "abc"], None, {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}),
+        ("burst", [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=2), S.Instance("c", [0], 1, weight=1)],
+         {"a", "b"}, {"a": 1 / 3, "b": 2 / 3}),
+        # fixed caps even an idle neighbour's capacity
+        ("fixed", [S.Instance("a", [0], 1, share=0.3), S.Instance("b", [0], 1, share=0.5)], {"a"}, {"a": 0.3}),
+    ],
+)
+def test_enabled_time_matches_policy(policy, insts, active, want) -> None:
+    sched, gate, clock, table, _ = make(policy, insts, active)
+    t0, t1 = run_periods(sched, clock, 10)
+    for name, share in want.items():
+        assert share_of(gate, table, name, t0, t1) == pytest.approx(share, abs=0.002), name
+    # every channel of an instance switches together
+    for name, cs in table.items():
+        times = {gate.enabled_time(c, t0, t1) for c in cs}
+        assert len(times) == 1
+
+
+def test_idle_instances_stay_enabled_under_work_conserving_policy() -> None:
+    insts = [S.Instance("a", [0], 1), S.Instance("b", [0], 1)]
+    sched, gate, clock, table, probe = make("equal", insts, active={"a"})
+    t0, t1 = run_periods(sched, clock, 5)
+    assert share_of(gate, table, "b", t0, t1) == 1.0  # idle: ungated
+    assert share_of(gate, table, "a", t0, t1) == 1.0  # alone: whole GPU
+    probe.set = {"a", "b"}  # b starts working: gated to half from the next period on
+    t2 = clock.t
+    sched.run(lambda: False, until_ns=t2 + 10 * 40 * MS)
+    t3 = clock.t
+    assert share_of(gate, table, "b", t2 + 80 * MS, t3) == pytest.approx(0.5, abs=0.01)
+
+
+def test_start_reenables_everything_and_close_releases() -> None:
+    insts = [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=1)]
+    sched, gate, clock, table, _ = make("weight", insts)
+    run_periods(sched, clock, 2)
+    assert gate.enabled_all == table["a"] | table["b"]
+    assert gate.disabled  # somebody is gated at any moment
+    sched.close()
+    assert gate.released == 1 and not gate.disabled
+
+
+def test_live_change_within_one_period(tmp_path) -> None:
+    p = str(tmp_path / "state.json")
+    st = S.State(instances={"a": S.Instance("a", [0], 1, weight=1), "b": S.Instance("b", [0], 1, weight=1)},
+                 gpus={0: S.GpuPolicy("weight", 40 * MS)})
+    S.save(st, p)
+    table = {"a": chans(0), "b": chans(1)}
+    clock = Clock()
+    gate = RecGate(clock)
+    sched = FakeSched(p, StaticSource(table), gate, AllActive(), clock=clock)
+    t0, t1 = run_periods(sched, clock, 3)
+    assert share_of(gate, table, "a", t0, t1) == pytest.approx(0.5, abs=0.01)
+    with S.locked(p) as s2:
+        s2.instances["a"].weight = 3
+    t2 = clock.t
+    sched.run(lambda: False, until_ns=t2 + 6 * 40 * MS)
+    # from the next period start on (<= one period later), a gets 75%
+    assert share_of(gate, table, "a", t2 + 40 * MS, clock.t) == pytest.approx(0.75, abs=0.01)
+    # an invalid file does not change anything
+    open(p, "w").write("{broken")
+    t3 = clock.t
+    sched.run(lambda: False, until_ns=t3 + 4 * 40 * MS)
+    assert share_of(gate, table, "a", t3, clock.t) == pytest.approx(0.75, abs=0.01)
+
+
+def test_single_full_instance_never_switches() -> None:
+    sched, gate, clock, table, _ = make("weight", [S.Instance("a", [0], 1)])
+    run_periods(sched, clock, 5)
+    assert not gate.disabled and sched.switches == 0
+
+
+def test_timeslice() -> None:
+    assert timeslice_us("burst", 4, [1, 4]) == 4000
+    assert timeslice_us("weight", 100, [1, 100]) == 16000
+    assert timeslice_us("equal", 4, [1, 4]) == 0
+
+
+# --- RmGate against a fake RM client -------------------------------------------------
+
+class FakeRm:
+    def __init__(self, gone: set[tuple[int, int]] | None = None) -> None:
+        self.calls = 0
+        self.log: list[tuple[int, bool, list[tuple[int, int]]]] = []
+        self.gone = gone or set()
+
+    def disable_channels(self, gpu: int, pairs, disable: bool) -> int:
+        pairs = sorted(set(pairs))
+        n = 0
+        for i in range(0, len(pairs), 64):
+            chunk = pairs[i:i + 64]
+            self.calls += 1
+            n += 1
+            if set(chunk) & self.gone:
+                raise RmError("DISABLE", abi.NV_ERR_INVALID_OBJECT_HANDLE)
+            self.log.append((gpu, disable, chunk))
+        return n
+
+    def disable_channels_each(self, gpu: int, pairs, disable: bool):
+        """Like RmClient's: a batch per 64, one by one only when a batch fails."""
+        bad = []
+        pairs = sorted(set(pairs))
+        for i in range(0, len(pairs), 64):
+            chunk = pairs[i:i + 64]
+            try:
+                self.disable_channels(gpu, chunk, disable)
+                continue
+            except RmError:
+                pass
+            for p in chunk:
+                try:
+                    self.disable_channels(gpu, [p], disable)
+                except RmError as e:
+                    bad.append((p, e))
+        return bad
+
+
+class RecGuard:
+    def __init__(self, rm: FakeRm) -> None:
+        self.rm = rm
+        self.known: set[Channel] = set()
+        self.order: list[str] = []
+
+    def announce(self, chans) -> None:
+        self.known |= set(chans)
+        self.order.append(f"announce@{len(self.rm.log)}")
+
+    def forget(self, chans) -> None:
+        self.known -= set(chans)
+
+    def close(self) -> None:
+        pass
+
+
+def test_rmgate_orders_batches_and_releases() -> None:
+    rm = FakeRm()
+    guard = RecGuard(rm)
+    gate = RmGate(rm, guard)  # type: ignore[arg-type]
+    a = {Channel(0, 1, h) for h in range(100)}
+    b = {Channel(0, 2, h) for h in range(10)}
+    assert gate.apply(0, a) == 2  # 100 channels: 64 + 36
+    assert guard.known == a and guard.order == ["announce@0"]  # told before the first disable
+    rm.log.clear()
+    gate.apply(0, b)  # swap: b disabled first, then a enabled
+    assert [d for _g, d, _c in rm.log] == [True, False, False]
+    assert gate.disabled == b
+    gate.apply(0, b)  # no change, no call
+    assert len(rm.log) == 3
+    gate.release_all()
+    assert not gate.disabled and rm.log[-1][1] is False and set(rm.log[-1][2]) == {c.pair for c in b}
+
+
+def test_rmgate_forgets_vanished_channels() -> None:
+    rm = FakeRm(gone={(1, 5)})
+    guard = RecGuard(rm)
+    gate = RmGate(rm, guard)  # type: ignore[arg-type]
+    chans_ = {Channel(0, 1, h) for h in range(10)}
+    gate.apply(0, chans_)
+    assert gate.disabled == chans_ - {Channel(0, 1, 5)}
+    assert Channel(0, 1, 5) not in guard.known
+    gate.release_all()
+    assert not gate.disabled
+
+
+# --- sources -------------------------------------------------------------------------
+
+def test_event_tracker_handles_both_spellings() -> None:
+    t = EventTracker()
+    t.apply({"event": 3, "name": "a", "pid": 7, "client": 0xC1D00001, "handle": 0x10, "gpu": 0, "obj_kind": 2})
+    t.apply({"event": "channel_new", "name": "b", "pid": 8, "client": "0xc1d00002", "handle": "0x20", "gpu": 1,
+             "obj_kind": "channel"})
+    t.add_object({"name": "a", "obj_kind": 1, "client": 1, "handle": 2})  # a TSG: not a channel
+    assert t.channels() == {"a": {Channel(0, 0xC1D00001, 0x10)}, "b": {Channel(1, 0xC1D00002, 0x20)}}
+    t.apply({"event": "channel_del", "client": 0xC1D00001, "handle": 0x10})
+    t.apply({"event": "proc_detach", "pid": 8})
+    assert t.channels() == {}
+
+
+def test_preload_socket_source(tmp_path) -> None:
+    import json
+    import socket
+
+    path = str(tmp_path / "preload.sock")
+    src = PreloadSource(path)
+    try:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        ev = {"event": "channel_new", "name": "web", "pid": 42, "client": 0xC1D00047, "handle": 0x5C000010,
+              "parent": 0x5C000015, "class": 0xC86F, "engine": 1, "gpu": 0, "obj_kind": "channel"}
+        c.sendall((json.dumps(ev) + "\nnot json\n" + json.dumps({**ev, "handle": 0x5C000011})[:20]).encode())
+        src.refresh()
+        assert src.channels() == {"web": {Channel(0, 0xC1D00047, 0x5C000010)}}
+        assert src.bad_lines == 1
+        c.close()  # process gone: its channels go too
+        src.refresh()
+        assert src.channels() == {}
+    finally:
+        src.close()
+
+
+def test_parse_engine() -> None:
+    text = ("client=0xc1d00001 channel=0x5c000010 tsg=0x5c000015 pid=12 executed_ns=5000 pending_ns=0 disabled=1 "
+            "timeslice_us=1000\nclient=0xc1d00002 channel=0x5c000011 tsg=0x5c000016 pid=13 executed_ns=7 "
+            "pending_ns=9 disabled=0 timeslice_us=2000\ngarbage line\n")
+    rows = parse_engine(text)
+    assert [(r["client"], r["channel"], r["pid"], r["disabled"]) for r in rows] == [
+        (0xC1D00001, 0x5C000010, 12, 1), (0xC1D00002, 0x5C000011, 13, 0)]
