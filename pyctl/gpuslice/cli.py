@@ -1,0 +1,607 @@
+"""gpuctl: configure GPU slices (instances and policies) and run the scheduler daemon.
+
+Units accepted everywhere: sizes in bytes with B/KiB/MiB/GiB/TiB (powers of 1024) or
+kB/MB/GB/TB (powers of 1000); shares as a percentage (30%) or a fraction (0.3) of one
+GPU; durations with ns/us/ms/s (a bare number is ms). Every command prints a table, or
+JSON with --json. Errors are one line on stderr and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+import click
+
+from . import state as S
+from . import units
+from .policy import POLICIES, compute_shares, validate
+
+STATUS_PATH = "/run/gpuslice/status.json"
+PRELOAD_SOCK = "/run/gpuslice/preload.sock"
+NVSTUB_ENGINE = "/proc/nvstub/engine"
+
+
+class GpuctlError(Exception):
+    """A one-line, user-facing error."""
+
+
+# ---- click parameter types -----------------------------------------------------------
+
+class _Unit(click.ParamType):
+    def __init__(self, name: str, fn: Callable[[str], Any]) -> None:
+        self.name = name
+        self.fn = fn
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.fn(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+SIZE = _Unit("size", units.parse_size)
+SHARE = _Unit("share", units.parse_share)
+DURATION = _Unit("duration", units.parse_duration_ns)
+
+
+def _gpu_list(text: str) -> list[int]:
+    try:
+        gpus = [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        raise ValueError(f"not a GPU list: {text!r} (use e.g. 0 or 0,1)") from None
+    if not gpus or any(not 0 <= g < S.MAX_GPUS for g in gpus) or len(set(gpus)) != len(gpus):
+        raise ValueError(f"GPUs must be distinct numbers 0..{S.MAX_GPUS - 1}: {text!r}")
+    return gpus
+
+
+GPUS = _Unit("gpus", _gpu_list)
+
+
+# ---- one-line errors -----------------------------------------------------------------
+
+class OneLineGroup(click.Group):
+    """A click group whose errors (usage or runtime) are one line on stderr."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            super().main(args, prog_name or "gpuctl", complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.Abort:
+            _die("aborted", 130)
+        except click.ClickException as e:
+            _die(e.format_message().replace("\n", " "), e.exit_code)
+        except (GpuctlError, S.StateError) as e:
+            _die(str(e), 1)
+        except OSError as e:
+            _die(str(e), 1)
+        except Exception as e:  # a bug: still one line, traceback with GPUSLICE_DEBUG=1
+            if os.environ.get("GPUSLICE_DEBUG"):
+                raise
+            _die(f"internal error: {type(e).__name__}: {e}", 2)
+        sys.exit(0)
+
+
+def _die(msg: str, code: int) -> None:
+    click.echo(f"gpuctl: {msg}", err=True)
+    sys.exit(code)
+
+
+# ---- output --------------------------------------------------------------------------
+
+def table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]]) -> str:
+    head = [h for _k, h in cols]
+    body = [["-" if r.get(k) is None else str(r.get(k)) for k, _h in cols] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [head, *body]]
+    return "\n".join(lines)
+
+
+def emit(ctx: click.Context, data: Any, text: Callable[[], str]) -> None:
+    if ctx.obj.get("json"):
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        click.echo(text())
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    def cb(ctx: click.Context, _p: click.Parameter, v: bool) -> None:
+        if v:
+            ctx.ensure_object(dict)["json"] = True
+
+    return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=cb, is_eager=True,
+                        help="Print JSON instead of a table.")(f)
+
+
+# ---- kernel (netlink) access ---------------------------------------------------------
+
+def kernel(ctx: click.Context) -> Any:
+    """The module's netlink client, or None when not wanted / not loaded (mode auto)."""
+    mode = ctx.obj["kernel"]
+    if mode == "no":
+        return None
+    if "nl" not in ctx.obj:
+        from .netlink import GpusliceNetlink, NetlinkError
+
+        try:
+            ctx.obj["nl"] = GpusliceNetlink()
+        except (NetlinkError, OSError, ImportError) as e:
+            if mode == "yes":
+                raise GpuctlError(str(e)) from None
+            ctx.obj["nl"] = None
+    return ctx.obj["nl"]
+
+
+def inst_row(i: S.Instance) -> dict[str, Any]:
+    return {"name": i.name, "gpus": ",".join(map(str, i.gpus)), "memory": units.format_size(i.memory),
+            "memory_bytes": i.memory, "weight": i.weight,
+            "share": units.format_share(i.share) if i.share is not None else None,
+            "ceiling": units.format_share(i.ceiling) if i.ceiling is not None else None}
+
+
+def inst_json(i: S.Instance) -> dict[str, Any]:
+    return {"name": i.name, "gpus": i.gpus, "memory": i.memory, "weight": i.weight, "share": i.share,
+            "ceiling": i.ceiling}
+
+
+# ---- the command tree ----------------------------------------------------------------
+
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--state", "state_path", envvar="GPUSLICE_STATE", default=S.DEFAULT_PATH, show_default=True,
+              help="State file (env GPUSLICE_STATE).")
+@click.option("--kernel", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
+              help="Apply changes to the gpuslice kernel module too: auto = when it is loaded.")
+@click.version_option(package_name="gpuslice")
+@click.pass_context
+def main(ctx: click.Context, state_path: str, kernel: str) -> None:
+    """Kernel-space GPU sharing: instances (fake NVIDIA device sets with a memory limit)
+    and compute policies, enforced by `gpuctl daemon`."""
+    ctx.ensure_object(dict)
+    ctx.obj.update(state=state_path, kernel=kernel)
+
+
+@main.group()
+def instance() -> None:
+    """Create, change, inspect and delete instances."""
+
+
+@instance.command("create")
+@click.argument("name")
+@click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s), e.g. 0 or 0,1.")
+@click.option("--memory", type=SIZE, required=True, help="Video memory limit, e.g. 8GiB.")
+@click.option("--policy", type=click.Choice(POLICIES), help="Also set the policy of the instance's GPU(s).")
+@click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000 (weight, burst; default 1).")
+@click.option("--share", type=SHARE, help="Fixed share of the GPU, e.g. 30% (fixed policy).")
+@click.option("--ceiling", type=SHARE, help="At most this share (equal, burst), e.g. 50%.")
+@click.option("--uid", type=int, help="Owner of the device nodes.")
+@click.option("--gid", type=int, help="Group of the device nodes.")
+@click.option("--mode", type=str, help="Permission bits of the device nodes, octal (default 0660).")
+@json_option
+@click.pass_context
+def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int, policy: str | None,
+                    weight: int | None, share: float | None, ceiling: float | None, uid: int | None,
+                    gid: int | None, mode: str | None) -> None:
+    """Create instance NAME on --gpu with a --memory limit."""
+    if weight is not None and share is not None:
+        raise click.UsageError("--weight and --share are mutually exclusive")
+    mode_bits = _mode(mode)
+    with S.locked(ctx.obj["state"]) as st:
+        if name in st.instances:
+            raise GpuctlError(f"instance {name!r} exists")
+        inst = S.Instance(name, gpus, memory, weight=weight or 1, share=share, ceiling=ceiling)
+        st.instances[name] = inst
+        if policy:
+            for g in gpus:
+                st.gpus[g] = S.GpuPolicy(policy, st.policy_of(g).period_ns)
+        st.check()
+        nl = kernel(ctx)
+        if nl is not None:
+            from .netlink import mask_of
+
+            nl.instance_new(name, mask_of(gpus), memory, weight=inst.weight,
+                            share=units.share_to_ppt(share) if share else None, uid=uid, gid=gid, mode=mode_bits)
+    emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
+
+
+def _mode(mode: str | None) -> int | None:
+    if mode is None:
+        return None
+    try:
+        v = int(mode, 8)
+    except ValueError:
+        raise click.BadParameter(f"not an octal mode: {mode!r}", param_hint="--mode") from None
+    if not 0 <= v <= 0o777:
+        raise click.BadParameter(f"mode {mode} outside 0..0777", param_hint="--mode")
+    return v
+
+
+INST_COLS = [("name", "NAME"), ("gpus", "GPUS"), ("memory", "MEMORY"), ("weight", "WEIGHT"), ("share", "SHARE"),
+             ("ceiling", "CEILING")]
+
+
+def _kernel_info(ctx: click.Context) -> dict[str, dict[str, Any]]:
+    nl = kernel(ctx)
+    if nl is None:
+        return {}
+    try:
+        return {d["name"]: d for d in nl.instances() if "name" in d}
+    except OSError:
+        return {}
+
+
+@instance.command("list")
+@json_option
+@click.pass_context
+def instance_list(ctx: click.Context) -> None:
+    """List instances (memory in use and processes when the module is loaded)."""
+    st = S.load(ctx.obj["state"])
+    kinfo = _kernel_info(ctx)
+    rows, js = [], []
+    for i in sorted(st.instances.values(), key=lambda i: i.name):
+        k = kinfo.get(i.name, {})
+        r = inst_row(i)
+        r["used"] = units.format_size(k["mem_used"]) if k.get("mem_used") else ("0B" if k else None)
+        r["pids"] = len(k.get("pids", [])) if k else None
+        rows.append(r)
+        js.append({**inst_json(i), "kernel": k or None})
+    emit(ctx, js, lambda: table(rows, INST_COLS + [("used", "USED"), ("pids", "PIDS")]))
+
+
+def _get(st: S.State, name: str) -> S.Instance:
+    if name not in st.instances:
+        raise GpuctlError(f"no instance {name!r}")
+    return st.instances[name]
+
+
+@instance.command("show")
+@click.argument("name")
+@json_option
+@click.pass_context
+def instance_show(ctx: click.Context, name: str) -> None:
+    """Show one instance: configuration, computed share and kernel counters."""
+    st = S.load(ctx.obj["state"])
+    i = _get(st, name)
+    k = _kernel_info(ctx).get(name, {})
+    shares = {g: compute_shares(st.policy_of(g).policy, st.claims(g), {c.name for c in st.claims(g)}).get(name, 0.0)
+              for g in i.gpus}
+    data = {**inst_json(i), "policy": {str(g): st.policy_of(g).policy for g in i.gpus},
+            "share_when_all_busy": {str(g): s for g, s in shares.items()}, "kernel": k or None}
+
+    def text() -> str:
+        r = inst_row(i)
+        lines = [("name", i.name), ("gpus", r["gpus"]), ("memory", r["memory"]), ("weight", str(i.weight)),
+                 ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-")]
+        for g in i.gpus:
+            lines.append((f"gpu{g} policy", f"{st.policy_of(g).policy}, "
+                          f"period {units.format_duration_ns(st.policy_of(g).period_ns)}"))
+            lines.append((f"gpu{g} share (all busy)", units.format_share(shares[g])))
+        for key in ("mem_used", "mem_peak", "nr_ioctls", "nr_refused_quota", "nr_refused_filter", "pids"):
+            if key in k:
+                v = k[key]
+                lines.append((key, units.format_size(v) if key.startswith("mem_") else str(v)))
+        w = max(len(a) for a, _ in lines)
+        return "\n".join(f"{a.ljust(w)}  {b}" for a, b in lines)
+
+    emit(ctx, data, text)
+
+
+@instance.command("set")
+@click.argument("name")
+@click.option("--memory", type=SIZE, help="New memory limit (lowering it frees nothing).")
+@click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000.")
+@click.option("--share", type=SHARE, help="Fixed share, e.g. 30%.")
+@click.option("--no-share", is_flag=True, help="Remove the fixed share.")
+@click.option("--ceiling", type=SHARE, help="Ceiling, e.g. 50%.")
+@click.option("--no-ceiling", is_flag=True, help="Remove the ceiling.")
+@json_option
+@click.pass_context
+def instance_set(ctx: click.Context, name: str, memory: int | None, weight: int | None, share: float | None,
+                 no_share: bool, ceiling: float | None, no_ceiling: bool) -> None:
+    """Change an instance; the daemon applies it from its next period."""
+    if share is not None and no_share:
+        raise click.UsageError("--share and --no-share are mutually exclusive")
+    if ceiling is not None and no_ceiling:
+        raise click.UsageError("--ceiling and --no-ceiling are mutually exclusive")
+    if all(v is None for v in (memory, weight, share, ceiling)) and not (no_share or no_ceiling):
+        raise click.UsageError("nothing to change (give --memory, --weight, --share or --ceiling)")
+    with S.locked(ctx.obj["state"]) as st:
+        i = _get(st, name)
+        if memory is not None:
+            i.memory = memory
+        if weight is not None:
+            i.weight = weight
+        if share is not None or no_share:
+            i.share = share
+        if ceiling is not None or no_ceiling:
+            i.ceiling = ceiling
+        st.check()
+        nl = kernel(ctx)
+        if nl is not None:
+            nl.instance_set(name, mem_limit=memory, weight=weight,
+                            share=units.share_to_ppt(i.share) if i.share else None)
+    emit(ctx, inst_json(i), lambda: table([inst_row(i)], INST_COLS))
+
+
+@instance.command("delete")
+@click.argument("name")
+@json_option
+@click.pass_context
+def instance_delete(ctx: click.Context, name: str) -> None:
+    """Delete an instance (the module refuses while its device nodes are open)."""
+    with S.locked(ctx.obj["state"]) as st:
+        _get(st, name)
+        nl = kernel(ctx)
+        if nl is not None:
+            try:
+                nl.instance_del(name)
+            except OSError as e:
+                if e.errno != 2:  # ENOENT: the module does not know it (e.g. after reload)
+                    raise GpuctlError(f"cannot delete {name} in the kernel: {e}") from None
+        del st.instances[name]
+    emit(ctx, {"deleted": name}, lambda: f"deleted {name}")
+
+
+@main.group()
+def policy() -> None:
+    """Per-GPU compute policy: fixed, weight, equal or burst (see docs/policies.md)."""
+
+
+@policy.command("set")
+@click.argument("kind", type=click.Choice(POLICIES))
+@click.option("--period", type=DURATION, help="Scheduling period, e.g. 50ms (default 50ms; 1ms..10s).")
+@click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s).")
+@json_option
+@click.pass_context
+def policy_set(ctx: click.Context, kind: str, period: int | None, gpus: list[int]) -> None:
+    """Set the policy of --gpu. fixed: each instance its --share (sum <= 100%), idle time
+    stays idle. weight: weight/sum of weights, idle time stays idle. equal: the busy
+    instances split the GPU evenly. burst: weight/sum guaranteed, idle time goes to the
+    busy ones by weight, each at most its --ceiling."""
+    with S.locked(ctx.obj["state"]) as st:
+        for g in gpus:
+            st.gpus[g] = S.GpuPolicy(kind, period or st.policy_of(g).period_ns)
+            errs = validate(kind, st.claims(g))
+            if errs:
+                raise GpuctlError(f"gpu {g}: {errs[0]}")
+        st.check()
+    data = {str(g): {"policy": kind, "period_ns": st.policy_of(g).period_ns} for g in gpus}
+    emit(ctx, data, lambda: "\n".join(
+        f"gpu {g}: {kind}, period {units.format_duration_ns(st.policy_of(g).period_ns)}" for g in gpus))
+
+
+@policy.command("show")
+@click.option("--gpu", "gpus", type=GPUS, help="GPU minor(s) (default: every configured GPU).")
+@json_option
+@click.pass_context
+def policy_show(ctx: click.Context, gpus: list[int] | None) -> None:
+    """Show each GPU's policy and the share each instance gets when all are busy."""
+    st = S.load(ctx.obj["state"])
+    gpus = gpus or st.used_gpus() or [0]
+    rows, data = [], {}
+    for g in gpus:
+        gp = st.policy_of(g)
+        claims = st.claims(g)
+        shares = compute_shares(gp.policy, claims, {c.name for c in claims})
+        data[str(g)] = {"policy": gp.policy, "period_ns": gp.period_ns, "shares_all_busy": shares}
+        if not claims:
+            rows.append({"gpu": g, "policy": gp.policy, "period": units.format_duration_ns(gp.period_ns)})
+        for c in claims:
+            rows.append({"gpu": g, "policy": gp.policy, "period": units.format_duration_ns(gp.period_ns),
+                         "instance": c.name, "weight": c.weight,
+                         "share": units.format_share(shares[c.name])})
+    emit(ctx, data, lambda: table(rows, [("gpu", "GPU"), ("policy", "POLICY"), ("period", "PERIOD"),
+                                         ("instance", "INSTANCE"), ("weight", "WEIGHT"),
+                                         ("share", "SHARE(ALL BUSY)")]))
+
+
+def _read_status(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    pid = d.get("pid", 0)
+    try:
+        os.kill(pid, 0)
+        d["running"] = True
+    except (OSError, TypeError):
+        d["running"] = False
+    return d if isinstance(d, dict) else None
+
+
+def _status_rows(st: S.State, d: dict[str, Any] | None) -> list[dict[str, Any]]:
+    rows = []
+    for g in st.used_gpus():
+        live = (d or {}).get("gpus", {}).get(str(g), {}) if d and d.get("running") else {}
+        for i in st.instances_on(g):
+            li = live.get("instances", {}).get(i.name, {})
+            rows.append({"gpu": g, "instance": i.name, "policy": st.policy_of(g).policy,
+                         "share": units.format_share(li["share"]) if "share" in li else None,
+                         "active": ("yes" if li.get("active") else "no") if li else None,
+                         "gated": ("yes" if li.get("gated") else "no") if li else None,
+                         "channels": li.get("channels")})
+    return rows
+
+
+STATUS_COLS = [("gpu", "GPU"), ("instance", "INSTANCE"), ("policy", "POLICY"), ("share", "SHARE NOW"),
+               ("active", "ACTIVE"), ("gated", "GATED"), ("channels", "CHANNELS")]
+
+
+@main.command()
+@click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
+@json_option
+@click.pass_context
+def status(ctx: click.Context, status_file: str) -> None:
+    """Daemon state and each instance's current share (shares are fractions of a GPU)."""
+    st = S.load(ctx.obj["state"])
+    d = _read_status(status_file)
+    rows = _status_rows(st, d)
+
+    def text() -> str:
+        if d and d.get("running"):
+            lat = d.get("switch_latency_ns", {})
+            head = (f"daemon: running (pid {d['pid']}), {d.get('switches', 0)} slot switches, "
+                    f"{d.get('rm_calls', 0)} RM calls, switch latency p50 "
+                    f"{_us(lat.get('p50'))} p99 {_us(lat.get('p99'))}")
+        else:
+            head = "daemon: not running"
+        return head + "\n" + table(rows, STATUS_COLS)
+
+    emit(ctx, {"daemon": d, "instances": rows}, text)
+
+
+def _us(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1000:.0f}us"
+
+
+@main.command()
+@click.option("--interval", type=DURATION, default="1s", show_default=True, help="Refresh interval.")
+@click.option("-n", "--iterations", type=click.IntRange(min=1), help="Stop after N refreshes (default: until Ctrl-C).")
+@click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
+@json_option
+@click.pass_context
+def top(ctx: click.Context, interval: int, iterations: int | None, status_file: str) -> None:
+    """Refreshing view of the daemon's shares (JSON: one object per line per refresh)."""
+    n = 0
+    try:
+        while iterations is None or n < iterations:
+            if n:
+                time.sleep(interval / 1e9)
+            st = S.load(ctx.obj["state"])
+            d = _read_status(status_file)
+            rows = _status_rows(st, d)
+            if ctx.obj.get("json"):
+                click.echo(json.dumps({"time": time.time(), "daemon": d, "instances": rows}))
+            else:
+                if sys.stdout.isatty():
+                    click.clear()
+                click.echo(time.strftime("%H:%M:%S ") + ("daemon running" if d and d.get("running")
+                                                         else "daemon not running"))
+                click.echo(table(rows, STATUS_COLS))
+            n += 1
+    except KeyboardInterrupt:
+        pass
+
+
+@main.command()
+@click.option("--ctl", default="/dev/nvidiactl", show_default=True, help="RM control node the daemon uses.")
+@click.option("--source", type=click.Choice(["auto", "netlink", "preload", "nvstub"]), default="auto",
+              show_default=True, help="Where channels come from: the module (netlink), the LD_PRELOAD "
+              "library's socket, or the stand-in's /proc/nvstub/engine (tests). auto: netlink, else nvstub, "
+              "else preload.")
+@click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True, help="Socket for --source preload.")
+@click.option("--probe", type=click.Choice(["auto", "nvstub", "nvml", "all"]), default="auto", show_default=True,
+              help="Activity probe for equal/burst. all = every instance with a channel is busy.")
+@click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where to report (every 0.5 s).")
+@click.option("--watchdog/--no-watchdog", default=True, show_default=True,
+              help="Run a watchdog process that re-enables channels if the daemon dies (even by SIGKILL).")
+@click.option("--duration", type=DURATION, help="Exit after this long (default: run until SIGTERM/SIGINT).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
+@click.pass_context
+def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: str, status_file: str,
+           watchdog: bool, duration: int | None, verbose: int) -> None:
+    """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
+    Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
+    from .gate import RmGate, Watchdog
+    from .rm import RmClient
+    from .scheduler import Scheduler
+
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="gpuctl daemon: %(message)s")
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    os.set_blocking(wfd, False)
+    stop: dict[str, int] = {}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop["sig"] = signum
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    signal.set_wakeup_fd(wfd)
+
+    cleanups: list[Callable[[], None]] = []
+
+    def cleanup() -> None:
+        while cleanups:
+            fn = cleanups.pop()
+            try:
+                fn()
+            except Exception as e:  # keep going: the re-enable must run
+                logging.error("cleanup: %s", e)
+
+    atexit.register(cleanup)
+    try:
+        wd = Watchdog(ctl) if watchdog else None
+        if wd is not None:
+            cleanups.append(wd.close)
+        rm = RmClient(ctl).open()
+        cleanups.append(rm.close)
+        gate = RmGate(rm, wd)
+        src = _make_source(ctx, source, preload_sock)
+        cleanups.append(src.close)
+        prb = _make_probe(probe)
+        nl = kernel(ctx) if source != "nvstub" else None
+        sched = Scheduler(ctx.obj["state"], src, gate, prb, netlink=nl, status_path=status_file, wake_fd=rfd)
+        cleanups.append(sched.close)  # runs first: re-enable before anything is closed
+        until = time.monotonic_ns() + duration if duration else None
+        sched.start()
+        sched.run(lambda: "sig" in stop, until_ns=until)
+    finally:
+        cleanup()
+        try:
+            os.unlink(status_file)
+        except OSError:
+            pass
+    if "sig" in stop:
+        logging.info("stopped by signal %d; every channel re-enabled", stop["sig"])
+
+
+def _make_source(ctx: click.Context, kind: str, preload_sock: str) -> Any:
+    from .sources import NetlinkSource, NvstubSource, PreloadSource
+
+    if kind in ("auto", "netlink"):
+        try:
+            from .netlink import GpusliceNetlink
+
+            return NetlinkSource(GpusliceNetlink())
+        except OSError as e:
+            if kind == "netlink":
+                raise GpuctlError(str(e)) from None
+    if kind == "nvstub" or (kind == "auto" and os.path.exists(NVSTUB_ENGINE)):
+        return NvstubSource(NVSTUB_ENGINE)
+    return PreloadSource(preload_sock)
+
+
+def _make_probe(kind: str) -> Any:
+    from .probes import AllActive, NvmlProbe, NvstubProbe
+
+    if kind == "nvstub" or (kind == "auto" and os.path.exists(NVSTUB_ENGINE)):
+        return NvstubProbe(NVSTUB_ENGINE)
+    if kind in ("nvml", "auto"):
+        try:
+            return NvmlProbe()
+        except Exception as e:
+            if kind == "nvml":
+                raise GpuctlError(f"NVML not available: {e}") from None
+    return AllActive()
+
+
+try:  # the eBPF tracing command (pyctl/gpuslice/trace.py)
+    from . import trace as _trace
+
+    main.add_command(_trace.trace)
+except ImportError:
+    pass

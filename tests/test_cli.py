@@ -1,0 +1,160 @@
+"""gpuctl's command line: parsing, tables, JSON and one-line errors (no kernel needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gpuslice import state as S
+from gpuslice.cli import main
+
+
+@pytest.fixture()
+def run(tmp_path):
+    path = str(tmp_path / "state.json")
+
+    def _run(*args: str):
+        return CliRunner().invoke(main, ["--state", path, "--kernel", "no", *args])
+
+    _run.path = path  # type: ignore[attr-defined]
+    return _run
+
+
+def ok(res) -> str:
+    assert res.exit_code == 0, res.stderr
+    return res.stdout
+
+
+def one_line_error(res, needle: str) -> None:
+    assert res.exit_code != 0
+    err = res.stderr.strip()
+    assert "\n" not in err and err.startswith("gpuctl: "), err
+    assert needle in err, err
+    assert res.stdout == ""
+
+
+def test_create_list_show_delete(run) -> None:
+    out = ok(run("instance", "create", "web", "--gpu", "0", "--memory", "8GiB", "--weight", "3"))
+    assert "created web" in out and "8GiB" in out
+    ok(run("instance", "create", "batch", "--memory", "512MiB", "--ceiling", "50%"))
+    lst = ok(run("instance", "list"))
+    lines = lst.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "GPUS", "MEMORY", "WEIGHT"]
+    assert [ln.split()[0] for ln in lines[1:]] == ["batch", "web"]
+    js = json.loads(ok(run("instance", "list", "--json")))
+    assert {i["name"]: i["memory"] for i in js} == {"web": 8 << 30, "batch": 512 << 20}
+    show = json.loads(ok(run("instance", "show", "web", "--json")))
+    # default policy burst, weights 3 and 1 -> 75% when both busy
+    assert show["share_when_all_busy"]["0"] == pytest.approx(0.75)
+    assert "gpu0 share (all busy)  75.0%" in ok(run("instance", "show", "web"))
+    ok(run("instance", "delete", "batch"))
+    assert list(S.load(run.path).instances) == ["web"]
+
+
+def test_set_and_policy(run) -> None:
+    ok(run("instance", "create", "a", "--memory", "1GiB", "--share", "30%"))
+    ok(run("instance", "create", "b", "--memory", "1GiB", "--share", "0.5"))
+    out = ok(run("policy", "set", "fixed", "--period", "20ms"))
+    assert out.strip() == "gpu 0: fixed, period 20ms"
+    st = S.load(run.path)
+    assert st.policy_of(0) == S.GpuPolicy("fixed", 20_000_000)
+    shown = json.loads(ok(run("policy", "show", "--json")))
+    assert shown["0"]["shares_all_busy"] == pytest.approx({"a": 0.3, "b": 0.5})
+    # over 100% is refused at set time, and nothing changes
+    one_line_error(run("instance", "set", "b", "--share", "80%"), "110.0% > 100%")
+    assert S.load(run.path).instances["b"].share == 0.5
+    ok(run("instance", "set", "b", "--no-share", "--weight", "7"))
+    assert S.load(run.path).instances["b"].share is None and S.load(run.path).instances["b"].weight == 7
+    text = ok(run("policy", "show"))
+    assert "SHARE(ALL BUSY)" in text and "70.0%" in text  # b takes what a leaves
+
+
+def test_create_with_policy(run) -> None:
+    ok(run("instance", "create", "a", "--memory", "1GiB", "--gpu", "0,1", "--policy", "equal"))
+    st = S.load(run.path)
+    assert st.policy_of(0).policy == "equal" and st.policy_of(1).policy == "equal"
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["instance", "create", "x"], "--memory"),
+        (["instance", "create", "x", "--memory", "lots"], "not a size"),
+        (["instance", "create", "x", "--memory", "1GiB", "--weight", "0"], "--weight"),
+        (["instance", "create", "x", "--memory", "1GiB", "--share", "130%"], "share must be in"),
+        (["instance", "create", "x", "--memory", "1GiB", "--weight", "2", "--share", "10%"], "mutually exclusive"),
+        (["instance", "create", "x", "--memory", "1GiB", "--gpu", "a"], "not a GPU list"),
+        (["instance", "create", "x", "--memory", "1GiB", "--gpu", "40"], "0..31"),
+        (["instance", "create", "bad name", "--memory", "1GiB"], "bad instance name"),
+        (["instance", "create", "x", "--memory", "1GiB", "--mode", "999"], "octal"),
+        (["instance", "show", "nope"], "no instance 'nope'"),
+        (["instance", "delete", "nope"], "no instance"),
+        (["instance", "set", "nope", "--weight", "2"], "no instance"),
+        (["instance", "set", "nope"], "nothing to change"),
+        (["policy", "set", "roundrobin"], "roundrobin"),
+        (["policy", "set", "equal", "--period", "5min"], "unknown duration unit"),
+        (["policy", "set", "equal", "--period", "100us"], "period"),
+        (["bogus"], "No such command"),
+        (["instance", "create", "x", "--memory", "1GiB", "--bogus"], "--bogus"),
+    ],
+)
+def test_errors_are_one_line(run, args, needle) -> None:
+    one_line_error(run(*args), needle)
+
+
+def test_duplicate_and_invalid_state_file(run) -> None:
+    ok(run("instance", "create", "a", "--memory", "1GiB"))
+    one_line_error(run("instance", "create", "a", "--memory", "1GiB"), "exists")
+    with open(run.path, "w") as f:
+        f.write('{"version": 1, "instances": {"a": {"gpus": [0], "memory": -5}}}')
+    one_line_error(run("instance", "list"), "invalid state file")
+    one_line_error(run("instance", "create", "b", "--memory", "1GiB"), "invalid state file")
+    assert "-5" in open(run.path).read()  # never silently replaced
+
+
+def test_status_and_top_without_daemon(run, tmp_path) -> None:
+    ok(run("instance", "create", "a", "--memory", "1GiB"))
+    sf = str(tmp_path / "status.json")
+    out = ok(run("status", "--status-file", sf))
+    assert out.startswith("daemon: not running") and "INSTANCE" in out
+    js = json.loads(ok(run("status", "--status-file", sf, "--json")))
+    assert js["daemon"] is None and js["instances"][0]["instance"] == "a"
+    lines = ok(run("top", "-n", "2", "--interval", "1ms", "--json", "--status-file", sf)).splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["instances"][0]["instance"] == "a"
+
+
+def test_status_reads_daemon_report(run, tmp_path) -> None:
+    import os
+
+    ok(run("instance", "create", "a", "--memory", "1GiB"))
+    sf = tmp_path / "status.json"
+    sf.write_text(json.dumps({"pid": os.getpid(), "switches": 12, "rm_calls": 30,
+                              "switch_latency_ns": {"p50": 300000, "p99": 900000},
+                              "gpus": {"0": {"instances": {"a": {"share": 0.5, "active": True, "gated": True,
+                                                                  "channels": 20}}}}}))
+    out = ok(run("status", "--status-file", str(sf)))
+    assert "running (pid" in out and "p50 300us" in out
+    row = [ln for ln in out.splitlines() if ln.startswith("0 ")][0].split()
+    assert row == ["0", "a", "burst", "50.0%", "yes", "yes", "20"]
+
+
+def test_help_mentions_units(run) -> None:
+    out = ok(run("instance", "create", "--help"))
+    assert "8GiB" in out and "30%" in out
+    assert "50ms" in ok(run("policy", "set", "--help"))
+
+
+def test_trace_registered() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("gpuslice.trace") is None:
+        pytest.skip("trace.py not there")
+    assert "trace" in main.commands
+
+
+def test_daemon_without_device_fails_cleanly(run, tmp_path) -> None:
+    res = run("daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
+              "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s"))
+    one_line_error(res, "nvidiactl")
