@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * shim.c - a flat C interface to the decision core for tests/test_core*.py
+ * (ctypes). "User memory" is this process's memory: a parameter pointer is a
+ * real address; addresses below 64 KiB and the range set by t_set_bad() read
+ * as -EFAULT, like copy_from_user on an unmapped page.
+ */
+#include <stdio.h>
+#include <stdint.h>
+#include "core.h"
+
+#define T_MAX_EVENTS 4096
+
+static struct gs_event t_events_buf[T_MAX_EVENTS];
+static int t_nevents;
+static pthread_mutex_t t_ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t t_bad_lo, t_bad_hi;
+
+static void t_event(void *ctx, const struct gs_event *ev)
+{
+	pthread_mutex_lock(&t_ev_lock);
+	if (t_nevents < T_MAX_EVENTS)
+		t_events_buf[t_nevents++] = *ev;
+	pthread_mutex_unlock(&t_ev_lock);
+}
+
+static int t_bad(uint64_t a, uint32_t len)
+{
+	if (a < 65536)
+		return 1;
+	return t_bad_hi && a + len > t_bad_lo && a < t_bad_hi;
+}
+
+static int t_read(void *ctx, nv_u64 uaddr, void *dst, nv_u32 len)
+{
+	if (t_bad(uaddr, len))
+		return -EFAULT;
+	memcpy(dst, (const void *)(uintptr_t)uaddr, len);
+	return 0;
+}
+
+static int t_write(void *ctx, nv_u64 uaddr, const void *src, nv_u32 len)
+{
+	if (t_bad(uaddr, len))
+		return -EFAULT;
+	memcpy((void *)(uintptr_t)uaddr, src, len);
+	return 0;
+}
+
+static const struct gs_io t_io = { .read = t_read, .write = t_write };
+
+void t_set_bad(uint64_t lo, uint64_t hi)
+{
+	t_bad_lo = lo;
+	t_bad_hi = hi;
+}
+
+struct gs_inst *t_new(uint64_t limit)
+{
+	struct gs_inst_ops ops = { .event = t_event };
+
+	return gs_inst_new(limit, &ops);
+}
+
+void t_free(struct gs_inst *in)
+{
+	gs_inst_free(in);
+}
+
+void t_set_limit(struct gs_inst *in, uint64_t limit)
+{
+	gs_inst_set_limit(in, limit);
+}
+
+void t_set_flags(struct gs_inst *in, uint32_t flags)
+{
+	gs_inst_set_flags(in, flags);
+}
+
+/* returns a call to hand to t_post (or t_done); out[0..3] = verdict, status, err, refusal */
+struct gs_call *t_pre(struct gs_inst *in, int kind, uint32_t minor, uint32_t req, void *arg,
+		      uint32_t arg_size, uint64_t file_id, uint32_t pid, int32_t *out)
+{
+	struct gs_call *c = calloc(1, sizeof(*c));
+
+	c->kind = kind;
+	c->gpu_minor = minor;
+	c->req = req;
+	c->arg = arg;
+	c->arg_size = arg_size;
+	c->file_id = file_id;
+	c->pid = pid;
+	out[0] = gs_pre(in, c, &t_io);
+	out[1] = (int32_t)c->status;
+	out[2] = c->err;
+	out[3] = c->refusal;
+	return c;
+}
+
+/* the driver answered (ret) and wrote its reply into arg: account and free the call */
+uint32_t t_post(struct gs_inst *in, struct gs_call *c, int ret)
+{
+	uint32_t status;
+
+	gs_post(in, c, &t_io, ret);
+	status = c->status;
+	free(c);
+	return status;
+}
+
+void t_done(struct gs_call *c)
+{
+	free(c);
+}
+
+void t_file_closed(struct gs_inst *in, uint64_t file_id)
+{
+	gs_file_closed(in, file_id);
+}
+
+/* limit, used, peak, ioctls, refused quota, refused filter, objects */
+void t_stats(struct gs_inst *in, uint64_t *out)
+{
+	struct gs_stats st;
+
+	gs_inst_stats(in, &st);
+	out[0] = st.mem_limit;
+	out[1] = st.mem_used;
+	out[2] = st.mem_peak;
+	out[3] = st.nr_ioctls;
+	out[4] = st.nr_refused_quota;
+	out[5] = st.nr_refused_filter;
+	out[6] = st.nr_objects;
+}
+
+int t_pids(struct gs_inst *in, uint32_t *pids, int max)
+{
+	return gs_inst_pids(in, pids, max);
+}
+
+struct t_dump {
+	uint64_t *out;
+	int n, max;
+};
+
+static int t_dump_cb(void *ctx, const struct gs_object *o)
+{
+	struct t_dump *d = ctx;
+	uint64_t *r;
+
+	if (d->n >= d->max)
+		return 1;
+	r = d->out + 10 * d->n++;
+	r[0] = o->obj_kind;
+	r[1] = o->file_id;
+	r[2] = o->pid;
+	r[3] = o->gpu;
+	r[4] = o->client;
+	r[5] = o->handle;
+	r[6] = o->parent;
+	r[7] = o->klass;
+	r[8] = o->engine;
+	r[9] = o->size;
+	return 0;
+}
+
+/* 10 u64 per object: kind, file, pid, gpu, client, handle, parent, class, engine, size */
+int t_objects(struct gs_inst *in, uint64_t *out, int max)
+{
+	struct t_dump d = { out, 0, max };
+
+	gs_for_each_object(in, t_dump_cb, &d);
+	return d.n;
+}
+
+/* 12 u64 per event: type, kind, pid, gpu, client, handle, parent, class, engine, size, status, cmd */
+int t_events(uint64_t *out, int max)
+{
+	int i, n;
+
+	pthread_mutex_lock(&t_ev_lock);
+	n = t_nevents < max ? t_nevents : max;
+	for (i = 0; i < n; i++) {
+		const struct gs_event *e = &t_events_buf[i];
+		uint64_t *r = out + 12 * i;
+
+		r[0] = e->type;
+		r[1] = e->obj_kind;
+		r[2] = e->pid;
+		r[3] = e->gpu;
+		r[4] = e->client;
+		r[5] = e->handle;
+		r[6] = e->parent;
+		r[7] = e->klass;
+		r[8] = e->engine;
+		r[9] = e->size;
+		r[10] = e->status;
+		r[11] = e->cmd;
+	}
+	t_nevents = 0;
+	pthread_mutex_unlock(&t_ev_lock);
+	return n;
+}
+
+const char *t_escape_name(uint32_t e)
+{
+	return gs_escape_name(e);
+}
+
+const char *t_class_name(uint32_t k)
+{
+	return gs_class_name(k);
+}
+
+const char *t_refusal_name(int r)
+{
+	return gs_refusal_name(r);
+}

@@ -1,0 +1,509 @@
+"""Unit tests of the decision core (kmod/core) against a mock RM, through tests/core/shim.c."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "core"))
+import coreshim as cs  # noqa: E402
+from coreshim import GiB, MiB, abi  # noqa: E402
+
+ALLOC = abi.IOCTL_RM_ALLOC
+CONTROL = abi.IOCTL_RM_CONTROL
+FREE = abi.IOCTL_RM_FREE
+DUP = abi.IOCTL_RM_DUP_OBJECT
+PERM = abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+DEV, SUB = 0x5C000001, 0x5C000002
+
+
+@pytest.fixture(scope="module")
+def so(tmp_path_factory):
+    return cs.build(tmp_path_factory.mktemp("core"))
+
+
+class Proc:
+    """A process of an instance: one client with a device and a subdevice."""
+
+    def __init__(self, core, rm, file_id=1, pid=100):
+        self.core, self.rm, self.file_id, self.pid = core, rm, file_id, pid
+        arg = cs.alloc_arg(0, 0, 0, abi.NV01_ROOT_CLIENT)
+        assert core.call(ALLOC, arg, rm.alloc, file_id=file_id, pid=pid).verdict == cs.GS_PASS
+        self.client = struct.unpack_from("<I", arg, 8)[0]
+        self.next = 0x100
+        self.alloc(self.client, abi.NV01_DEVICE_0, DEV)
+        self.alloc(DEV, abi.NV20_SUBDEVICE_0, SUB)
+
+    def alloc(self, parent, klass, handle=None, params=None, client=None):
+        if handle is None:
+            handle = self.next = self.next + 1
+        arg = cs.alloc_arg(client or self.client, parent, handle, klass, cs.addr(params) if params else 0)
+        r = self.core.call(ALLOC, arg, self.rm.alloc, file_id=self.file_id, pid=self.pid)
+        return r, handle, arg
+
+    def mem(self, size, parent=DEV):
+        p = cs.mem_params(size)
+        r, h, arg = self.alloc(parent, abi.NV01_MEMORY_LOCAL_USER, params=p)
+        return r, h
+
+    def free(self, handle, parent=DEV):
+        arg = cs.free_arg(self.client, parent, handle)
+        return self.core.call(FREE, arg, self.rm.ok(12), file_id=self.file_id, pid=self.pid)
+
+    def control(self, obj, cmd, params=None, size=0, client=None):
+        arg = cs.control_arg(client or self.client, obj, cmd, cs.addr(params) if params else 0, size)
+        r = self.core.call(CONTROL, arg, self.rm.control, file_id=self.file_id, pid=self.pid)
+        return r, arg
+
+
+@pytest.fixture
+def env(so):
+    core = cs.Core(so, 1 * GiB)
+    rm = cs.MockRM()
+    yield core, rm
+    core.close()
+
+
+# ---- quota ----
+
+def test_alloc_up_to_the_limit_then_refused_like_rm(env):
+    core, rm = env
+    p = Proc(core, rm)
+    for _ in range(4):
+        r, _ = p.mem(256 * MiB)
+        assert r.verdict == cs.GS_PASS and r.status == 0
+    assert core.stats()["used"] == 1 * GiB
+    r, _ = p.mem(1)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_NO_MEMORY, cs.GS_REFUSE_QUOTA)
+    assert core.stats()["refused_quota"] == 1
+    assert core.stats()["used"] == 1 * GiB
+    ev = [e for e in core.events() if e["type"] == cs.EV_ALLOC_REFUSED]
+    assert len(ev) == 1 and ev[0]["size"] == 1 and ev[0]["client"] == p.client
+
+
+def test_size_larger_than_limit_and_overflow(env):
+    core, rm = env
+    p = Proc(core, rm)
+    for size in (2 * GiB, (1 << 64) - 1, (1 << 63)):
+        r, _ = p.mem(size)
+        assert r.refusal == cs.GS_REFUSE_QUOTA
+    assert core.stats()["used"] == 0
+
+
+def test_rm_padding_is_charged(env):
+    core, _ = env
+    rm = cs.MockRM(pad=2 * MiB)
+    p = Proc(core, rm)
+    p.mem(4 * MiB)
+    assert core.stats()["used"] == 6 * MiB
+
+
+def test_rm_failure_releases_reservation(env):
+    core, rm = env
+    p = Proc(core, rm)
+    rm.fail_next = abi.NV_ERR_NO_MEMORY
+    r, _ = p.mem(1 * GiB)
+    assert r.verdict == cs.GS_PASS and r.status == abi.NV_ERR_NO_MEMORY
+    assert core.stats()["used"] == 0
+    r, _ = p.mem(1 * GiB)  # the reservation is gone: the full limit is available again
+    assert r.status == 0
+
+
+def test_ioctl_error_releases_reservation(env):
+    core, rm = env
+    p = Proc(core, rm)
+    pr = cs.mem_params(1 * GiB)
+    arg = cs.alloc_arg(p.client, DEV, 0x999, abi.NV01_MEMORY_LOCAL_USER, cs.addr(pr))
+    r = core.call(ALLOC, arg, lambda a: -14)
+    assert r.verdict == cs.GS_PASS
+    r, _ = p.mem(1 * GiB)
+    assert r.status == 0 and core.stats()["used"] == 1 * GiB
+
+
+def test_free_returns_bytes_and_peak_stays(env):
+    core, rm = env
+    p = Proc(core, rm)
+    _, h1 = p.mem(100 * MiB)
+    _, h2 = p.mem(200 * MiB)
+    p.free(h1)
+    assert core.stats()["used"] == 200 * MiB
+    p.free(h2)
+    st = core.stats()
+    assert st["used"] == 0 and st["peak"] == 300 * MiB
+
+
+def test_failed_free_keeps_bytes(env):
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(64 * MiB)
+    arg = cs.free_arg(p.client, DEV, h)
+
+    def fails(a):
+        struct.pack_into("<I", a, 12, abi.NV_ERR_OBJECT_NOT_FOUND)
+        return 0
+    core.call(FREE, arg, fails)
+    assert core.stats()["used"] == 64 * MiB
+
+
+def test_free_of_ancestor_and_client_and_file(env):
+    core, rm = env
+    a = Proc(core, rm, file_id=1, pid=10)
+    b = Proc(core, rm, file_id=2, pid=20)
+    a.mem(10 * MiB)
+    r, vas = a.alloc(DEV, abi.FERMI_VASPACE_A)[:2]
+    a.mem(20 * MiB, parent=SUB)
+    b.mem(40 * MiB)
+    assert core.stats()["used"] == 70 * MiB
+    a.free(SUB)  # the subdevice and the memory under it
+    assert core.stats()["used"] == 50 * MiB
+    a.free(DEV, parent=a.client)  # the device and everything under it
+    assert core.stats()["used"] == 40 * MiB
+    assert core.pids() == [10, 20]
+    a.free(a.client, parent=a.client)
+    assert core.pids() == [20]
+    core.file_closed(2)
+    assert core.stats()["used"] == 0 and core.stats()["objects"] == 0
+    assert core.pids() == []
+
+
+def test_dup_keeps_memory_until_last_handle(env):
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(512 * MiB)
+    arg = cs.dup_arg(p.client, DEV, 0x777, p.client, h)
+    r = core.call(DUP, arg, rm.ok(24))
+    assert r.verdict == cs.GS_PASS
+    assert core.stats()["used"] == 512 * MiB  # a dup allocates nothing
+    p.free(h)
+    assert core.stats()["used"] == 512 * MiB  # RM still holds it through the dup
+    r, _ = p.mem(600 * MiB)
+    assert r.refusal == cs.GS_REFUSE_QUOTA  # dup + free does not launder the quota
+    p.free(0x777)
+    assert core.stats()["used"] == 0
+
+
+def test_concurrent_reservations_do_not_pass_the_limit(env):
+    """Two allocations in flight: the second is judged against the first's reservation."""
+    core, rm = env
+    p = Proc(core, rm)
+    inner = {}
+
+    def driver_first(arg):
+        # while RM works on the first 768 MiB, a second caller asks for 512 MiB
+        r, _ = p.mem(512 * MiB)
+        inner["r"] = r
+        return rm.alloc(arg)
+
+    pr = cs.mem_params(768 * MiB)
+    arg = cs.alloc_arg(p.client, DEV, 0x900, abi.NV01_MEMORY_LOCAL_USER, cs.addr(pr))
+    assert core.call(ALLOC, arg, driver_first).verdict == cs.GS_PASS
+    assert inner["r"].refusal == cs.GS_REFUSE_QUOTA
+    assert core.stats()["used"] == 768 * MiB
+
+
+def test_lowering_limit_below_used_refuses_but_frees_nothing(env):
+    core, rm = env
+    p = Proc(core, rm)
+    p.mem(512 * MiB)
+    core.set_limit(256 * MiB)
+    assert p.mem(1)[0].refusal == cs.GS_REFUSE_QUOTA
+    assert core.stats()["used"] == 512 * MiB
+
+
+@pytest.mark.parametrize("klass", [abi.NV01_MEMORY_LOCAL_PRIVILEGED, abi.NV01_MEMORY_LOCAL_PHYSICAL,
+                                   abi.NV_MEMORY_FABRIC, abi.NV_MEMORY_MULTICAST_FABRIC,
+                                   abi.NV01_MEMORY_LIST_FBMEM])
+def test_uncounted_video_memory_classes_refused(env, klass):
+    core, rm = env
+    p = Proc(core, rm)
+    r, _, arg = p.alloc(DEV, klass, params=cs.mem_params(MiB))
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_CLASS)
+    assert struct.unpack_from("<I", arg, 40)[0] == PERM
+
+
+# ---- virtualized FB info ----
+
+def test_fb_info_rewrite(env):
+    core, rm = env
+    p = Proc(core, rm)
+    p.mem(100 * MiB)
+    fp = ctypes.create_string_buffer(abi.FB_GET_INFO_V2_SIZE)
+    idx = [0x16, 0x9, 0x8, 0x7, 0x20, 0x12, 0x10, 0x5]
+    struct.pack_into("<I", fp, 0, len(idx))
+    for i, x in enumerate(idx):
+        struct.pack_into("<II", fp, 4 + 8 * i, x, 0)
+    r, _ = p.control(SUB, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, fp, abi.FB_GET_INFO_V2_SIZE)
+    assert r.verdict == cs.GS_PASS
+    got = dict(struct.unpack_from("<II", fp, 4 + 8 * i) for i in range(len(idx)))
+    kib = GiB >> 10
+    assert got[0x9] == got[0x8] == got[0x7] == got[0x20] == kib
+    assert got[0x16] == got[0x12] == kib - (100 * MiB >> 10)
+    assert got[0x10] == rm.fb_kib and got[0x5] == rm.fb_kib  # untouched
+
+
+def test_fb_info_free_capped_by_physical_free(env):
+    core, _ = env
+    rm = cs.MockRM(fb_free_kib=1000)
+    p = Proc(core, rm)
+    fp = ctypes.create_string_buffer(abi.FB_GET_INFO_V2_SIZE)
+    struct.pack_into("<III", fp, 0, 1, 0x16, 0)
+    p.control(SUB, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, fp, abi.FB_GET_INFO_V2_SIZE)
+    assert struct.unpack_from("<I", fp, 8)[0] == 1000
+
+
+# ---- filter ----
+
+def disable_params(pairs):
+    b = ctypes.create_string_buffer(abi.DISABLE_CHANNELS_SIZE)
+    abi.DISABLE_CHANNELS_HEAD.pack_into(b, 0, 1, len(pairs), 0, 0, 0)
+    for i, (c, h) in enumerate(pairs):
+        struct.pack_into("<I", b, abi.DISABLE_CHANNELS_HEAD.size + 4 * i, c)
+        struct.pack_into("<I", b, abi.DISABLE_CHANNELS_HEAD.size + 256 + 4 * i, h)
+    return b
+
+
+def test_disable_channels_foreign_and_own(env):
+    core, rm = env
+    p = Proc(core, rm)
+    r, _ = p.control(SUB, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+                     disable_params([(0xC1D0FFFF, 0x5C000010)]), abi.DISABLE_CHANNELS_SIZE)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_FOREIGN)
+    r, arg = p.control(SUB, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+                       disable_params([(p.client, 0x5C000010)]), abi.DISABLE_CHANNELS_SIZE)
+    assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_GLOBAL)
+    assert struct.unpack_from("<I", arg, 28)[0] == PERM
+    assert core.stats()["refused_filter"] == 2
+    ev = [e for e in core.events() if e["type"] == cs.EV_FILTER_REFUSED]
+    assert [e["cmd"] for e in ev] == [abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS] * 2
+    assert all(e["status"] == PERM for e in ev)
+
+
+def test_disable_channels_unreadable_or_short(env, so):
+    core, rm = env
+    p = Proc(core, rm)
+    r, _ = p.control(SUB, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, None, abi.DISABLE_CHANNELS_SIZE)
+    assert r.verdict == cs.GS_REPLY and r.status == abi.NV_ERR_INVALID_POINTER
+    r, _ = p.control(SUB, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, disable_params([]), 8)
+    assert r.verdict == cs.GS_REPLY and r.refusal == cs.GS_REFUSE_MALFORMED
+
+
+def test_control_on_foreign_client(env):
+    core, rm = env
+    a = Proc(core, rm)
+    r, _ = a.control(SUB, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, client=0xC1D0ABCD)
+    assert (r.status, r.refusal) == (PERM, cs.GS_REFUSE_FOREIGN)
+
+
+@pytest.mark.parametrize("cmd", [
+    abi.NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES, abi.NV2080_CTRL_CMD_GPU_SET_ECC_CONFIGURATION,
+    abi.NV2080_CTRL_CMD_GPU_SET_PARTITIONS, abi.NV0080_CTRL_CMD_GPU_MODIFY_SW_STATE_PERSISTENCE,
+    abi.NV2080_CTRL_CMD_PERF_SET_POWERSTATE, abi.NV2080_CTRL_CMD_GPU_SET_POWER,
+    abi.NV0000_CTRL_CMD_GPU_MODIFY_DRAIN_STATE,
+])
+def test_global_controls_refused(env, cmd):
+    core, rm = env
+    p = Proc(core, rm)
+    r, _ = p.control(SUB, cmd)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_GLOBAL)
+
+
+@pytest.mark.parametrize("cmd", [abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
+                                 abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD])
+def test_export_import_controls_refused(env, cmd):
+    core, rm = env
+    p = Proc(core, rm)
+    r, _ = p.control(p.client, cmd)
+    assert r.refusal == cs.GS_REFUSE_FOREIGN and r.status == PERM
+
+
+def test_unlisted_control_denied_listed_allowed(env):
+    core, rm = env
+    p = Proc(core, rm)
+    r, _ = p.control(SUB, 0x20801301)  # FB_GET_INFO (v1): not in the traces
+    assert (r.status, r.refusal) == (PERM, cs.GS_REFUSE_UNLISTED)
+    r, _ = p.control(SUB, 0x20800110)  # GPU_GET_NAME_STRING: traced
+    assert r.verdict == cs.GS_PASS
+    r, _ = p.control(0x5C000050, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, ctypes.create_string_buffer(8), 8)
+    assert r.verdict == cs.GS_PASS  # CUDA sets its own TSGs' timeslice
+
+
+def test_dup_and_share_across_clients(env):
+    core, rm = env
+    a = Proc(core, rm)
+    _, h = a.mem(MiB)
+    r = core.call(DUP, cs.dup_arg(a.client, DEV, 0x778, 0xC1D0DEAD, h), rm.ok(24))
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_FOREIGN)
+    r = core.call(DUP, cs.dup_arg(0xC1D0DEAD, DEV, 0x778, a.client, h), rm.ok(24))
+    assert r.refusal == cs.GS_REFUSE_FOREIGN
+    share = bytearray(24)
+    struct.pack_into("<II", share, 0, a.client, h)
+    r = core.call(abi.iowr(abi.NV_ESC_RM_SHARE, 24), share)
+    assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_FOREIGN)
+    assert struct.unpack_from("<I", share, 20)[0] == PERM
+
+
+def test_alloc_and_free_under_foreign_client(env):
+    core, rm = env
+    Proc(core, rm)
+    r = core.call(ALLOC, cs.alloc_arg(0xC1D0DEAD, DEV, 0x55, abi.NV01_DEVICE_0), rm.alloc)
+    assert r.refusal == cs.GS_REFUSE_FOREIGN
+    r = core.call(FREE, cs.free_arg(0xC1D0DEAD, 0xC1D0DEAD, 0xC1D0DEAD), rm.ok(12))
+    assert r.refusal == cs.GS_REFUSE_FOREIGN
+
+
+@pytest.mark.parametrize("klass,why", [(abi.NV20_SUBDEVICE_DIAG, cs.GS_REFUSE_UNLISTED),
+                                       (0xC637, cs.GS_REFUSE_UNLISTED),
+                                       (abi.NV01_MEMORY_LOCAL_PRIVILEGED, cs.GS_REFUSE_CLASS)])
+def test_classes_refused(env, klass, why):
+    core, rm = env
+    p = Proc(core, rm)
+    r, _, _ = p.alloc(SUB, klass)
+    assert (r.status, r.refusal) == (PERM, why)
+
+
+@pytest.mark.parametrize("nr", [abi.NV_ESC_IOCTL_XFER_CMD, abi.NV_ESC_RM_VID_HEAP_CONTROL,
+                                abi.NV_ESC_RM_EXPORT_OBJECT_TO_FD, abi.NV_ESC_RM_IMPORT_OBJECT_FROM_FD,
+                                abi.NV_ESC_RM_IDLE_CHANNELS, abi.NV_ESC_RM_ACCESS_REGISTRY,
+                                abi.NV_ESC_SET_NUMA_STATUS, abi.NV_ESC_RM_I2C_ACCESS, 0x77])
+def test_escapes_refused(env, nr):
+    core, _ = env
+    r = core.call(abi.iowr(nr, 64), bytearray(64))
+    assert (r.verdict, r.err, r.refusal) == (cs.GS_FAIL, 1, cs.GS_REFUSE_ESCAPE)  # EPERM
+
+
+def test_test_escape_only_with_flag(env):
+    core, _ = env
+    req = abi.iowr(0xF0, 16)
+    assert core.call(req, bytearray(16)).verdict == cs.GS_FAIL
+    core.set_flags(cs.GS_INST_ALLOW_TEST_ESCAPES)
+    assert core.call(req, bytearray(16)).verdict == cs.GS_PASS
+
+
+def test_uvm_passes(env):
+    core, _ = env
+    assert core.call(0x30000001, bytearray(), kind=cs.GS_FILE_UVM).verdict == cs.GS_PASS
+
+
+def test_names(env):
+    core, _ = env
+    lib = core.lib
+    assert lib.t_escape_name(0x2B) == b"RM_ALLOC"
+    assert lib.t_class_name(0xC86F) == b"HOPPER_CHANNEL_GPFIFO_A"
+    assert lib.t_refusal_name(cs.GS_REFUSE_QUOTA) == b"quota"
+    assert lib.t_escape_name(0x77) is None
+
+
+# ---- malformed input ----
+
+@pytest.mark.parametrize("nr,need", [(abi.NV_ESC_RM_ALLOC, 48), (abi.NV_ESC_RM_CONTROL, 32),
+                                     (abi.NV_ESC_RM_FREE, 16), (abi.NV_ESC_RM_DUP_OBJECT, 28),
+                                     (abi.NV_ESC_RM_SHARE, 24), (abi.NV_ESC_RM_MAP_MEMORY, 56),
+                                     (abi.NV_ESC_RM_ALLOC_MEMORY, 56), (abi.NV_ESC_ALLOC_OS_EVENT, 16)])
+def test_short_blocks_fail_with_einval(env, nr, need):
+    core, rm = env
+    Proc(core, rm)
+    for size in (0, 1, need - 1):
+        r = core.call(abi.iowr(nr, size), bytearray(size))
+        assert (r.verdict, r.err, r.refusal) == (cs.GS_FAIL, 22, cs.GS_REFUSE_MALFORMED)
+
+
+def test_unreadable_alloc_params(env, so):
+    core, rm = env
+    p = Proc(core, rm)
+    arg = cs.alloc_arg(p.client, DEV, 0x66, abi.NV01_MEMORY_LOCAL_USER, 0x10)
+    r = core.call(ALLOC, arg, rm.alloc)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_POINTER, cs.GS_REFUSE_MALFORMED)
+    pr = cs.mem_params(MiB)
+    core.lib.t_set_bad(cs.addr(pr), cs.addr(pr) + 128)
+    try:
+        arg = cs.alloc_arg(p.client, DEV, 0x67, abi.NV01_MEMORY_LOCAL_USER, cs.addr(pr))
+        assert core.call(ALLOC, arg, rm.alloc).status == abi.NV_ERR_INVALID_POINTER
+    finally:
+        core.lib.t_set_bad(0, 0)
+    assert core.stats()["used"] == 0
+
+
+def test_fuzz_random_blocks_never_crash(so):
+    """Random requests, sizes and bytes, with pointers that are often unreadable."""
+    rnd = random.Random(1234)
+    core = cs.Core(so, GiB)
+    rm = cs.MockRM()
+    p = Proc(core, rm)
+    good = cs.mem_params(MiB)
+    nrs = [0x27, 0x29, 0x2A, 0x2B, 0x34, 0x35, 0x4E, 0x4F, 0x5E, 0xC8, 0xC9, 0xCE, 0xCF, 0xD3, 0xF0]
+    for i in range(20000):
+        nr = rnd.choice(nrs) if rnd.random() < 0.9 else rnd.randrange(256)
+        size = rnd.choice([0, 1, 4, 16, 24, 28, 32, 48, 56, 64, rnd.randrange(0, 300)])
+        arg = bytearray(rnd.getrandbits(8) for _ in range(size))
+        if size >= 24 and rnd.random() < 0.5:
+            struct.pack_into("<I", arg, 0, p.client)  # own client, to reach deeper paths
+        if size >= 24 and rnd.random() < 0.3:
+            struct.pack_into("<Q", arg, 16, rnd.choice([0, 8, cs.addr(good)]))
+        typ = abi.NV_IOCTL_MAGIC if rnd.random() < 0.95 else rnd.randrange(256)
+        req = abi.ioc(3, typ, nr, size)
+        r = core.call(req, arg, lambda a: 0, file_id=rnd.choice([1, 2]))
+        assert r.verdict in (cs.GS_PASS, cs.GS_REPLY, cs.GS_FAIL)
+    core.file_closed(1)
+    core.file_closed(2)
+    assert core.stats()["used"] == 0
+    core.close()
+
+
+# ---- invariant under random sequences ----
+
+@pytest.mark.parametrize("seed", range(6))
+def test_used_equals_sum_of_live_allocations(so, seed):
+    rnd = random.Random(seed)
+    core = cs.Core(so, 2 * GiB)
+    rm = cs.MockRM(pad=rnd.choice([0, 2 * MiB]))
+    procs = [Proc(core, rm, file_id=f, pid=1000 + f) for f in (1, 2, 3)]
+    live = {}  # (client, handle) -> block id ; blocks: id -> size
+    blocks = {}
+    for step in range(600):
+        p = rnd.choice(procs)
+        op = rnd.random()
+        mine = [k for k in live if k[0] == p.client]
+        if op < 0.5:
+            size = rnd.choice([1, 2 * MiB, 64 * MiB, 300 * MiB, rnd.randrange(1, 512 * MiB)])
+            used = sum(blocks.values())
+            r, h = p.mem(size)
+            if r.verdict == cs.GS_PASS:
+                bid = (p.client, h)
+                live[bid] = bid
+                blocks[bid] = size + rm.pad
+            else:
+                assert r.refusal == cs.GS_REFUSE_QUOTA
+                assert used + size > 2 * GiB
+        elif op < 0.75 and mine:
+            k = rnd.choice(mine)
+            p.free(k[1])
+            bid = live.pop(k)
+            if bid not in live.values():
+                blocks.pop(bid)
+        elif op < 0.85 and mine:
+            k = rnd.choice(mine)
+            nh = 0x7000 + step
+            r = core.call(DUP, cs.dup_arg(p.client, DEV, nh, p.client, k[1]), rm.ok(24))
+            assert r.verdict == cs.GS_PASS
+            live[(p.client, nh)] = live[k]
+        elif op < 0.9:
+            core.file_closed(p.file_id)
+            for k in [k for k in live if k[0] == p.client]:
+                bid = live.pop(k)
+                if bid not in live.values():
+                    blocks.pop(bid)
+            procs.remove(p)
+            procs.append(Proc(core, rm, file_id=p.file_id + 10, pid=p.pid))
+        assert core.stats()["used"] == sum(blocks.values())
+        objs = core.objects()
+        mem = {(o["client"], o["handle"]) for o in objs if o["kind"] == cs.OBJ_MEMORY}
+        assert mem == set(live)
+    for p in procs:
+        core.file_closed(p.file_id)
+    assert core.stats()["used"] == 0 and core.stats()["objects"] == 0
+    core.close()
