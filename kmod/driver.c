@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * driver.c - finding, opening and version-checking the real NVIDIA driver.
+ *
+ * The real nodes are looked up once, at load, in the namespace of the process
+ * that loads the module (the host's /dev), and kept as paths. A caller's open
+ * of a gpuslice node opens the real node with dentry_open(): no path walk in
+ * the caller's (container's) mount namespace, where /dev/nvidiactl may be our
+ * own node bind-mounted, and no device-cgroup check, which is what lets the
+ * container's cgroup deny major 195 while our major is allowed.
+ */
+#include <linux/cred.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/kdev_t.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/namei.h>
+#include <linux/path.h>
+#include <linux/string.h>
+
+#include "driver.h"
+#include "instance.h"
+#include "uscratch.h"
+
+static const char *const gs_tested_versions[] = { NVRM_TESTED_VERSIONS };
+
+static DEFINE_MUTEX(gs_driver_lock);
+static struct path gs_ctl_path;
+static struct path gs_uvm_path;
+static struct path gs_gpu_path[GS_MAX_GPUS];
+static bool gs_gpu_valid[GS_MAX_GPUS];
+static unsigned int gs_uvm_major;
+static char gs_version[NV_RM_API_VERSION_STRING_LENGTH];
+
+static int gs_lookup_chr(const char *name, struct path *path)
+{
+	int err;
+
+	err = kern_path(name, LOOKUP_FOLLOW, path);
+	if (err)
+		return err;
+	if (!S_ISCHR(d_inode(path->dentry)->i_mode)) {
+		path_put(path);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static int gs_lookup_gpu(u32 gpu)
+{
+	char name[24];
+	struct path path;
+	int err;
+
+	snprintf(name, sizeof(name), "/dev/nvidia%u", gpu);
+	err = gs_lookup_chr(name, &path);
+	if (err)
+		return err;
+	if (d_inode(path.dentry)->i_rdev != MKDEV(NV_MAJOR_DEVICE_NUMBER, gpu)) {
+		path_put(&path);
+		return -ENODEV;
+	}
+	gs_gpu_path[gpu] = path;
+	gs_gpu_valid[gpu] = true;
+	return 0;
+}
+
+bool gs_driver_has_gpu(u32 gpu)
+{
+	bool ok;
+
+	if (gpu >= GS_MAX_GPUS)
+		return false;
+	mutex_lock(&gs_driver_lock);
+	ok = gs_gpu_valid[gpu] || !gs_lookup_gpu(gpu);
+	mutex_unlock(&gs_driver_lock);
+	return ok;
+}
+
+struct file *gs_driver_open(enum gs_file_kind kind, u32 gpu, unsigned int flags)
+{
+	const struct path *path;
+
+	flags &= ~(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC);
+	switch (kind) {
+	case GS_FILE_CTL:
+		path = &gs_ctl_path;
+		break;
+	case GS_FILE_UVM:
+		path = &gs_uvm_path;
+		if (!path->dentry)
+			return ERR_PTR(-ENODEV);
+		break;
+	case GS_FILE_GPU:
+		if (gpu >= GS_MAX_GPUS || !gs_driver_has_gpu(gpu))
+			return ERR_PTR(-ENODEV);
+		path = &gs_gpu_path[gpu];
+		break;
+	default:
+		return ERR_PTR(-EINVAL);
+	}
+	return dentry_open(path, flags, current_cred());
+}
+
+bool gs_driver_is_real_file(struct file *f)
+{
+	struct inode *inode = file_inode(f);
+
+	if (!inode || !S_ISCHR(inode->i_mode))
+		return false;
+	if (imajor(inode) == NV_MAJOR_DEVICE_NUMBER)
+		return true;
+	return gs_uvm_major && imajor(inode) == gs_uvm_major;
+}
+
+static bool gs_version_tested(const char *v)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(gs_tested_versions); i++)
+		if (!strcmp(v, gs_tested_versions[i]))
+			return true;
+	return false;
+}
+
+void gs_driver_seen_version(const char *version, size_t len)
+{
+	char v[NV_RM_API_VERSION_STRING_LENGTH];
+
+	strscpy(v, version, min(len + 1, sizeof(v)));
+	if (strcmp(v, gs_version))
+		pr_warn_ratelimited("gpuslice: the driver answered version %s, loaded against %s\n",
+				    v, gs_version);
+}
+
+static int gs_check_version(void)
+{
+	struct file *ctl;
+	int err;
+
+	ctl = dentry_open(&gs_ctl_path, O_RDWR, current_cred());
+	if (IS_ERR(ctl)) {
+		pr_err("gpuslice: /dev/nvidiactl does not open (%ld): is the NVIDIA driver loaded?\n",
+		       PTR_ERR(ctl));
+		return PTR_ERR(ctl);
+	}
+	err = gs_scratch_query_version(ctl, gs_version, sizeof(gs_version));
+	fput(ctl);
+	if (err) {
+		strscpy(gs_version, "unknown", sizeof(gs_version));
+		pr_warn("gpuslice: the driver did not answer a version query (%d)\n", err);
+	}
+	if (gs_version_tested(gs_version)) {
+		pr_info("gpuslice: NVIDIA driver %s%s\n", gs_version,
+			gs_passthrough_only ? " (passthrough_only)" : "");
+		return 0;
+	}
+	if (gs_passthrough_only) {
+		pr_warn("gpuslice: NVIDIA driver %s is not a tested version: pass-through only, no decoding\n",
+			gs_version);
+		return 0;
+	}
+	pr_err("gpuslice: NVIDIA driver %s is not a tested version (tested: %s, %s); load with passthrough_only=1 to pass calls through undecoded\n",
+	       gs_version, gs_tested_versions[0],
+	       gs_tested_versions[ARRAY_SIZE(gs_tested_versions) - 1]);
+	return -EPROTO;
+}
+
+int gs_driver_init(void)
+{
+	struct path path;
+	u32 gpu;
+	int err;
+
+	err = gs_lookup_chr("/dev/nvidiactl", &gs_ctl_path);
+	if (err) {
+		pr_err("gpuslice: no NVIDIA driver: /dev/nvidiactl is missing or not a character device (%d)\n",
+		       err);
+		return -ENODEV;
+	}
+	if (d_inode(gs_ctl_path.dentry)->i_rdev !=
+	    MKDEV(NV_MAJOR_DEVICE_NUMBER, NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE)) {
+		pr_err("gpuslice: no NVIDIA driver: /dev/nvidiactl is not char device %d:%d\n",
+		       NV_MAJOR_DEVICE_NUMBER, NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE);
+		err = -ENODEV;
+		goto err_ctl;
+	}
+	err = gs_check_version();
+	if (err)
+		goto err_ctl;
+
+	if (!gs_lookup_chr("/dev/nvidia-uvm", &path)) {
+		gs_uvm_path = path;
+		gs_uvm_major = imajor(d_inode(path.dentry));
+	} else {
+		pr_warn("gpuslice: no /dev/nvidia-uvm: instances get no nvidia-uvm node\n");
+	}
+	mutex_lock(&gs_driver_lock);
+	for (gpu = 0; gpu < GS_MAX_GPUS; gpu++)
+		gs_lookup_gpu(gpu);
+	mutex_unlock(&gs_driver_lock);
+	return 0;
+
+err_ctl:
+	path_put(&gs_ctl_path);
+	return err;
+}
+
+void gs_driver_exit(void)
+{
+	u32 gpu;
+
+	for (gpu = 0; gpu < GS_MAX_GPUS; gpu++)
+		if (gs_gpu_valid[gpu])
+			path_put(&gs_gpu_path[gpu]);
+	if (gs_uvm_path.dentry)
+		path_put(&gs_uvm_path);
+	path_put(&gs_ctl_path);
+}
+
+bool gs_driver_has_uvm(void)
+{
+	return gs_uvm_path.dentry;
+}

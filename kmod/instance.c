@@ -1,0 +1,517 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * instance.c - gpuslice instances and their nodes.
+ *
+ * Every node is a struct device of class "gpuslice" named
+ * "gpuslice!<name>!<leaf>", which devtmpfs creates as
+ * /dev/gpuslice/<name>/<leaf> with the owner and mode the device type's
+ * devnode() callback gives. All nodes share one cdev over a dynamic major;
+ * open() finds the node by minor in gs_minors.
+ *
+ * An instance cannot be destroyed while any of its nodes is open (-EBUSY):
+ * RM objects live in the real files the open nodes hold, and the decision core
+ * must outlive them. The module cannot be unloaded while a node is open
+ * (gs_fops.owner = THIS_MODULE).
+ */
+#include <linux/cdev.h>
+#include <linux/ctype.h>
+#include <linux/device.h>
+#include <linux/fs.h>
+#include <linux/idr.h>
+#include <linux/module.h>
+#include <linux/mount.h>
+#include <linux/namei.h>
+#include <linux/slab.h>
+#include <linux/xarray.h>
+
+#include "driver.h"
+#include "fops.h"
+#include "instance.h"
+#include "netlink.h"
+
+DEFINE_MUTEX(gs_instances_lock);
+LIST_HEAD(gs_instances);
+
+static DEFINE_XARRAY(gs_minors);
+static DEFINE_IDA(gs_minor_ida);
+static DEFINE_IDA(gs_id_ida);
+static dev_t gs_devt;
+static struct cdev gs_cdev;
+static struct class *gs_class;
+
+static char *gs_node_devnode(struct device *dev, umode_t *mode, kuid_t *uid,
+			     kgid_t *gid)
+{
+	struct gs_node *node = container_of(dev, struct gs_node, dev);
+
+	if (mode)
+		*mode = node->inst->mode;
+	if (uid)
+		*uid = node->inst->uid;
+	if (gid)
+		*gid = node->inst->gid;
+	return NULL;	/* the name, with '!' turned into '/' */
+}
+
+static const struct device_type gs_node_type = {
+	.name = "gpuslice_node",
+	.devnode = gs_node_devnode,
+};
+
+static void gs_node_release(struct device *dev)
+{
+	struct gs_node *node = container_of(dev, struct gs_node, dev);
+
+	ida_free(&gs_minor_ida, MINOR(dev->devt));
+	kfree(node);
+}
+
+static void gs_node_leaf(const struct gs_node *node, char *buf, size_t len)
+{
+	switch (node->kind) {
+	case GS_FILE_CTL:
+		strscpy(buf, "nvidiactl", len);
+		break;
+	case GS_FILE_GPU:
+		snprintf(buf, len, "nvidia%u", node->gpu);
+		break;
+	case GS_FILE_UVM:
+		strscpy(buf, "nvidia-uvm", len);
+		break;
+	}
+}
+
+static struct gs_node *gs_node_create(struct gs_instance *inst,
+				      enum gs_file_kind kind, u32 gpu)
+{
+	struct gs_node *node;
+	char leaf[16];
+	int minor;
+	int err;
+
+	node = kzalloc(sizeof(*node), GFP_KERNEL);
+	if (!node)
+		return ERR_PTR(-ENOMEM);
+	minor = ida_alloc_max(&gs_minor_ida, GS_NR_MINORS - 1, GFP_KERNEL);
+	if (minor < 0) {
+		kfree(node);
+		return ERR_PTR(minor);
+	}
+	node->inst = inst;
+	node->kind = kind;
+	node->gpu = gpu;
+	device_initialize(&node->dev);
+	node->dev.devt = MKDEV(MAJOR(gs_devt), minor);
+	node->dev.class = gs_class;
+	node->dev.type = &gs_node_type;
+	node->dev.release = gs_node_release;
+	gs_node_leaf(node, leaf, sizeof(leaf));
+	err = dev_set_name(&node->dev, "gpuslice!%s!%s", inst->name, leaf);
+	if (err)
+		goto err_put;
+	err = xa_err(xa_store(&gs_minors, minor, node, GFP_KERNEL));
+	if (err)
+		goto err_put;
+	err = device_add(&node->dev);
+	if (err)
+		goto err_erase;
+	return node;
+
+err_erase:
+	xa_erase(&gs_minors, minor);
+err_put:
+	put_device(&node->dev);	/* frees the minor and the node */
+	return ERR_PTR(err);
+}
+
+static void gs_node_destroy(struct gs_node *node)
+{
+	xa_erase(&gs_minors, MINOR(node->dev.devt));
+	device_del(&node->dev);
+	put_device(&node->dev);
+}
+
+/* Applies the instance's owner and mode to an existing devtmpfs node. */
+static int gs_node_chattr(struct gs_node *node)
+{
+	struct gs_instance *inst = node->inst;
+	struct iattr attr = {
+		.ia_valid = ATTR_UID | ATTR_GID | ATTR_MODE,
+		.ia_uid = inst->uid,
+		.ia_gid = inst->gid,
+		.ia_mode = S_IFCHR | (inst->mode ? inst->mode : 0600),
+	};
+	struct inode *inode;
+	struct path path;
+	char leaf[16];
+	char *name;
+	int err;
+
+	gs_node_leaf(node, leaf, sizeof(leaf));
+	name = kasprintf(GFP_KERNEL, "/dev/" GPUSLICE_DEV_DIR "/%s/%s", inst->name, leaf);
+	if (!name)
+		return -ENOMEM;
+	err = kern_path(name, 0, &path);
+	kfree(name);
+	if (err)
+		return err;
+	inode = d_inode(path.dentry);
+	err = -ENODEV;
+	if (inode->i_rdev != node->dev.devt)
+		goto out;
+	err = mnt_want_write(path.mnt);
+	if (err)
+		goto out;
+	inode_lock(inode);
+	err = notify_change(&init_user_ns, path.dentry, &attr, NULL);
+	inode_unlock(inode);
+	mnt_drop_write(path.mnt);
+out:
+	path_put(&path);
+	return err;
+}
+
+bool gs_instance_name_valid(const char *name)
+{
+	size_t i, len = strnlen(name, GPUSLICE_NAME_MAX);
+
+	if (len == 0 || len >= GPUSLICE_NAME_MAX)
+		return false;
+	if (!strcmp(name, ".") || !strcmp(name, ".."))
+		return false;
+	for (i = 0; i < len; i++)
+		if (!isalnum(name[i]) && name[i] != '_' && name[i] != '.' && name[i] != '-')
+			return false;
+	return true;
+}
+
+struct gs_instance *gs_instance_find(const char *name)
+{
+	struct gs_instance *inst;
+
+	lockdep_assert_held(&gs_instances_lock);
+	list_for_each_entry(inst, &gs_instances, list)
+		if (!strcmp(inst->name, name))
+			return inst;
+	return NULL;
+}
+
+/* The core calls this in the context of the call that caused the event. */
+static void gs_core_event(void *ctx, const struct gs_event *ev)
+{
+	struct gs_instance *inst = ctx;
+
+	if (ev->type == GPUSLICE_EV_ALLOC_REFUSED) {
+		spin_lock(&inst->refused_lock);
+		inst->refused_tid = current->pid;
+		inst->refused_size = ev->size;
+		spin_unlock(&inst->refused_lock);
+	}
+	gs_netlink_event(inst, ev);
+}
+
+u64 gs_refused_size(struct gs_instance *inst)
+{
+	u64 size = 0;
+
+	spin_lock(&inst->refused_lock);
+	if (inst->refused_tid == current->pid) {
+		size = inst->refused_size;
+		inst->refused_tid = 0;
+	}
+	spin_unlock(&inst->refused_lock);
+	return size;
+}
+
+static void gs_instance_free(struct gs_instance *inst)
+{
+	struct gs_proc *proc, *tmp;
+
+	while (inst->nr_nodes)
+		gs_node_destroy(inst->nodes[--inst->nr_nodes]);
+	if (inst->core)
+		gs_inst_free(inst->core);
+	list_for_each_entry_safe(proc, tmp, &inst->procs, list)
+		kfree(proc);
+	mutex_destroy(&inst->procs_lock);
+	if (inst->id)
+		ida_free(&gs_id_ida, inst->id);
+	kfree(inst);
+}
+
+static int gs_instance_add_node(struct gs_instance *inst, enum gs_file_kind kind, u32 gpu)
+{
+	struct gs_node *node;
+
+	node = gs_node_create(inst, kind, gpu);
+	if (IS_ERR(node))
+		return PTR_ERR(node);
+	inst->nodes[inst->nr_nodes++] = node;
+	return 0;
+}
+
+int gs_instance_new(const struct gs_inst_cfg *cfg)
+{
+	struct gs_instance *inst;
+	unsigned long mask;
+	unsigned int gpu;
+	int err;
+
+	if (!gs_instance_name_valid(cfg->name) || !cfg->gpu_mask || !cfg->mem_limit)
+		return -EINVAL;
+	mask = cfg->gpu_mask;
+	for_each_set_bit(gpu, &mask, GS_MAX_GPUS)
+		if (!gs_driver_has_gpu(gpu))
+			return -ENODEV;
+
+	inst = kzalloc(sizeof(*inst), GFP_KERNEL);
+	if (!inst)
+		return -ENOMEM;
+	strscpy(inst->name, cfg->name, sizeof(inst->name));
+	mutex_init(&inst->procs_lock);
+	INIT_LIST_HEAD(&inst->procs);
+	spin_lock_init(&inst->refused_lock);
+	inst->gpu_mask = cfg->gpu_mask;
+	inst->weight = cfg->set & GS_CFG_WEIGHT ? cfg->weight : 100;
+	inst->share = cfg->set & GS_CFG_SHARE ? cfg->share : 0;
+	inst->timeslice_us = cfg->set & GS_CFG_TIMESLICE ? cfg->timeslice_us : 0;
+	inst->uid = make_kuid(&init_user_ns, cfg->set & GS_CFG_UID ? cfg->uid : 0);
+	inst->gid = make_kgid(&init_user_ns, cfg->set & GS_CFG_GID ? cfg->gid : 0);
+	inst->mode = cfg->set & GS_CFG_MODE ? cfg->mode : 0600;
+	if (!uid_valid(inst->uid) || !gid_valid(inst->gid)) {
+		err = -EINVAL;
+		goto err_free;
+	}
+
+	err = ida_alloc_min(&gs_id_ida, 1, GFP_KERNEL);
+	if (err < 0)
+		goto err_free;
+	inst->id = err;
+	inst->core_ops.event = gs_core_event;
+	inst->core_ops.ctx = inst;
+	inst->core = gs_inst_new(cfg->mem_limit, &inst->core_ops);
+	if (!inst->core) {
+		err = -ENOMEM;
+		goto err_free;
+	}
+	if (gs_allow_test_escapes)
+		gs_inst_set_flags(inst->core, GS_INST_ALLOW_TEST_ESCAPES);
+
+	mutex_lock(&gs_instances_lock);
+	if (gs_instance_find(cfg->name)) {
+		err = -EEXIST;
+		goto err_unlock;
+	}
+	err = gs_instance_add_node(inst, GS_FILE_CTL, 0);
+	if (err)
+		goto err_unlock;
+	for_each_set_bit(gpu, &mask, GS_MAX_GPUS) {
+		err = gs_instance_add_node(inst, GS_FILE_GPU, gpu);
+		if (err)
+			goto err_unlock;
+	}
+	if (gs_driver_has_uvm()) {
+		err = gs_instance_add_node(inst, GS_FILE_UVM, 0);
+		if (err)
+			goto err_unlock;
+	}
+	list_add_tail(&inst->list, &gs_instances);
+	inst->live = true;
+	mutex_unlock(&gs_instances_lock);
+	return 0;
+
+err_unlock:
+	mutex_unlock(&gs_instances_lock);
+err_free:
+	gs_instance_free(inst);	/* destroys the nodes made so far, in reverse */
+	return err;
+}
+
+int gs_instance_del(const char *name)
+{
+	struct gs_instance *inst;
+
+	mutex_lock(&gs_instances_lock);
+	inst = gs_instance_find(name);
+	if (!inst) {
+		mutex_unlock(&gs_instances_lock);
+		return -ENOENT;
+	}
+	if (inst->nr_open) {
+		mutex_unlock(&gs_instances_lock);
+		return -EBUSY;
+	}
+	inst->live = false;
+	list_del(&inst->list);
+	mutex_unlock(&gs_instances_lock);
+	gs_instance_free(inst);
+	return 0;
+}
+
+int gs_instance_set(const struct gs_inst_cfg *cfg)
+{
+	struct gs_instance *inst;
+	unsigned int i;
+	kuid_t uid;
+	kgid_t gid;
+	int err = 0;
+
+	mutex_lock(&gs_instances_lock);
+	inst = gs_instance_find(cfg->name);
+	if (!inst) {
+		err = -ENOENT;
+		goto out;
+	}
+	uid = cfg->set & GS_CFG_UID ? make_kuid(&init_user_ns, cfg->uid) : inst->uid;
+	gid = cfg->set & GS_CFG_GID ? make_kgid(&init_user_ns, cfg->gid) : inst->gid;
+	if (!uid_valid(uid) || !gid_valid(gid) ||
+	    (cfg->set & GS_CFG_MEM_LIMIT && !cfg->mem_limit)) {
+		err = -EINVAL;
+		goto out;
+	}
+	if (cfg->set & GS_CFG_MEM_LIMIT)
+		gs_inst_set_limit(inst->core, cfg->mem_limit);
+	if (cfg->set & GS_CFG_WEIGHT)
+		inst->weight = cfg->weight;
+	if (cfg->set & GS_CFG_SHARE)
+		inst->share = cfg->share;
+	if (cfg->set & GS_CFG_TIMESLICE && cfg->timeslice_us != inst->timeslice_us) {
+		WRITE_ONCE(inst->timeslice_us, cfg->timeslice_us);
+		atomic_inc(&inst->timeslice_gen);
+	}
+	if (cfg->set & (GS_CFG_UID | GS_CFG_GID | GS_CFG_MODE)) {
+		inst->uid = uid;
+		inst->gid = gid;
+		if (cfg->set & GS_CFG_MODE)
+			inst->mode = cfg->mode;
+		for (i = 0; i < inst->nr_nodes; i++) {
+			err = gs_node_chattr(inst->nodes[i]);
+			if (err)
+				pr_warn("gpuslice: %s: cannot update node owner/mode (%d)\n",
+					inst->name, err);
+		}
+		err = 0;
+	}
+out:
+	mutex_unlock(&gs_instances_lock);
+	return err;
+}
+
+struct gs_node *gs_node_open(unsigned int minor)
+{
+	struct gs_node *node;
+
+	mutex_lock(&gs_instances_lock);
+	node = xa_load(&gs_minors, minor);
+	if (!node || !node->inst->live)
+		node = ERR_PTR(-ENODEV);
+	else
+		node->inst->nr_open++;
+	mutex_unlock(&gs_instances_lock);
+	return node;
+}
+
+void gs_node_close(struct gs_node *node)
+{
+	mutex_lock(&gs_instances_lock);
+	node->inst->nr_open--;
+	mutex_unlock(&gs_instances_lock);
+}
+
+static void gs_proc_event(struct gs_instance *inst, u32 type, pid_t tgid)
+{
+	struct gs_event ev = {
+		.type = type,
+		.pid = tgid,
+	};
+
+	gs_netlink_event(inst, &ev);
+}
+
+void gs_proc_attach(struct gs_instance *inst, pid_t tgid)
+{
+	struct gs_proc *proc;
+	bool first = false;
+
+	mutex_lock(&inst->procs_lock);
+	list_for_each_entry(proc, &inst->procs, list)
+		if (proc->tgid == tgid)
+			goto found;
+	proc = kzalloc(sizeof(*proc), GFP_KERNEL);
+	if (!proc) {
+		mutex_unlock(&inst->procs_lock);
+		return;
+	}
+	proc->tgid = tgid;
+	list_add_tail(&proc->list, &inst->procs);
+	first = true;
+found:
+	proc->nr_open++;
+	mutex_unlock(&inst->procs_lock);
+	if (first)
+		gs_proc_event(inst, GPUSLICE_EV_PROC_ATTACH, tgid);
+}
+
+void gs_proc_detach(struct gs_instance *inst, pid_t tgid)
+{
+	struct gs_proc *proc;
+	bool last = false;
+
+	mutex_lock(&inst->procs_lock);
+	list_for_each_entry(proc, &inst->procs, list) {
+		if (proc->tgid != tgid)
+			continue;
+		if (!--proc->nr_open) {
+			list_del(&proc->list);
+			kfree(proc);
+			last = true;
+		}
+		break;
+	}
+	mutex_unlock(&inst->procs_lock);
+	if (last)
+		gs_proc_event(inst, GPUSLICE_EV_PROC_DETACH, tgid);
+}
+
+int gs_instances_init(void)
+{
+	int err;
+
+	err = alloc_chrdev_region(&gs_devt, 0, GS_NR_MINORS, "gpuslice");
+	if (err)
+		return err;
+	gs_class = class_create(THIS_MODULE, "gpuslice");
+	if (IS_ERR(gs_class)) {
+		err = PTR_ERR(gs_class);
+		goto err_region;
+	}
+	cdev_init(&gs_cdev, &gs_fops);
+	gs_cdev.owner = THIS_MODULE;
+	err = cdev_add(&gs_cdev, gs_devt, GS_NR_MINORS);
+	if (err)
+		goto err_class;
+	return 0;
+
+err_class:
+	class_destroy(gs_class);
+err_region:
+	unregister_chrdev_region(gs_devt, GS_NR_MINORS);
+	return err;
+}
+
+void gs_instances_exit(void)
+{
+	struct gs_instance *inst, *tmp;
+
+	/* No node is open: each open file holds a reference on this module. */
+	mutex_lock(&gs_instances_lock);
+	list_for_each_entry_safe(inst, tmp, &gs_instances, list) {
+		inst->live = false;
+		list_del(&inst->list);
+		gs_instance_free(inst);
+	}
+	mutex_unlock(&gs_instances_lock);
+	cdev_del(&gs_cdev);
+	class_destroy(gs_class);
+	unregister_chrdev_region(gs_devt, GS_NR_MINORS);
+}

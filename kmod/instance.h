@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * instance.h - gpuslice instances and their character-device nodes.
+ *
+ * An instance is a named slice of one or more GPUs with a memory limit and
+ * scheduling parameters. It owns a decision-core instance (core/core.h) and
+ * the nodes /dev/gpuslice/<name>/{nvidiactl,nvidia<N>...,nvidia-uvm}.
+ *
+ * Locking: gs_instances_lock (a mutex) guards the instance list, the minor
+ * table, every instance's configuration and its nr_open count. procs_lock
+ * guards an instance's process list. The decision core has its own lock.
+ */
+#ifndef GPUSLICE_INSTANCE_H
+#define GPUSLICE_INSTANCE_H
+
+#include <linux/device.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/types.h>
+#include <linux/uidgid.h>
+
+#include "core.h"
+#include "uapi/gpuslice.h"
+
+#define GS_MAX_GPUS	32
+#define GS_NR_MINORS	4096
+
+struct gs_instance;
+
+/* One character device node of an instance. */
+struct gs_node {
+	struct device dev;
+	struct gs_instance *inst;
+	enum gs_file_kind kind;
+	u32 gpu;		/* minor of /dev/nvidia<N> for GS_FILE_GPU */
+};
+
+/* A process (thread group) with at least one node of the instance open. */
+struct gs_proc {
+	struct list_head list;
+	pid_t tgid;
+	unsigned int nr_open;
+};
+
+struct gs_instance {
+	struct list_head list;
+	u32 id;
+	char name[GPUSLICE_NAME_MAX];
+	u32 gpu_mask;
+	u32 weight;
+	u32 share;
+	u64 timeslice_us;
+	atomic_t timeslice_gen;	/* bumped when timeslice_us changes */
+	kuid_t uid;
+	kgid_t gid;
+	umode_t mode;
+	struct gs_inst *core;
+	struct gs_inst_ops core_ops;
+	struct gs_node *nodes[GS_MAX_GPUS + 2];
+	unsigned int nr_nodes;
+	unsigned int nr_open;	/* open files on any node */
+	bool live;		/* set once fully created, cleared on destroy */
+	struct mutex procs_lock;
+	struct list_head procs;
+	spinlock_t refused_lock;	/* size of the last quota refusal, per thread */
+	pid_t refused_tid;
+	u64 refused_size;
+};
+
+/* What INSTANCE_NEW / INSTANCE_SET carry; 'set' says which fields are given. */
+#define GS_CFG_MEM_LIMIT	BIT(0)
+#define GS_CFG_WEIGHT		BIT(1)
+#define GS_CFG_SHARE		BIT(2)
+#define GS_CFG_TIMESLICE	BIT(3)
+#define GS_CFG_UID		BIT(4)
+#define GS_CFG_GID		BIT(5)
+#define GS_CFG_MODE		BIT(6)
+
+struct gs_inst_cfg {
+	char name[GPUSLICE_NAME_MAX];
+	u32 gpu_mask;
+	u64 mem_limit;
+	u32 weight;
+	u32 share;
+	u64 timeslice_us;
+	u32 uid;
+	u32 gid;
+	u32 mode;
+	u32 set;
+};
+
+extern struct mutex gs_instances_lock;
+extern struct list_head gs_instances;
+
+int gs_instances_init(void);
+void gs_instances_exit(void);
+
+int gs_instance_new(const struct gs_inst_cfg *cfg);
+int gs_instance_del(const char *name);
+int gs_instance_set(const struct gs_inst_cfg *cfg);
+/* Caller holds gs_instances_lock. */
+struct gs_instance *gs_instance_find(const char *name);
+bool gs_instance_name_valid(const char *name);
+
+/* Open/close bookkeeping for fops.c. */
+struct gs_node *gs_node_open(unsigned int minor);
+void gs_node_close(struct gs_node *node);
+void gs_proc_attach(struct gs_instance *inst, pid_t tgid);
+void gs_proc_detach(struct gs_instance *inst, pid_t tgid);
+/* Size of the allocation the core just refused in this thread's call, or 0. */
+u64 gs_refused_size(struct gs_instance *inst);
+
+#endif /* GPUSLICE_INSTANCE_H */

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * uscratch.c - gpuslice's own calls into the real driver.
+ *
+ * nvidia_ioctl() (kernel-open/nvidia/nv.c) copies its argument block from a
+ * user address, and RM copies control parameters from the user address in
+ * NVOS54_PARAMETERS.params. So a call gpuslice makes itself (SET_TIMESLICE on
+ * a caller's TSG, the version query at load) is staged in an anonymous page
+ * mapped into current->mm for the duration of the call and unmapped after.
+ * It must run in the context of the process that owns the RM client: RM ties
+ * clients to the calling file and process (FINDINGS.md: SET_TIMESLICE on a
+ * foreign client is refused with NV_ERR_INVALID_CLIENT).
+ *
+ * Another thread of the process could read or rewrite the page during the
+ * call; it could only change a call on its own process's objects, which it
+ * could issue itself, except for a SET_TIMESLICE that the core would refuse
+ * from the container. That narrow race is documented in docs/fd-translation.md.
+ */
+#include <linux/err.h>
+#include <linux/mm.h>
+#include <linux/mman.h>
+#include <linux/sched.h>
+#include <linux/uaccess.h>
+
+#include "core.h"
+#include "uscratch.h"
+
+#define GS_SCRATCH_SIZE		PAGE_SIZE
+#define GS_SCRATCH_PARAMS	64	/* params follow the 32-byte NVOS54 block */
+
+static long gs_scratch_map(void)
+{
+	if (!current->mm)
+		return -EINVAL;
+	return (long)vm_mmap(NULL, 0, GS_SCRATCH_SIZE, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, 0);
+}
+
+static long gs_real_ioctl(struct file *real, unsigned int cmd, unsigned long arg)
+{
+	if (!real->f_op->unlocked_ioctl)
+		return -ENOTTY;
+	return real->f_op->unlocked_ioctl(real, cmd, arg);
+}
+
+int gs_scratch_control(struct file *real, u32 h_client, u32 h_object, u32 cmd,
+		       void *params, u32 params_size, u32 *status)
+{
+	struct nvos54_params p = {
+		.h_client = h_client,
+		.h_object = h_object,
+		.cmd = cmd,
+		.params_size = params_size,
+	};
+	unsigned long uaddr;
+	long ret;
+
+	if (params_size > GS_SCRATCH_SIZE - GS_SCRATCH_PARAMS)
+		return -EINVAL;
+	ret = gs_scratch_map();
+	if (IS_ERR_VALUE(ret))
+		return ret;
+	uaddr = ret;
+	p.params = uaddr + GS_SCRATCH_PARAMS;
+	ret = -EFAULT;
+	if (copy_to_user((void __user *)uaddr, &p, sizeof(p)) ||
+	    copy_to_user((void __user *)(uaddr + GS_SCRATCH_PARAMS), params, params_size))
+		goto out;
+	ret = gs_real_ioctl(real, _IOWR(NV_IOCTL_MAGIC, NV_ESC_RM_CONTROL, struct nvos54_params),
+			    uaddr);
+	if (ret)
+		goto out;
+	ret = -EFAULT;
+	if (copy_from_user(&p, (void __user *)uaddr, sizeof(p)) ||
+	    copy_from_user(params, (void __user *)(uaddr + GS_SCRATCH_PARAMS), params_size))
+		goto out;
+	*status = p.status;
+	ret = 0;
+out:
+	vm_munmap(uaddr, GS_SCRATCH_SIZE);
+	return ret;
+}
+
+int gs_scratch_query_version(struct file *real, char *out, size_t len)
+{
+	struct nv_ioctl_rm_api_version v = { .cmd = NV_RM_API_VERSION_CMD_QUERY };
+	unsigned long uaddr;
+	long ret;
+
+	ret = gs_scratch_map();
+	if (IS_ERR_VALUE(ret))
+		return ret;
+	uaddr = ret;
+	ret = -EFAULT;
+	if (copy_to_user((void __user *)uaddr, &v, sizeof(v)))
+		goto out;
+	ret = gs_real_ioctl(real, _IOWR(NV_IOCTL_MAGIC, NV_ESC_CHECK_VERSION_STR,
+					struct nv_ioctl_rm_api_version), uaddr);
+	if (ret)
+		goto out;
+	ret = -EFAULT;
+	if (copy_from_user(&v, (void __user *)uaddr, sizeof(v)))
+		goto out;
+	ret = -EPROTO;
+	if (v.reply != NV_RM_API_VERSION_REPLY_RECOGNIZED)
+		goto out;
+	v.version_string[sizeof(v.version_string) - 1] = '\0';
+	strscpy(out, v.version_string, len);
+	ret = 0;
+out:
+	vm_munmap(uaddr, GS_SCRATCH_SIZE);
+	return ret;
+}
