@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * preload.c - the decision core in user space: LD_PRELOAD=libgpuslice.so.
+ *
+ * Wraps ioctl() and, to know when RM forgets a file's clients, close(),
+ * dup*() and fcntl(F_DUPFD*). An fd is recognised as NVIDIA's by fstat() on
+ * its first 'F' ioctl (character device, major 195: minor 255 is nvidiactl,
+ * the rest nvidia<N>), so no open() wrapper is needed and fds opened before
+ * the library was loaded are seen too. ioctls of any other type (nvidia-uvm's
+ * included) go straight to libc with no lookup.
+ *
+ * Each NVIDIA ioctl: copy the argument block in (process_vm_readv, so a bad
+ * pointer is EFAULT rather than a crash), gs_pre(), call the real ioctl on
+ * the copy, gs_post(), copy the block back. The core's lock is the only lock
+ * on that path; the fd table is lock-free. A signal handler that issues an
+ * NVIDIA ioctl while its thread is inside the core would deadlock; CUDA does
+ * not do that.
+ *
+ * Environment:
+ *   GPUSLICE_INSTANCE   name reported with every event (default "default")
+ *   GPUSLICE_MEM_LIMIT  bytes, or with a K/M/G/T suffix (binary: 4G = 4GiB = 4 << 30);
+ *                       unset: no limit
+ *   GPUSLICE_SOCKET     unix stream socket of the controller
+ *                       (default /run/gpuslice/preload.sock); absent: no reports
+ *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
+ *   GPUSLICE_STATS      file that gets one JSON line of counters at exit
+ *
+ * This is a process's own view: the limit applies per process, and nothing
+ * stops a process that bypasses libc (raw syscalls, static binaries). The
+ * kernel module is the enforcing path; this build is for measuring the core
+ * against the real driver and for hosts where a module cannot be loaded.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "preload.h"
+
+#define GS_MAX_FD	65536
+#define GS_EXPORT	__attribute__((visibility("default")))
+#define GS_TAG_OTHER	1
+#define GS_TAG_CTL	2
+#define GS_TAG_GPU	3
+
+/* per fd: file_id << 16 | minor << 8 | tag; 0 = not looked at yet */
+static _Atomic nv_u64 gs_fds[GS_MAX_FD];
+static _Atomic int gs_max_fd;
+static _Atomic nv_u64 gs_next_file = 1;
+static int gs_no_vm_rw;		/* process_vm_readv refused (seccomp): plain copies */
+
+static int (*real_ioctl)(int, unsigned long, ...);
+static int (*real_close)(int);
+static int (*real_dup)(int);
+static int (*real_dup2)(int, int);
+static int (*real_dup3)(int, int, int);
+static int (*real_fcntl)(int, int, ...);
+static int (*real_fcntl64)(int, int, ...);
+
+struct gs_preload gs_pl;
+static pthread_once_t gs_once = PTHREAD_ONCE_INIT;
+
+/* ---- copies from and to the caller's memory ---- */
+
+static int gs_copy(void *dst, const void *src, size_t len, int to_user)
+{
+	struct iovec local, remote;
+	ssize_t n;
+
+	if (!len)
+		return 0;
+	if (!src || !dst)
+		return -EFAULT;
+	if (!gs_no_vm_rw) {
+		local.iov_base = to_user ? (void *)src : dst;
+		local.iov_len = len;
+		remote.iov_base = to_user ? dst : (void *)src;
+		remote.iov_len = len;
+		if (to_user)
+			n = process_vm_writev(getpid(), &local, 1, &remote, 1, 0);
+		else
+			n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+		if (n == (ssize_t)len)
+			return 0;
+		if (n >= 0 || errno == EFAULT)
+			return -EFAULT;
+		gs_no_vm_rw = 1;	/* ENOSYS / EPERM: the syscall is filtered */
+	}
+	memcpy(dst, src, len);
+	return 0;
+}
+
+static int gs_io_read(void *ctx, nv_u64 uaddr, void *dst, nv_u32 len)
+{
+	return gs_copy(dst, (const void *)(uintptr_t)uaddr, len, 0);
+}
+
+static int gs_io_write(void *ctx, nv_u64 uaddr, const void *src, nv_u32 len)
+{
+	return gs_copy((void *)(uintptr_t)uaddr, src, len, 1);
+}
+
+static const struct gs_io gs_pl_io = { .read = gs_io_read, .write = gs_io_write };
+
+/* ---- setup ---- */
+
+static void *gs_sym(const char *name)
+{
+	return dlsym(RTLD_NEXT, name);
+}
+
+static void gs_init_once(void)
+{
+	struct gs_inst_ops ops = { .event = gs_report_event, .ctx = &gs_pl };
+	const char *s;
+
+	real_ioctl = gs_sym("ioctl");
+	real_close = gs_sym("close");
+	real_dup = gs_sym("dup");
+	real_dup2 = gs_sym("dup2");
+	real_dup3 = gs_sym("dup3");
+	real_fcntl = gs_sym("fcntl");
+	real_fcntl64 = gs_sym("fcntl64");
+	if (!real_fcntl64)
+		real_fcntl64 = real_fcntl;
+
+	s = getenv("GPUSLICE_INSTANCE");
+	snprintf(gs_pl.name, sizeof(gs_pl.name), "%s", s && *s ? s : "default");
+	s = getenv("GPUSLICE_SOCKET");
+	snprintf(gs_pl.sock_path, sizeof(gs_pl.sock_path), "%s",
+		 s && *s ? s : "/run/gpuslice/preload.sock");
+	s = getenv("GPUSLICE_DEBUG");
+	gs_pl.debug = s && *s && *s != '0';
+	s = getenv("GPUSLICE_STATS");
+	if (s && *s)
+		snprintf(gs_pl.stats_path, sizeof(gs_pl.stats_path), "%s", s);
+	gs_pl.limit = ~0ull;
+	s = getenv("GPUSLICE_MEM_LIMIT");
+	if (s && *s && gs_parse_size(s, &gs_pl.limit)) {
+		fprintf(stderr, "gpuslice: bad GPUSLICE_MEM_LIMIT '%s', no limit\n", s);
+		gs_pl.limit = ~0ull;
+	}
+	pthread_mutex_init(&gs_pl.sock_lock, NULL);
+	gs_pl.sock = -1;
+	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
+	if (gs_pl.debug)
+		fprintf(stderr, "gpuslice: pid %d instance %s limit %llu\n", getpid(), gs_pl.name,
+			(unsigned long long)gs_pl.limit);
+}
+
+static void gs_init(void)
+{
+	pthread_once(&gs_once, gs_init_once);
+}
+
+__attribute__((constructor)) static void gs_ctor(void)
+{
+	gs_init();
+}
+
+__attribute__((destructor)) static void gs_dtor(void)
+{
+	if (gs_pl.inst)
+		gs_report_stats();
+}
+
+/* ---- the fd table ---- */
+
+static nv_u64 gs_fd_state(int fd)
+{
+	struct stat st;
+	nv_u64 v, tag, minor_nr = 0;
+	int m;
+
+	if (fd < 0 || fd >= GS_MAX_FD)
+		return GS_TAG_OTHER;
+	v = atomic_load(&gs_fds[fd]);
+	if (v)
+		return v;
+	tag = GS_TAG_OTHER;
+	if (fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) &&
+	    major(st.st_rdev) == NV_MAJOR_DEVICE_NUMBER) {
+		minor_nr = minor(st.st_rdev);
+		if (minor_nr == NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE)
+			tag = GS_TAG_CTL;
+		else if (minor_nr < 254)	/* 254: nvidia-modeset */
+			tag = GS_TAG_GPU;
+	}
+	v = tag | (minor_nr << 8);
+	if (tag != GS_TAG_OTHER)
+		v |= atomic_fetch_add(&gs_next_file, 1) << 16;
+	atomic_store(&gs_fds[fd], v);
+	m = atomic_load(&gs_max_fd);
+	while (fd > m && !atomic_compare_exchange_weak(&gs_max_fd, &m, fd))
+		;
+	return v;
+}
+
+static int gs_is_nv(nv_u64 v)
+{
+	return (v & 0xff) == GS_TAG_CTL || (v & 0xff) == GS_TAG_GPU;
+}
+
+/* fd no longer refers to its file: if it was the last one, RM frees the clients */
+static void gs_fd_gone(int fd)
+{
+	nv_u64 v, fid;
+	int i, max;
+
+	if (fd < 0 || fd >= GS_MAX_FD)
+		return;
+	v = atomic_exchange(&gs_fds[fd], 0);
+	if (!gs_is_nv(v))
+		return;
+	fid = v >> 16;
+	max = atomic_load(&gs_max_fd);
+	for (i = 0; i <= max && i < GS_MAX_FD; i++) {
+		nv_u64 w = atomic_load(&gs_fds[i]);
+
+		if (gs_is_nv(w) && (w >> 16) == fid)
+			return;
+	}
+	gs_file_closed(gs_pl.inst, fid);
+}
+
+static void gs_fd_dup(int oldfd, int newfd)
+{
+	nv_u64 v;
+	int m;
+
+	if (oldfd < 0 || oldfd >= GS_MAX_FD || newfd < 0 || newfd >= GS_MAX_FD)
+		return;
+	v = atomic_load(&gs_fds[oldfd]);
+	atomic_store(&gs_fds[newfd], gs_is_nv(v) ? v : 0);
+	m = atomic_load(&gs_max_fd);
+	while (newfd > m && !atomic_compare_exchange_weak(&gs_max_fd, &m, newfd))
+		;
+}
+
+/* ---- ioctl ---- */
+
+static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
+{
+	nv_u64 stackbuf[512];	/* 4 KiB, 8-aligned; larger blocks go to the heap */
+	nv_u32 size = NV_IOC_SIZE(req);
+	struct gs_call c;
+	enum gs_verdict v;
+	void *buf = stackbuf;
+	int ret, err;
+
+	if (size > sizeof(stackbuf)) {
+		buf = malloc(size);
+		if (!buf) {
+			errno = ENOMEM;
+			return -1;
+		}
+	}
+	if (gs_copy(buf, uarg, size, 0)) {
+		ret = -1;
+		err = EFAULT;
+		goto out;
+	}
+	memset(&c, 0, sizeof(c));
+	c.kind = (st & 0xff) == GS_TAG_CTL ? GS_FILE_CTL : GS_FILE_GPU;
+	c.gpu_minor = (st >> 8) & 0xff;
+	c.req = (nv_u32)req;
+	c.arg = buf;
+	c.arg_size = size;
+	c.file_id = st >> 16;
+	c.pid = getpid();
+	v = gs_pre(gs_pl.inst, &c, &gs_pl_io);
+	if (v == GS_FAIL) {
+		gs_report_refusal(&c);
+		ret = -1;
+		err = c.err;
+		goto out;
+	}
+	if (v == GS_REPLY) {
+		gs_report_refusal(&c);
+		ret = gs_copy(uarg, buf, size, 1) ? -1 : 0;
+		err = EFAULT;
+		goto out;
+	}
+	ret = real_ioctl(fd, req, size ? buf : uarg);
+	err = errno;
+	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
+	if (ret == 0 && gs_copy(uarg, buf, size, 1)) {
+		ret = -1;
+		err = EFAULT;
+	}
+out:
+	if (buf != stackbuf)
+		free(buf);
+	errno = err;
+	return ret;
+}
+
+GS_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	void *arg;
+	nv_u64 st;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	gs_init();
+	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC || !gs_pl.inst)
+		return real_ioctl(fd, req, arg);
+	st = gs_fd_state(fd);
+	if (!gs_is_nv(st))
+		return real_ioctl(fd, req, arg);
+	return gs_nv_ioctl(fd, st, req, arg);
+}
+
+/* ---- file descriptor bookkeeping ---- */
+
+GS_EXPORT int close(int fd)
+{
+	gs_init();
+	if (gs_pl.inst)
+		gs_fd_gone(fd);
+	return real_close(fd);
+}
+
+GS_EXPORT int dup(int oldfd)
+{
+	int fd;
+
+	gs_init();
+	fd = real_dup(oldfd);
+	if (fd >= 0)
+		gs_fd_dup(oldfd, fd);
+	return fd;
+}
+
+GS_EXPORT int dup2(int oldfd, int newfd)
+{
+	int fd;
+
+	gs_init();
+	if (oldfd != newfd && gs_pl.inst)
+		gs_fd_gone(newfd);
+	fd = real_dup2(oldfd, newfd);
+	if (fd >= 0 && oldfd != newfd)
+		gs_fd_dup(oldfd, fd);
+	return fd;
+}
+
+GS_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	int fd;
+
+	gs_init();
+	if (oldfd != newfd && gs_pl.inst)
+		gs_fd_gone(newfd);
+	fd = real_dup3(oldfd, newfd, flags);
+	if (fd >= 0)
+		gs_fd_dup(oldfd, fd);
+	return fd;
+}
+
+static int gs_fcntl(int (*real)(int, int, ...), int fd, int cmd, void *arg)
+{
+	int ret = real(fd, cmd, arg);
+
+	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+		gs_fd_dup(fd, ret);
+	return ret;
+}
+
+GS_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	gs_init();
+	return gs_fcntl(real_fcntl, fd, cmd, arg);
+}
+
+GS_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	gs_init();
+	return gs_fcntl(real_fcntl64, fd, cmd, arg);
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * preload.h - what preload.c and report.c share.
+ */
+#ifndef GPUSLICE_PRELOAD_H
+#define GPUSLICE_PRELOAD_H
+
+#include <pthread.h>
+#include "core.h"
+
+struct gs_preload {
+	struct gs_inst *inst;
+	char name[32];
+	char sock_path[108];
+	char stats_path[256];
+	nv_u64 limit;
+	int debug;
+	pthread_mutex_t sock_lock;
+	int sock;		/* -1: not connected */
+	nv_u64 next_try_ns;	/* no reconnect before this */
+};
+
+extern struct gs_preload gs_pl;
+
+int gs_parse_size(const char *s, nv_u64 *out);
+void gs_report_event(void *ctx, const struct gs_event *ev);
+void gs_report_refusal(const struct gs_call *c);
+void gs_report_stats(void);
+
+#endif /* GPUSLICE_PRELOAD_H */

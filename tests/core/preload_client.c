@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * preload_client.c - issues RM calls the way libcuda does, on the fake device
+ * files of mockrm.c, under LD_PRELOAD="libgpuslice.so libmockrm.so". Prints
+ * "key value" lines for tests/test_preload.py.
+ *
+ *   preload_client DIR   (DIR holds files named nvidiactl and nvidia0)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "nvrm_abi.h"
+
+#define REQ(nr, type) _IOWR(NV_IOCTL_MAGIC, nr, type)
+#define DEV 0x5c000001u
+#define SUB 0x5c000002u
+#define MiB (1ull << 20)
+
+static int ctl;
+static nv_handle client;
+static _Atomic nv_u32 next_handle = 0x5c001000u;
+
+static nv_u32 rm_alloc(nv_handle root, nv_handle parent, nv_handle h, nv_u32 klass, void *params,
+		       int *ret)
+{
+	struct nvos64_params p = {
+		.h_root = root, .h_object_parent = parent, .h_object_new = h, .h_class = klass,
+		.p_alloc_parms = (nv_u64)(uintptr_t)params,
+	};
+
+	*ret = ioctl(ctl, REQ(NV_ESC_RM_ALLOC, struct nvos64_params), &p);
+	if (klass == NV01_ROOT_CLIENT)
+		client = p.h_object_new;
+	return p.status;
+}
+
+static nv_u32 mem_alloc(nv_u64 size, nv_handle *h)
+{
+	struct nv_memory_allocation_params mp;
+	int ret;
+
+	memset(&mp, 0, sizeof(mp));
+	mp.size = size;
+	*h = atomic_fetch_add(&next_handle, 1);
+	return rm_alloc(client, DEV, *h, NV01_MEMORY_LOCAL_USER, &mp, &ret);
+}
+
+static nv_u32 rm_free(nv_handle h)
+{
+	struct nvos00_params p = { client, DEV, h, 0 };
+
+	ioctl(ctl, REQ(NV_ESC_RM_FREE, struct nvos00_params), &p);
+	return p.status;
+}
+
+static nv_u32 control(nv_handle c, nv_handle obj, nv_u32 cmd, void *params, nv_u32 size)
+{
+	struct nvos54_params p = {
+		.h_client = c, .h_object = obj, .cmd = cmd,
+		.params = (nv_u64)(uintptr_t)params, .params_size = size,
+	};
+
+	ioctl(ctl, REQ(NV_ESC_RM_CONTROL, struct nvos54_params), &p);
+	return p.status;
+}
+
+static void fb_info(nv_u32 *total_kib, nv_u32 *free_kib)
+{
+	struct nv2080_ctrl_fb_get_info_v2_params fp;
+
+	memset(&fp, 0, sizeof(fp));
+	fp.fb_info_list_size = 2;
+	fp.fb_info_list[0].index = NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE;
+	fp.fb_info_list[1].index = NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE;
+	control(client, SUB, NV2080_CTRL_CMD_FB_GET_INFO_V2, &fp, sizeof(fp));
+	*total_kib = fp.fb_info_list[0].data;
+	*free_kib = fp.fb_info_list[1].data;
+}
+
+static _Atomic nv_u64 live_bytes, max_live, thread_ok, thread_refused;
+
+static void *worker(void *unused)
+{
+	nv_handle hs[64];
+	int n = 0, i, round;
+
+	for (round = 0; round < 50; round++) {
+		while (n < 64) {
+			nv_u32 st = mem_alloc(64 * MiB, &hs[n]);
+			nv_u64 now, m;
+
+			if (st == NV_ERR_NO_MEMORY) {
+				thread_refused++;
+				break;
+			}
+			n++;
+			thread_ok++;
+			now = atomic_fetch_add(&live_bytes, 64 * MiB) + 64 * MiB;
+			m = atomic_load(&max_live);
+			while (now > m && !atomic_compare_exchange_weak(&max_live, &m, now))
+				;
+		}
+		for (i = 0; i < n; i++) {
+			/* forget before freeing: live_bytes never exceeds what the core counts */
+			atomic_fetch_sub(&live_bytes, 64 * MiB);
+			rm_free(hs[i]);
+		}
+		n = 0;
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	char path[512];
+	nv_u32 total, free_kib, st;
+	nv_handle h[8], hbig;
+	pthread_t th[8];
+	int gpu, ret, i, fd2;
+
+	if (argc < 2)
+		return 2;
+	snprintf(path, sizeof(path), "%s/nvidiactl", argv[1]);
+	ctl = open(path, O_RDWR);
+	snprintf(path, sizeof(path), "%s/nvidia0", argv[1]);
+	gpu = open(path, O_RDWR);
+	if (ctl < 0 || gpu < 0)
+		return 3;
+
+	st = rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	printf("client_status %u client 0x%x\n", st, client);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
+
+	fb_info(&total, &free_kib);
+	printf("fb_total_kib %u fb_free_kib %u\n", total, free_kib);
+	for (i = 0; i < 4; i++) {
+		st = mem_alloc(256 * MiB, &h[i]);
+		printf("alloc256_%d %u\n", i, st);
+	}
+	st = mem_alloc(1, &hbig);
+	printf("alloc_over %u\n", st);
+	fb_info(&total, &free_kib);
+	printf("fb_total_kib_after %u fb_free_kib_after %u\n", total, free_kib);
+	for (i = 0; i < 4; i++)
+		rm_free(h[i]);
+	fb_info(&total, &free_kib);
+	printf("fb_free_kib_freed %u\n", free_kib);
+
+	{
+		struct nv2080_ctrl_fifo_disable_channels_params dp;
+
+		memset(&dp, 0, sizeof(dp));
+		dp.b_disable = 1;
+		dp.num_channels = 1;
+		dp.h_client_list[0] = 0xc1d0beef;
+		dp.h_channel_list[0] = 0x5c000010;
+		st = control(client, SUB, NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, &dp, sizeof(dp));
+		printf("disable_foreign %u\n", st);
+	}
+	st = control(client, SUB, NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES, NULL, 0);
+	printf("compute_mode %u\n", st);
+
+	errno = 0;
+	ret = ioctl(ctl, REQ(NV_ESC_RM_ALLOC, struct nvos64_params), (void *)8);
+	printf("bad_arg_ret %d errno %d\n", ret, errno);
+	errno = 0;
+	ret = ioctl(ctl, _IOWR(NV_IOCTL_MAGIC, NV_ESC_RM_ALLOC, nv_u32), &st);
+	printf("short_arg_ret %d errno %d\n", ret, errno);
+	errno = 0;
+	ret = ioctl(ctl, REQ(NV_ESC_IOCTL_XFER_CMD, struct nv_ioctl_xfer), path);
+	printf("xfer_ret %d errno %d\n", ret, errno);
+	{
+		struct nv_memory_allocation_params mp;
+		struct nvos64_params p = {
+			.h_root = client, .h_object_parent = DEV, .h_object_new = 0x5c000f00,
+			.h_class = NV01_MEMORY_LOCAL_USER, .p_alloc_parms = 16,
+		};
+
+		memset(&mp, 0, sizeof(mp));
+		ret = ioctl(ctl, REQ(NV_ESC_RM_ALLOC, struct nvos64_params), &p);
+		printf("bad_params_ret %d status %u\n", ret, p.status);
+	}
+
+	for (i = 0; i < 8; i++)
+		pthread_create(&th[i], NULL, worker, NULL);
+	for (i = 0; i < 8; i++)
+		pthread_join(th[i], NULL);
+	printf("threads_ok %llu threads_refused %llu max_live %llu\n",
+	       (unsigned long long)thread_ok, (unsigned long long)thread_refused,
+	       (unsigned long long)max_live);
+	fb_info(&total, &free_kib);
+	printf("fb_free_kib_threads %u\n", free_kib);
+
+	/* a dup'd fd keeps the file; closing both returns everything */
+	mem_alloc(512 * MiB, &h[0]);
+	fd2 = dup(ctl);
+	close(ctl);
+	ctl = fd2;
+	fb_info(&total, &free_kib);
+	printf("fb_free_kib_dup %u\n", free_kib);
+	close(ctl);
+	ctl = open(argv[1][0] ? strcat(strcpy(path, argv[1]), "/nvidiactl") : path, O_RDWR);
+	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
+	fb_info(&total, &free_kib);
+	printf("fb_free_kib_reopen %u\n", free_kib);
+	{
+		struct nv_channel_group_alloc_params tp = { .engine_type = 1 };
+		struct nv_channel_alloc_params_head cp;
+
+		memset(&cp, 0, sizeof(cp));
+		cp.engine_type = 1;
+		rm_alloc(client, DEV, 0x5c000020, KEPLER_CHANNEL_GROUP_A, &tp, &ret);
+		rm_alloc(client, 0x5c000020, 0x5c000021, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
+		rm_free(0x5c000020);
+	}
+	close(gpu);
+	return 0;
+}

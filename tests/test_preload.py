@@ -1,0 +1,157 @@
+"""libgpuslice.so (preload/) on the host, over a mock driver (tests/core/mockrm.c).
+
+LD_PRELOAD="libgpuslice.so libmockrm.so": the mock answers the 'F' ioctls on files
+named nvidiactl / nvidia0 like RM and makes fstat() report them as major-195
+character devices, so the glue's fd recognition, copies, refusals, close/dup handling,
+threads and the controller socket are all exercised without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORE = REPO / "tests" / "core"
+CC = os.environ.get("CC") or shutil.which("cc") or "gcc"
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("preload")
+    subprocess.run(["make", "-s", "-C", str(REPO / "preload"), f"CC={CC}"], check=True)
+    inc = f"-I{REPO / 'kmod' / 'core'}"
+    subprocess.run([CC, "-O1", "-g", "-Wall", "-Werror", "-shared", "-fPIC", inc,
+                    str(CORE / "mockrm.c"), "-o", str(d / "libmockrm.so"), "-ldl"], check=True)
+    subprocess.run([CC, "-O1", "-g", "-Wall", "-Werror", inc, str(CORE / "preload_client.c"),
+                    "-o", str(d / "client"), "-lpthread"], check=True)
+    dev = d / "dev"
+    dev.mkdir()
+    (dev / "nvidiactl").touch()
+    (dev / "nvidia0").touch()
+    return d
+
+
+class Listener:
+    def __init__(self, path: Path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(4)
+        self.lines: list[str] = []
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        conn, _ = self.sock.accept()
+        buf = b""
+        while True:
+            b = conn.recv(65536)
+            if not b:
+                break
+            buf += b
+        self.lines = buf.decode().splitlines()
+
+
+def run_client(built, tmp_path, limit="1GiB", sock=None, extra_env=None):
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+        "GPUSLICE_MEM_LIMIT": limit,
+        "GPUSLICE_INSTANCE": "box1",
+        "GPUSLICE_STATS": str(tmp_path / "stats"),
+        "GPUSLICE_SOCKET": str(sock or tmp_path / "nosock"),
+        "MOCKRM_LOG": str(tmp_path / "rmlog"),
+    })
+    env.update(extra_env or {})
+    p = subprocess.run([str(built / "client"), str(built / "dev")], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = {}
+    for line in p.stdout.splitlines():
+        w = line.split()
+        for k, v in zip(w[::2], w[1::2]):
+            out[k] = int(v, 0)
+    stats = json.loads((tmp_path / "stats").read_text().splitlines()[-1])
+    rmlog = (tmp_path / "rmlog").read_text().split("\n")
+    return out, stats, rmlog, p.stderr
+
+
+def test_preload_enforces_and_virtualizes(built, tmp_path):
+    out, stats, rmlog, _ = run_client(built, tmp_path)
+    kib = GiB >> 10
+    assert out["client_status"] == 0
+    assert out["fb_total_kib"] == kib and out["fb_free_kib"] == kib
+    assert [out[f"alloc256_{i}"] for i in range(4)] == [0, 0, 0, 0]
+    assert out["alloc_over"] == 0x51
+    assert out["fb_free_kib_after"] == 0 and out["fb_total_kib_after"] == kib
+    assert out["fb_free_kib_freed"] == kib
+    assert out["disable_foreign"] == 0x1B and out["compute_mode"] == 0x1B
+    # refused calls never reached the driver
+    assert "2a 2080110b" not in rmlog and "2a 20800130" not in rmlog
+    assert sum(1 for x in rmlog if x == "2b 40") == 4 + out["threads_ok"] + 1
+    assert "d3 0" not in rmlog
+
+
+def test_preload_malformed_calls_fail_cleanly(built, tmp_path):
+    out, _, _, _ = run_client(built, tmp_path)
+    assert (out["bad_arg_ret"], out["errno"]) != (0, 0)
+    assert out["bad_params_ret"] == 0 and out["status"] == 0x3D  # NV_ERR_INVALID_POINTER
+
+
+def test_preload_threads_never_pass_the_limit(built, tmp_path):
+    out, stats, _, _ = run_client(built, tmp_path)
+    assert out["threads_ok"] > 0 and out["threads_refused"] > 0
+    assert out["max_live"] <= GiB
+    assert out["fb_free_kib_threads"] == GiB >> 10
+    assert stats["peak"] <= GiB
+    assert stats["used"] == 0  # the last client's memory went with close()
+    assert stats["refused_filter"] == 5
+
+
+def test_preload_close_and_dup(built, tmp_path):
+    out, _, _, _ = run_client(built, tmp_path)
+    assert out["fb_free_kib_dup"] == (GiB - 512 * (1 << 20)) >> 10  # dup kept the file open
+    assert out["fb_free_kib_reopen"] == GiB >> 10  # closing the last fd returned it
+
+
+def test_preload_reports_to_controller(built, tmp_path):
+    sock = tmp_path / "ctl.sock"
+    lst = Listener(sock)
+    out, _, _, _ = run_client(built, tmp_path, sock=sock)
+    lst.t.join(timeout=10)
+    ev = [json.loads(x) for x in lst.lines]
+    assert ev, "no events"
+    keys = {"event", "name", "pid", "client", "handle", "parent", "class", "engine", "gpu", "obj_kind"}
+    assert all(keys <= e.keys() for e in ev)
+    assert all(e["name"] == "box1" for e in ev)
+    kinds = [e["event"] for e in ev]
+    assert 5 in kinds  # PROC_ATTACH
+    assert kinds.count(7) == out["threads_refused"] + 1  # ALLOC_REFUSED
+    tsg = [e for e in ev if e["event"] == 1]
+    ch = [e for e in ev if e["event"] == 3]
+    assert len(tsg) == 1 and tsg[0]["class"] == 0xA06C and tsg[0]["engine"] == 1
+    assert len(ch) == 1 and ch[0]["parent"] == tsg[0]["handle"] and ch[0]["engine"] == 1
+    assert [e["event"] for e in ev if e["event"] in (2, 4)] == [4, 2]  # channel, then TSG
+    refused = [e for e in ev if e["event"] == 8]
+    assert {e["cmd"] for e in refused} >= {0x2080110B, 0x20800130}
+
+
+def test_preload_without_socket_or_limit(built, tmp_path):
+    out, stats, _, _ = run_client(built, tmp_path, limit="")
+    assert out["alloc_over"] == 0
+    assert stats["limit"] == (1 << 64) - 1
+
+
+def test_size_suffixes(built, tmp_path):
+    for text, val in (("4GiB", 4 * GiB), ("4g", 4 * GiB), ("512MiB", 512 << 20), ("123", 123),
+                      ("2T", 2 << 40), ("1KB", 1024)):
+        _, stats, _, _ = run_client(built, tmp_path, limit=text)
+        assert stats["limit"] == val, text
