@@ -1,0 +1,15 @@
+"""Guest-only tests: they run inside the QEMU guest (scripts/vm.sh), where
+scripts/guest-tests.sh sets GPUSLICE_GUEST=1 and has loaded the stand-in driver.
+
+On the host the whole directory is left out of collection, so `pytest tests` stays
+clean there even when a guest test imports something that only exists in the guest.
+"""
+
+from __future__ import annotations
+
+import os
+
+IN_GUEST = os.environ.get("GPUSLICE_GUEST") == "1"
+
+# Relative to this directory: ignore every test module (and helper) on the host.
+collect_ignore_glob: list[str] = [] if IN_GUEST else ["*.py", "*/"]
