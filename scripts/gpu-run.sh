@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# What runs on the GPU machine (the device tool): builds preload/libgpuslice.so from
+# source there, runs tests/gpu (pytest if present, else the file's own runner), then
+# the overhead benchmark. Raw output goes to $OUT (default /tmp/gpuslice-out):
+#   env.txt      date, GPU, driver, kernel, versions
+#   tests.txt    test run
+#   bench.txt    overhead figures
+#   raw.txt      every workload's command line and raw output
+#   results.json figures the tests measured
+# Usage: scripts/gpu-run.sh [tests|bench|all]   (default all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/gpuslice-out}"
+mkdir -p "$OUT"
+export GPUSLICE_RAW="$OUT" PYTHONUNBUFFERED=1
+what="${1:-all}"
+rc=0
+
+{
+	date -u
+	uname -r
+	nvidia-smi --query-gpu=name,driver_version,memory.total,persistence_mode,compute_mode --format=csv
+	cat /proc/driver/nvidia/version
+	python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+	gcc --version | head -1
+	python3 -m pytest --version 2>&1 | head -1
+} >"$OUT/env.txt" 2>&1
+
+make -C preload clean >/dev/null
+if ! make -C preload >"$OUT/build.txt" 2>&1; then
+	cat "$OUT/build.txt"
+	exit 1
+fi
+
+if [[ $what == all || $what == tests ]]; then
+	if python3 -c 'import pytest' 2>/dev/null; then
+		python3 -m pytest -v -rA -p no:cacheprovider tests/gpu/test_gpu.py 2>&1 | tee "$OUT/tests.txt"
+	else
+		python3 tests/gpu/test_gpu.py 2>&1 | tee "$OUT/tests.txt"
+	fi
+	rc=${PIPESTATUS[0]}
+fi
+if [[ $what == all || $what == bench ]]; then
+	python3 tests/gpu/bench_overhead.py 5 5 2>&1 | tee "$OUT/bench.txt"
+fi
+exit "$rc"
