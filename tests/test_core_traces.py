@@ -194,6 +194,9 @@ def test_trace_objects_and_events(so):
     assert all(c["parent"] in tsg_handles for c in chans)
     assert all(t["klass"] == abi.KEPLER_CHANNEL_GROUP_A for t in tsgs)
     assert any(t["engine"] != 0 for t in tsgs)
+    # CUDA leaves channels' engineType 0: the core reports their TSG's engine
+    eng = {t["handle"]: t["engine"] for t in tsgs}
+    assert all(c["engine"] == eng[c["parent"]] != 0 for c in chans)
     ev = core.events()
     assert sum(e["type"] == cs.EV_TSG_NEW for e in ev) == 4
     assert sum(e["type"] == cs.EV_CHANNEL_NEW for e in ev) == 20

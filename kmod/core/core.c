@@ -375,10 +375,17 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 		o.parent = p->h_object_parent;
 	}
 	/* engine type from the allocation parameters (nvrm_abi.h) */
-	if (o.obj_kind == GPUSLICE_OBJ_TSG && p->p_alloc_parms)
+	if (o.obj_kind == GPUSLICE_OBJ_TSG && p->p_alloc_parms && io)
 		gs_read_u32(io, p->p_alloc_parms + 12, &o.engine);
-	else if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && p->p_alloc_parms)
+	else if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && p->p_alloc_parms && io)
 		gs_read_u32(io, p->p_alloc_parms + 128, &o.engine);
+	/* CUDA leaves a channel's engineType 0: it runs on its TSG's engine */
+	if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && !o.engine) {
+		const struct gs_obj *tsg = gs_obj_find(in, o.client, o.parent);
+
+		if (tsg && tsg->o.obj_kind == GPUSLICE_OBJ_TSG)
+			o.engine = tsg->o.engine;
+	}
 	gs_obj_add(in, &o, NULL, q);
 }
 

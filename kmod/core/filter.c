@@ -8,7 +8,8 @@
  * someone has looked at it. So every control, class and escape that is let
  * through is listed here, taken from what CUDA, PyTorch and nvidia-smi issue
  * in the three recorded traces (shared/traces: d = cuda-driver-alloc,
- * s = nvidia-smi-q, t = torch-matmul). tests/test_filter_lists.py checks
+ * s = nvidia-smi-q, t = torch-matmul), plus (h) the few that the runs on the
+ * H100 showed missing (docs/real-gpu.md). tests/test_filter_lists.py checks
  * against NVIDIA's source that none of them carries RMCTRL_FLAGS_PRIVILEGED
  * (0x4 in src/nvidia/generated/g_*_nvoc.c) and that the list still covers the
  * traces. Anything else is refused with NV_ERR_INSUFFICIENT_PERMISSIONS and
@@ -79,6 +80,7 @@ static const nv_u32 gs_allowed_controls[] = {
 	0x20800170,	/* dt NV2080_GPU_GET_ENGINES_V2 */
 	0x2080017b,	/* s  */
 	0x2080018d,	/* s NV2080_GPU_GET_PIDS */
+	0x2080018e,	/* h NV2080_GPU_GET_PID_INFO: NVML on PyTorch's OOM path */
 	0x20800195,	/* dt NV2080_GPU_GET_COMPUTE_POLICY_CONFIG */
 	0x208001a3,	/* dst NV2080_GET_GPU_FABRIC_PROBE_INFO */
 	0x208001a4,	/* s NV2080_GPU_GET_CHIP_DETAILS */
@@ -97,6 +99,7 @@ static const nv_u32 gs_allowed_controls[] = {
 	0x20801322,	/* s NV2080_FB_GET_OFFLINED_PAGES */
 	0x20801357,	/* s NV2080_FB_QUERY_DRAM_ENCRYPTION_INFOROM_SUPPORT */
 	0x20801701,	/* dst NV2080_MC_GET_ARCH_INFO */
+	0x20801702,	/* h NV2080_MC_SERVICE_INTERRUPTS: CUDA, channels stalled */
 	0x20801801,	/* dst NV2080_BUS_GET_PCI_INFO */
 	0x20801802,	/* s NV2080_BUS_GET_INFO */
 	0x20801803,	/* dt NV2080_BUS_GET_PCI_BAR_INFO */

@@ -110,7 +110,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	if (p->status != NV_OK)
 		return;
 	/* RM writes back the size it allocated */
-	if (io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)))
+	if (!io || io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)))
 		size = reserved;
 	mem = gs_zalloc(sizeof(*mem));
 	if (!mem)

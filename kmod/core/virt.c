@@ -26,7 +26,7 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 	nv_u64 room = in->used < in->limit ? in->limit - in->used : 0;
 	nv_u32 i, n, len;
 
-	if (p->cmd != NV2080_CTRL_CMD_FB_GET_INFO_V2 || p->status != NV_OK)
+	if (!io || p->cmd != NV2080_CTRL_CMD_FB_GET_INFO_V2 || p->status != NV_OK)
 		return;
 	if (p->params_size < sizeof(nv_u32) || !p->params)
 		return;
