@@ -52,7 +52,9 @@ void gs_evq_flush(struct gs_inst *in, struct gs_evq *q)
 	int i;
 
 	for (i = 0; i < q->n && in->ops.event; i++) {
-		const struct gs_event *ev = i < GS_EVQ_INLINE ? &q->ev[i] : &q->heap[i - GS_EVQ_INLINE];
+		const struct gs_event *ev;
+
+		ev = i < GS_EVQ_INLINE ? &q->ev[i] : &q->heap[i - GS_EVQ_INLINE];
 
 		in->ops.event(in->ops.ctx, ev);
 	}
@@ -138,15 +140,17 @@ int gs_inst_pids(struct gs_inst *in, nv_u32 *pids, int max)
 	return n;
 }
 
-int gs_for_each_object(struct gs_inst *in, int (*cb)(void *ctx, const struct gs_object *o), void *ctx)
+int gs_for_each_object(struct gs_inst *in,
+		       int (*cb)(void *ctx, const struct gs_object *o), void *ctx)
 {
 	struct gs_obj *ob;
 	int i, ret = 0;
 
 	gs_lock(&in->lock);
-	for (i = 0; i < GS_HASH_SIZE && !ret; i++)
+	for (i = 0; i < GS_HASH_SIZE && !ret; i++) {
 		for (ob = in->hash[i]; ob && !ret; ob = ob->next)
 			ret = cb(ctx, &ob->o);
+	}
 	gs_unlock(&in->lock);
 	return ret;
 }

@@ -28,8 +28,8 @@ enum gs_file_kind {
 
 enum gs_verdict {
 	GS_PASS = 0,	/* call the real driver, then gs_post() */
-	GS_REPLY = 1,	/* do not call it: the arg block (status set) is the reply, ioctl returns 0 */
-	GS_FAIL = 2,	/* do not call it: the ioctl fails with -c->err (block too short, escape denied) */
+	GS_REPLY = 1,	/* do not call it: the block (status set) is the reply, ioctl returns 0 */
+	GS_FAIL = 2,	/* do not call it: the ioctl fails with -c->err (short block, escape) */
 };
 
 /* why a call was refused; also counted per instance */
@@ -41,11 +41,11 @@ enum gs_refusal {
 	GS_REFUSE_CLASS,		/* class not allowed (privileged / cross-instance) */
 	GS_REFUSE_ESCAPE,		/* escape not allowed through an instance */
 	GS_REFUSE_MALFORMED,		/* argument block could not be read or is too short */
-	GS_REFUSE_UNLISTED,		/* control, class or escape not on the allowlist (deny by default) */
+	GS_REFUSE_UNLISTED,		/* not on the allowlist (deny by default) */
 };
 
 /* instance flags, gs_inst_set_flags() */
-#define GS_INST_ALLOW_TEST_ESCAPES	0x1	/* let GS_TEST_ESC_SUBMIT through (stand-in driver only) */
+#define GS_INST_ALLOW_TEST_ESCAPES	0x1	/* let GS_TEST_ESC_SUBMIT through (stand-in only) */
 
 /* NVSTUB_ESC_SUBMIT of the stand-in driver (tests/standin/nvstub_uapi.h) */
 #define GS_TEST_ESC_SUBMIT		0xF0
@@ -95,7 +95,8 @@ struct gs_event {
 };
 
 struct gs_inst_ops {
-	void (*event)(void *ctx, const struct gs_event *ev);	/* may be NULL; called without the core lock held */
+	/* may be NULL; called without the core lock held */
+	void (*event)(void *ctx, const struct gs_event *ev);
 	void *ctx;
 };
 
@@ -130,18 +131,19 @@ void gs_inst_free(struct gs_inst *in);
 void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit);
 void gs_inst_stats(struct gs_inst *in, struct gs_stats *st);
 void gs_inst_set_flags(struct gs_inst *in, nv_u32 flags);
-/* pids that have an open file with live RM clients, or made a call; returns how many (may exceed max) */
+/* pids with a live RM client; returns how many (may exceed max: call again bigger) */
 int gs_inst_pids(struct gs_inst *in, nv_u32 *pids, int max);
 
 /* Decide on a call before the real driver sees it. */
 enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io);
-/* Account for / rewrite the reply of a call that GS_PASS sent to the driver. ret: the driver's return. */
+/* Account for / rewrite the reply of a call GS_PASS sent to the driver; ret: its return */
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret);
 /* The file died (close, process exit, kill -9): RM frees every client it owned. */
 void gs_file_closed(struct gs_inst *in, nv_u64 file_id);
 
-/* Registry walk; cb returns non-zero to stop. Called under the core lock: cb must not sleep long. */
-int gs_for_each_object(struct gs_inst *in, int (*cb)(void *ctx, const struct gs_object *o), void *ctx);
+/* Registry walk; cb returns non-zero to stop. Under the core lock: cb must not sleep long. */
+int gs_for_each_object(struct gs_inst *in,
+		       int (*cb)(void *ctx, const struct gs_object *o), void *ctx);
 
 /* Names for tracing and tools: NULL if unknown. */
 const char *gs_escape_name(nv_u32 escape);

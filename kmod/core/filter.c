@@ -249,11 +249,9 @@ static int gs_in(const nv_u32 *v, unsigned int n, nv_u32 x)
 	return 0;
 }
 
-#define GS_N(a) (sizeof(a) / sizeof((a)[0]))
-
 int gs_control_allowed(nv_u32 cmd)
 {
-	return gs_in(gs_allowed_controls, GS_N(gs_allowed_controls), cmd);
+	return gs_in(gs_allowed_controls, ARRAY_SIZE(gs_allowed_controls), cmd);
 }
 
 /* the escapes gs_pre() decodes itself are not asked about here */
@@ -261,7 +259,7 @@ enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape)
 {
 	unsigned int i;
 
-	for (i = 0; i < GS_N(gs_plain_escapes); i++)
+	for (i = 0; i < ARRAY_SIZE(gs_plain_escapes); i++)
 		if (gs_plain_escapes[i] == escape)
 			return GS_REFUSE_NONE;
 	if (escape == GS_TEST_ESC_SUBMIT && (in->flags & GS_INST_ALLOW_TEST_ESCAPES))
@@ -273,7 +271,7 @@ enum gs_refusal gs_filter_class(nv_u32 klass)
 {
 	if (gs_vidmem_class(klass) < 0)
 		return GS_REFUSE_CLASS;
-	if (gs_in(gs_allowed_classes, GS_N(gs_allowed_classes), klass))
+	if (gs_in(gs_allowed_classes, ARRAY_SIZE(gs_allowed_classes), klass))
 		return GS_REFUSE_NONE;
 	return GS_REFUSE_UNLISTED;
 }
@@ -322,10 +320,10 @@ enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const s
 
 	if (p->cmd == NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS)
 		return gs_filter_disable_channels(in, io, p);
-	for (i = 0; i < GS_N(gs_global_controls); i++)
+	for (i = 0; i < ARRAY_SIZE(gs_global_controls); i++)
 		if (gs_global_controls[i] == p->cmd)
 			return GS_REFUSE_GLOBAL;
-	for (i = 0; i < GS_N(gs_export_controls); i++)
+	for (i = 0; i < ARRAY_SIZE(gs_export_controls); i++)
 		if (gs_export_controls[i] == p->cmd)
 			return GS_REFUSE_FOREIGN;
 	if (gs_control_allowed(p->cmd))

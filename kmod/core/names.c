@@ -104,14 +104,19 @@ static const struct gs_name gs_controls[] = {
 	{ NV0080_CTRL_CMD_GPU_MODIFY_SW_STATE_PERSISTENCE,
 	  "NV0080_CTRL_CMD_GPU_MODIFY_SW_STATE_PERSISTENCE" },
 	{ NV2080_CTRL_CMD_GPU_SET_POWER, "NV2080_CTRL_CMD_GPU_SET_POWER" },
-	{ NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES, "NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES" },
+	{ NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES,
+	  "NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES" },
 	{ NV2080_CTRL_CMD_GPU_SET_ECC_CONFIGURATION, "NV2080_CTRL_CMD_GPU_SET_ECC_CONFIGURATION" },
-	{ NV2080_CTRL_CMD_GPU_RESET_ECC_ERROR_STATUS, "NV2080_CTRL_CMD_GPU_RESET_ECC_ERROR_STATUS" },
+	{ NV2080_CTRL_CMD_GPU_RESET_ECC_ERROR_STATUS,
+	  "NV2080_CTRL_CMD_GPU_RESET_ECC_ERROR_STATUS" },
 	{ NV2080_CTRL_CMD_GPU_SET_PARTITIONS, "NV2080_CTRL_CMD_GPU_SET_PARTITIONS" },
 	{ NV2080_CTRL_CMD_PERF_SET_POWERSTATE, "NV2080_CTRL_CMD_PERF_SET_POWERSTATE" },
-	{ NV2080_CTRL_CMD_PERF_RATED_TDP_SET_CONTROL, "NV2080_CTRL_CMD_PERF_RATED_TDP_SET_CONTROL" },
-	{ NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD, "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD" },
-	{ NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD, "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD" },
+	{ NV2080_CTRL_CMD_PERF_RATED_TDP_SET_CONTROL,
+	  "NV2080_CTRL_CMD_PERF_RATED_TDP_SET_CONTROL" },
+	{ NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
+	  "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD" },
+	{ NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD,
+	  "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD" },
 };
 
 static const char * const gs_refusals[] = {
@@ -137,22 +142,22 @@ static const char *gs_lookup(const struct gs_name *t, unsigned int n, nv_u32 v)
 
 const char *gs_escape_name(nv_u32 escape)
 {
-	return gs_lookup(gs_escapes, sizeof(gs_escapes) / sizeof(gs_escapes[0]), escape);
+	return gs_lookup(gs_escapes, ARRAY_SIZE(gs_escapes), escape);
 }
 
 const char *gs_class_name(nv_u32 klass)
 {
-	return gs_lookup(gs_classes, sizeof(gs_classes) / sizeof(gs_classes[0]), klass);
+	return gs_lookup(gs_classes, ARRAY_SIZE(gs_classes), klass);
 }
 
 const char *gs_control_name(nv_u32 cmd)
 {
-	return gs_lookup(gs_controls, sizeof(gs_controls) / sizeof(gs_controls[0]), cmd);
+	return gs_lookup(gs_controls, ARRAY_SIZE(gs_controls), cmd);
 }
 
 const char *gs_refusal_name(enum gs_refusal r)
 {
-	if ((unsigned int)r >= sizeof(gs_refusals) / sizeof(gs_refusals[0]))
+	if ((unsigned int)r >= ARRAY_SIZE(gs_refusals))
 		return NULL;
 	return gs_refusals[r];
 }

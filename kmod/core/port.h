@@ -10,11 +10,13 @@
 
 #ifdef __KERNEL__
 #include <linux/errno.h>
+#include <linux/kernel.h>
 #include <linux/ktime.h>
 #include <linux/mutex.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 
+/* the instance lock: gs_pre()/gs_post() may sleep in gs_io reads under it */
 struct gs_mutex {
 	struct mutex m;
 };
@@ -66,6 +68,10 @@ static inline u64 gs_now_ns(void)
 struct gs_mutex {
 	pthread_mutex_t m;
 };
+
+#ifndef ARRAY_SIZE
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#endif
 
 static inline void *gs_zalloc(size_t n)
 {

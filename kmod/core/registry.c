@@ -173,8 +173,10 @@ static int gs_under(struct gs_inst *in, const struct gs_obj *ob, nv_handle handl
 	return 0;
 }
 
-/* Remove the objects on the kill list: channels before TSGs before clients,
- * so that DEL events come children first and PROC_DETACH last. */
+/*
+ * Remove the objects on the kill list: channels before TSGs before clients,
+ * so that DEL events come children first and PROC_DETACH last.
+ */
 static void gs_kill_list(struct gs_inst *in, struct gs_obj *kill, struct gs_evq *q)
 {
 	static const nv_u32 order[] = {
@@ -183,7 +185,7 @@ static void gs_kill_list(struct gs_inst *in, struct gs_obj *kill, struct gs_evq 
 	};
 	unsigned int k;
 
-	for (k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+	for (k = 0; k < ARRAY_SIZE(order); k++) {
 		struct gs_obj **pp = &kill;
 
 		while (*pp) {
