@@ -102,6 +102,9 @@ def test_nvidia_smi_sees_the_limit():
                         (["nvidia-smi", "-q", "-d", "MEMORY"], "nvidia-smi -q -d MEMORY under the preload")):
         out, err, st = g.run(args, LIMIT, title)
         RESULTS[title] = {"rc": out["_rc"], "stats": st}
+    full, err, st = g.run(["nvidia-smi", "-q"], LIMIT, "nvidia-smi -q (all of it) under the preload")
+    RESULTS["nvidia-smi -q"] = {"rc": full["_rc"], "stats": st}
+    assert full["_rc"] == 0 and st["refused_filter"] == 0, err[-2000:]
     plain = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True)
     g.raw("nvidia-smi query without the preload", plain.stdout + plain.stderr)
