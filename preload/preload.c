@@ -25,6 +25,8 @@
  *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
  *   GPUSLICE_STATS      file that gets one JSON line of counters at exit
  *
+ * A forked child starts with a fresh instance (gs_atfork_child()).
+ *
  * This is a process's own view: the limit applies per process, and nothing
  * stops a process that bypasses libc (raw syscalls, static binaries). The
  * kernel module is the enforcing path; this build is for measuring the core
@@ -116,6 +118,29 @@ static void *gs_sym(const char *name)
 	return dlsym(RTLD_NEXT, name);
 }
 
+/*
+ * A forked child (PyTorch's DataLoader workers, subprocess) shares its parent's
+ * files but not its RM clients' bookkeeping, and may have been forked while
+ * another thread held the core's lock: it starts over with a fresh instance
+ * and an empty fd table. The parent's instance is left as it was (not freed:
+ * its lock may be held by a thread that does not exist in the child).
+ */
+static void gs_atfork_child(void)
+{
+	struct gs_inst_ops ops = { .event = gs_report_event, .ctx = &gs_pl };
+	int i;
+
+	for (i = 0; i < GS_MAX_FD; i++)
+		atomic_store(&gs_fds[i], 0);
+	atomic_store(&gs_max_fd, 0);
+	pthread_mutex_init(&gs_pl.sock_lock, NULL);
+	if (gs_pl.sock >= 0)
+		real_close(gs_pl.sock);
+	gs_pl.sock = -1;
+	gs_pl.next_try_ns = 0;
+	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
+}
+
 static void gs_init_once(void)
 {
 	struct gs_inst_ops ops = { .event = gs_report_event, .ctx = &gs_pl };
@@ -150,6 +175,7 @@ static void gs_init_once(void)
 	pthread_mutex_init(&gs_pl.sock_lock, NULL);
 	gs_pl.sock = -1;
 	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
+	pthread_atfork(NULL, NULL, gs_atfork_child);
 	if (gs_pl.debug)
 		fprintf(stderr, "gpuslice: pid %d instance %s limit %llu\n", getpid(), gs_pl.name,
 			(unsigned long long)gs_pl.limit);

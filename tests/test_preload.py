@@ -118,6 +118,8 @@ def test_preload_threads_never_pass_the_limit(built, tmp_path):
 
 def test_preload_close_and_dup(built, tmp_path):
     out, _, _, _ = run_client(built, tmp_path)
+    assert out["fork_child_exit"] == 0  # the child's own instance refused the parent's client
+    assert out["fb_free_kib_fork"] == (GiB - 512 * (1 << 20)) >> 10  # the child's close changed nothing
     assert out["fb_free_kib_dup"] == (GiB - 512 * (1 << 20)) >> 10  # dup kept the file open
     assert out["fb_free_kib_reopen"] == GiB >> 10  # closing the last fd returned it
 

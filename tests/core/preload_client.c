@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nvrm_abi.h"
@@ -202,6 +203,24 @@ int main(int argc, char **argv)
 
 	/* a dup'd fd keeps the file; closing both returns everything */
 	mem_alloc(512 * MiB, &h[0]);
+
+	/* a forked child starts with its own, empty instance; its close() does not
+	 * touch the parent's accounting */
+	{
+		pid_t pid = fork();
+		int wst = 0;
+
+		if (pid == 0) {
+			fb_info(&total, &free_kib);	/* the parent's client: not the child's */
+			st = control(client, SUB, NV2080_CTRL_CMD_FB_GET_INFO_V2, NULL, 0);
+			close(ctl);
+			_exit(st == NV_ERR_INSUFFICIENT_PERMISSIONS ? 0 : 1);
+		}
+		waitpid(pid, &wst, 0);
+		printf("fork_child_exit %d\n", WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
+		fb_info(&total, &free_kib);
+		printf("fb_free_kib_fork %u\n", free_kib);
+	}
 	fd2 = dup(ctl);
 	close(ctl);
 	ctl = fd2;
