@@ -34,7 +34,7 @@ class GpuctlError(Exception):
 
 # ---- click parameter types -----------------------------------------------------------
 
-class _Unit(click.ParamType):
+class _Unit(click.ParamType):  # type: ignore[type-arg]
     def __init__(self, name: str, fn: Callable[[str], Any]) -> None:
         self.name = name
         self.fn = fn
@@ -71,7 +71,7 @@ GPUS = _Unit("gpus", _gpu_list)
 class OneLineGroup(click.Group):
     """A click group whose errors (usage or runtime) are one line on stderr."""
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)

@@ -126,9 +126,9 @@ class RmGate:
             except OSError as e:
                 log.error("re-enable on GPU %d failed: %s", gpu, e)
                 continue
-            for p, e in bad:
-                if e.status not in GONE:
-                    log.error("re-enable of 0x%x/0x%x failed: %s", p[0], p[1], e)
+            for p, err in bad:
+                if err.status not in GONE:
+                    log.error("re-enable of 0x%x/0x%x failed: %s", p[0], p[1], err)
         self.disabled.clear()
 
 

@@ -67,7 +67,7 @@ def pack_version_check(version: str, cmd: int = abi.NV_RM_API_VERSION_CMD_STRICT
     return abi.RM_API_VERSION.pack(cmd, 0, raw)
 
 
-def unpack_version_check(buf: bytes) -> tuple[int, str]:
+def unpack_version_check(buf: bytes | bytearray) -> tuple[int, str]:
     _cmd, reply, raw = abi.RM_API_VERSION.unpack(bytes(buf[: abi.RM_API_VERSION.size]))
     return reply, raw.split(b"\0", 1)[0].decode(errors="replace")
 

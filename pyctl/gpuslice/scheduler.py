@@ -294,6 +294,7 @@ class Scheduler:
                 str(g): {
                     "policy": tl.policy,
                     "period_ns": tl.period_ns,
+                    "period_start_ns": tl.period_start,  # CLOCK_MONOTONIC
                     "periods": tl.periods,
                     "instances": {
                         n: {"share": tl.shares.get(n, 0.0), "active": n in tl.active, "gated": n not in tl.ungated,
