@@ -319,7 +319,8 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	enum gs_verdict v;
 	struct gs_evq q;
 
-	c->escape = NV_IOC_NR(c->req);
+	/* UVM ioctls are plain numbers (no _IOC encoding): keep the whole word */
+	c->escape = c->kind == GS_FILE_UVM ? c->req : NV_IOC_NR(c->req);
 	c->what = 0;
 	c->status = NV_OK;
 	c->err = 0;

@@ -68,7 +68,7 @@ struct gs_call {
 	nv_u64 file_id;		/* identifies the open file; RM ties clients to it */
 	nv_u32 pid;
 	/* filled by the core, read by the glue (tracing) */
-	nv_u32 escape;		/* NV_IOC_NR(req) */
+	nv_u32 escape;		/* NV_IOC_NR(req); the whole req for UVM */
 	nv_u32 what;		/* class for RM_ALLOC, cmd for RM_CONTROL, else 0 */
 	nv_u32 status;		/* NV status seen in / put into the reply */
 	nv_s32 err;		/* positive errno for GS_FAIL */
