@@ -18,7 +18,7 @@
  *
  * Named refusals, whatever the lists say:
  *  - controls that change the whole GPU (compute mode, ECC, power, MIG,
- *    persistence, drain, channel disable): GS_REFUSE_GLOBAL;
+ *    persistence, drain, reset, channel disable): GS_REFUSE_GLOBAL;
  *  - FIFO_DISABLE_CHANNELS naming a client that is not the instance's:
  *    GS_REFUSE_FOREIGN (the denial-of-service path of FINDINGS.md); naming
  *    only its own: GS_REFUSE_GLOBAL, since gating belongs to the scheduler and
@@ -165,7 +165,7 @@ static const nv_u32 gs_allowed_controls[] = {
 	0xcb330101,	/* dt  */
 };
 
-/* controls that change the whole GPU, sorted */
+/* controls that change the whole GPU (clock controls are not named: unlisted) */
 static const nv_u32 gs_global_controls[] = {
 	NV0000_CTRL_CMD_GPU_MODIFY_DRAIN_STATE,
 	NV0080_CTRL_CMD_GPU_MODIFY_SW_STATE_PERSISTENCE,
@@ -179,6 +179,11 @@ static const nv_u32 gs_global_controls[] = {
 	NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS_FOR_KEY_ROTATION_V2,
 	NV2080_CTRL_CMD_PERF_SET_POWERSTATE,
 	NV2080_CTRL_CMD_PERF_RATED_TDP_SET_CONTROL,
+	NV0080_CTRL_CMD_BIF_RESET,
+	NV2080_CTRL_CMD_GPU_MARK_DEVICE_FOR_RESET,
+	NV2080_CTRL_CMD_GPU_UNMARK_DEVICE_FOR_RESET,
+	NV2080_CTRL_CMD_GPU_MARK_DEVICE_FOR_DRAIN_AND_RESET,
+	NV2080_CTRL_CMD_GPU_UNMARK_DEVICE_FOR_DRAIN_AND_RESET,
 };
 
 /* controls that move RM objects between processes through fds */
