@@ -196,11 +196,20 @@ class GpusliceNetlink:
     def fileno(self) -> int:
         return int(self.sock.fileno())
 
+    def _queued(self) -> int:
+        """Multicast messages pyroute2 already read off the socket (e.g. while it waited
+        for a dump's reply) and holds in its own queue, where select() cannot see them."""
+        try:
+            q = self.sock.asyncore.msg_queue.queues.get(0)
+            return int(q.qsize()) if q is not None else 0
+        except AttributeError:
+            return 0
+
     def poll_events(self, timeout: float = 0.0) -> list[dict[str, Any]]:
         """Events received so far (waits up to ``timeout`` s for the first)."""
         self.subscribe()
         out: list[dict[str, Any]] = []
-        while select.select([self.fileno()], [], [], timeout)[0]:
+        while self._queued() or select.select([self.fileno()], [], [], timeout)[0]:
             for m in self.sock.get():
                 if m.get("cmd") == CMD_EVENT:
                     out.append(to_dict(m))
