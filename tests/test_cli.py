@@ -158,3 +158,8 @@ def test_daemon_without_device_fails_cleanly(run, tmp_path) -> None:
     res = run("daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
               "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s"))
     one_line_error(res, "nvidiactl")
+
+
+def test_bare_group_prints_help(run) -> None:
+    res = run("instance")
+    assert res.exit_code == 2 and "create" in res.stdout and res.stderr == ""

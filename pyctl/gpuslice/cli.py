@@ -81,6 +81,9 @@ class OneLineGroup(click.Group):
             sys.exit(e.exit_code)
         except click.Abort:
             _die("aborted", 130)
+        except getattr(click.exceptions, "NoArgsIsHelpError", ()) as e:  # bare `gpuctl`, `gpuctl instance`
+            click.echo(e.ctx.get_help() if e.ctx else str(e))
+            sys.exit(2)
         except click.ClickException as e:
             _die(e.format_message().replace("\n", " "), e.exit_code)
         except (GpuctlError, S.StateError) as e:
