@@ -106,7 +106,7 @@ def test_idle_periods_are_redistributed(rig: Rig, policy: str) -> None:
     d = rig.daemon()
     d.wait_periods(min_periods=3)
     assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "b", "c"}))
-    loads[1].busy(False)  # b goes idle; its backlog (20 ms) drains
+    loads[1].busy(False)  # b goes idle; its backlog (30 ms) drains
     time.sleep(3 * PERIOD_MS / 1000)
     assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "c"}))
     loads[1].busy(True)

@@ -40,7 +40,7 @@ def engine() -> dict[tuple[int, int], dict[str, int]]:
 def _main() -> None:
     import nvstub  # tests/guest/nvstub.py
 
-    depth_ns = int(float(sys.argv[sys.argv.index("--depth") + 1]) * MS) if "--depth" in sys.argv else 20 * MS
+    depth_ns = int(float(sys.argv[sys.argv.index("--depth") + 1]) * MS) if "--depth" in sys.argv else 30 * MS
     busy = {"on": "--idle" not in sys.argv}
     signal.signal(signal.SIGUSR1, lambda *_: busy.__setitem__("on", True))
     signal.signal(signal.SIGUSR2, lambda *_: busy.__setitem__("on", False))
@@ -60,7 +60,7 @@ def _main() -> None:
             pending = engine()[key]["pending_ns"]
             if pending < depth_ns:
                 nvstub.submit(s.ctl, s.client, ch, depth_ns - pending)
-        time.sleep(0.004)
+        time.sleep(0.01)
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Workload:
     channel: int
 
     @classmethod
-    def start(cls, name: str, busy: bool = True, depth_ms: float = 20, dev: str | None = None) -> "Workload":
+    def start(cls, name: str, busy: bool = True, depth_ms: float = 30, dev: str | None = None) -> "Workload":
         env = {**os.environ, "GPUSLICE_INSTANCE": name}
         args = [sys.executable, __file__, "--depth", str(depth_ms)] + ([] if busy else ["--idle"])
         args += ["--dev", dev] if dev else []

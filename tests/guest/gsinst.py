@@ -1,0 +1,99 @@
+"""Helpers for the interposer's guest tests: gpuslice instances and RM sessions
+opened through an instance's nodes (/dev/gpuslice/<name>/...)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+from gpuslice import abi
+from gpuslice.netlink import GpusliceNetlink
+
+import nvstub
+
+DEV_DIR = Path("/dev/gpuslice")
+MODULE = "gpuslice"
+
+
+def loaded(mod: str = MODULE) -> bool:
+    return Path(f"/sys/module/{mod}").exists()
+
+
+def unique(prefix: str = "t") -> str:
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+def node(name: str, leaf: str) -> str:
+    return str(DEV_DIR / name / leaf)
+
+
+class Instance:
+    """Creates an instance on enter, deletes it on exit (after its files are closed)."""
+
+    def __init__(self, nl: GpusliceNetlink, mem_limit: int, gpu_mask: int = 1, **attrs: int) -> None:
+        self.nl = nl
+        self.name = unique()
+        self.mem_limit = mem_limit
+        self.gpu_mask = gpu_mask
+        self.attrs = {"mode": 0o666, **attrs}
+
+    def __enter__(self) -> "Instance":
+        self.nl.instance_new(self.name, self.gpu_mask, self.mem_limit, **self.attrs)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.nl.instance_del(self.name)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+
+    def get(self) -> dict:
+        (d,) = self.nl.instances(self.name)
+        return d
+
+    def path(self, leaf: str) -> str:
+        return node(self.name, leaf)
+
+
+class InstSession(nvstub.Session):
+    """nvstub.Session, but opening nvidiactl and nvidia<gpu> from a directory."""
+
+    def __init__(self, ctl_path: str, gpu_path: str, gpu: int = 0) -> None:  # noqa: D107
+        self.gpu = gpu
+        self.ctl = nvstub.open_node(ctl_path)
+        self.dev_fd = nvstub.open_node(gpu_path)
+        if nvstub.register_fd(self.dev_fd, self.ctl) != 0:
+            raise nvstub.IoctlError(errno.EINVAL, "REGISTER_FD")
+        st, self.client = nvstub.rm_alloc(self.ctl, 0, 0, 0, abi.NV01_ROOT_CLIENT)
+        self._check(st, "client")
+        self.device = 0x5C000002
+        self.subdevice = 0x5C000003
+        dp = ctypes.create_string_buffer(abi.DEVICE_ALLOC_PARAMS.pack(gpu, 0, 0, 0, 0, 0, 0, 0, 0),
+                                         abi.DEVICE_ALLOC_PARAMS.size)
+        self._check(nvstub.rm_alloc(self.ctl, self.client, self.client, self.device,
+                                    abi.NV01_DEVICE_0, dp)[0], "device")
+        sp = ctypes.create_string_buffer(abi.SUBDEVICE_ALLOC_PARAMS.pack(0), abi.SUBDEVICE_ALLOC_PARAMS.size)
+        self._check(nvstub.rm_alloc(self.ctl, self.client, self.device, self.subdevice,
+                                    abi.NV20_SUBDEVICE_0, sp)[0], "subdevice")
+        self._next = 0x5C000010
+
+
+def session(inst: Instance, gpu: int = 0) -> InstSession:
+    return InstSession(inst.path("nvidiactl"), inst.path(f"nvidia{gpu}"), gpu)
+
+
+def real_session(gpu: int = 0) -> nvstub.Session:
+    return nvstub.Session(gpu)
+
+
+def rdev_major(path: str) -> int:
+    return os.major(os.stat(path).st_rdev)
+
+
+def dmesg_tail(n: int = 40) -> str:
+    return subprocess.run(["dmesg"], capture_output=True, text=True).stdout[-n * 200:]

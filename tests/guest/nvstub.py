@@ -1,0 +1,250 @@
+"""Tiny user-space side of the nvstub stand-in driver, for guest tests.
+
+Opens the fake NVIDIA nodes and issues RM ioctls with the layouts of gpuslice.abi.
+Also mirrors tests/standin/nvstub_uapi.h (the simulated engine's test-only escape)
+and parses /proc/nvstub. Other engineers' guest tests use this module: keep it stable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuslice import abi
+
+# ---- mirror of tests/standin/nvstub_uapi.h ----
+NVSTUB_ESC_SUBMIT = 0xF0
+NVSTUB_SUBMIT = struct.Struct("<IIQII")  # hClient, hChannel, work_ns, status, pad
+NVSTUB_IOCTL_SUBMIT = abi.iowr(NVSTUB_ESC_SUBMIT, NVSTUB_SUBMIT.size)  # _IOWR('F', 0xF0, 24)
+
+CTL_PATH = "/dev/nvidiactl"
+UVM_PATH = "/dev/nvidia-uvm"
+PROC = Path("/proc/nvstub")
+
+
+def gpu_path(n: int) -> str:
+    return f"/dev/nvidia{n}"
+
+
+def present() -> bool:
+    """True when the stand-in's nodes exist (i.e. nvstub.ko is loaded)."""
+    return os.path.exists(CTL_PATH) and (PROC / "engine").exists()
+
+
+def open_node(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+
+
+class IoctlError(OSError):
+    pass
+
+
+def ioctl(fd: int, req: int, buf: bytearray) -> int:
+    """Issue an ioctl whose argument block is buf (mutated in place). Returns 0 or -errno."""
+    try:
+        return fcntl.ioctl(fd, req, buf, True)
+    except OSError as e:
+        return -(e.errno or errno.EIO)
+
+
+def uvm_ioctl(fd: int, cmd: int, params: ctypes.Array) -> int:
+    """nvidia-uvm ioctl: the argument is a pointer to params (a ctypes buffer)."""
+    try:
+        return fcntl.ioctl(fd, cmd, ctypes.addressof(params))
+    except OSError as e:
+        return -(e.errno or errno.EIO)
+
+
+def rm_alloc(ctl: int, h_root: int, h_parent: int, h_new: int, h_class: int,
+             params: ctypes.Array | None = None) -> tuple[int, int]:
+    """NV_ESC_RM_ALLOC; returns (status, hObjectNew). params is updated in place."""
+    ptr = ctypes.addressof(params) if params is not None else 0
+    buf = bytearray(abi.NVOS64.pack(h_root, h_parent, h_new, h_class, ptr, 0, 0, 0, 0))
+    ret = ioctl(ctl, abi.IOCTL_RM_ALLOC, buf)
+    if ret < 0:
+        raise IoctlError(-ret, f"RM_ALLOC class {h_class:#x}")
+    fields = abi.NVOS64.unpack(buf)
+    return fields[8], fields[2]
+
+
+def rm_free(ctl: int, h_root: int, h_parent: int, h_object: int) -> int:
+    buf = bytearray(abi.NVOS00.pack(h_root, h_parent, h_object, 0))
+    ret = ioctl(ctl, abi.IOCTL_RM_FREE, buf)
+    if ret < 0:
+        raise IoctlError(-ret, "RM_FREE")
+    return abi.NVOS00.unpack(buf)[3]
+
+
+def rm_control(ctl: int, h_client: int, h_object: int, cmd: int, params: ctypes.Array) -> int:
+    """NV_ESC_RM_CONTROL with params (a ctypes buffer, updated in place); returns status."""
+    buf = bytearray(abi.NVOS54.pack(h_client, h_object, cmd, 0, ctypes.addressof(params),
+                                    ctypes.sizeof(params), 0))
+    ret = ioctl(ctl, abi.IOCTL_RM_CONTROL, buf)
+    if ret < 0:
+        raise IoctlError(-ret, f"RM_CONTROL {cmd:#x}")
+    return abi.NVOS54.unpack(buf)[6]
+
+
+def register_fd(fd: int, ctl_fd: int) -> int:
+    """NV_ESC_REGISTER_FD on fd; returns 0 or -errno (the driver answers -EINVAL)."""
+    return ioctl(fd, abi.IOCTL_REGISTER_FD, bytearray(abi.REGISTER_FD.pack(ctl_fd)))
+
+
+def submit(ctl: int, h_client: int, h_channel: int, work_ns: int) -> int:
+    """NVSTUB_ESC_SUBMIT: queue simulated work on a channel; returns status."""
+    buf = bytearray(NVSTUB_SUBMIT.pack(h_client, h_channel, work_ns, 0, 0))
+    ret = ioctl(ctl, NVSTUB_IOCTL_SUBMIT, buf)
+    if ret < 0:
+        raise IoctlError(-ret, "NVSTUB_SUBMIT")
+    return NVSTUB_SUBMIT.unpack(buf)[3]
+
+
+def mem_params(size: int) -> ctypes.Array:
+    p = ctypes.create_string_buffer(abi.MEMORY_ALLOCATION_PARAMS_SIZE)
+    struct.pack_into("<Q", p, abi.MEMORY_ALLOCATION_SIZE_OFFSET, size)
+    return p
+
+
+def mem_size(p: ctypes.Array) -> int:
+    return struct.unpack_from("<Q", p, abi.MEMORY_ALLOCATION_SIZE_OFFSET)[0]
+
+
+def fb_info(ctl: int, h_client: int, h_subdevice: int, indexes: list[int]) -> tuple[int, dict[int, int]]:
+    """FB_GET_INFO_V2; returns (status, {index: KiB})."""
+    p = ctypes.create_string_buffer(abi.FB_GET_INFO_V2_SIZE)
+    struct.pack_into("<I", p, 0, len(indexes))
+    for i, idx in enumerate(indexes):
+        abi.FB_INFO.pack_into(p, 4 + 8 * i, idx, 0)
+    st = rm_control(ctl, h_client, h_subdevice, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, p)
+    return st, {abi.FB_INFO.unpack_from(p, 4 + 8 * i)[0]: abi.FB_INFO.unpack_from(p, 4 + 8 * i)[1]
+                for i in range(len(indexes))}
+
+
+def disable_channels(ctl: int, h_client: int, h_subdevice: int, pairs: list[tuple[int, int]],
+                     disable: bool) -> int:
+    p = ctypes.create_string_buffer(abi.DISABLE_CHANNELS_SIZE)
+    abi.DISABLE_CHANNELS_HEAD.pack_into(p, 0, int(disable), len(pairs), 0, 0, 0)
+    base = abi.DISABLE_CHANNELS_HEAD.size
+    n = abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES
+    for i, (hc, hch) in enumerate(pairs):
+        struct.pack_into("<I", p, base + 4 * i, hc)
+        struct.pack_into("<I", p, base + 4 * n + 4 * i, hch)
+    return rm_control(ctl, h_client, h_subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, p)
+
+
+def set_timeslice(ctl: int, h_client: int, h_tsg: int, us: int) -> int:
+    p = ctypes.create_string_buffer(abi.TIMESLICE.pack(us), abi.TIMESLICE.size)
+    return rm_control(ctl, h_client, h_tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, p)
+
+
+def get_timeslice(ctl: int, h_client: int, h_tsg: int) -> tuple[int, int]:
+    p = ctypes.create_string_buffer(abi.TIMESLICE.size)
+    st = rm_control(ctl, h_client, h_tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, p)
+    return st, abi.TIMESLICE.unpack(p.raw)[0]
+
+
+def schedule(ctl: int, h_client: int, h_tsg: int, enable: bool = True) -> int:
+    p = ctypes.create_string_buffer(abi.GPFIFO_SCHEDULE.pack(int(enable), 0, 0),
+                                    abi.GPFIFO_SCHEDULE.size)
+    return rm_control(ctl, h_client, h_tsg, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, p)
+
+
+@dataclass
+class EngineChannel:
+    client: int
+    channel: int
+    tsg: int
+    pid: int
+    executed_ns: int
+    pending_ns: int
+    disabled: bool
+    timeslice_us: int
+
+
+def read_engine() -> list[EngineChannel]:
+    """Parse /proc/nvstub/engine."""
+    out = []
+    for line in (PROC / "engine").read_text().splitlines():
+        kv = dict(item.split("=", 1) for item in line.split())
+        out.append(EngineChannel(
+            client=int(kv["client"], 16), channel=int(kv["channel"], 16), tsg=int(kv["tsg"], 16),
+            pid=int(kv["pid"]), executed_ns=int(kv["executed_ns"]), pending_ns=int(kv["pending_ns"]),
+            disabled=kv["disabled"] == "1", timeslice_us=int(kv["timeslice_us"])))
+    return out
+
+
+def read_implemented() -> set[tuple[str, int]]:
+    """Parse /proc/nvstub/implemented into {(kind, number)}."""
+    out = set()
+    for line in (PROC / "implemented").read_text().splitlines():
+        kind, num = line.split()
+        out.add((kind, int(num, 16)))
+    return out
+
+
+class Session:
+    """One process's RM session: nvidiactl + nvidiaN (registered), client, device, subdevice."""
+
+    def __init__(self, gpu: int = 0) -> None:
+        self.gpu = gpu
+        self.ctl = open_node(CTL_PATH)
+        self.dev_fd = open_node(gpu_path(gpu))
+        if register_fd(self.dev_fd, self.ctl) != 0:
+            raise IoctlError(errno.EINVAL, "REGISTER_FD")
+        st, self.client = rm_alloc(self.ctl, 0, 0, 0, abi.NV01_ROOT_CLIENT)
+        self._check(st, "client")
+        self.device = 0x5C000002
+        self.subdevice = 0x5C000003
+        dp = ctypes.create_string_buffer(abi.DEVICE_ALLOC_PARAMS.pack(gpu, 0, 0, 0, 0, 0, 0, 0, 0),
+                                         abi.DEVICE_ALLOC_PARAMS.size)
+        self._check(rm_alloc(self.ctl, self.client, self.client, self.device, abi.NV01_DEVICE_0, dp)[0],
+                    "device")
+        sp = ctypes.create_string_buffer(abi.SUBDEVICE_ALLOC_PARAMS.pack(0), abi.SUBDEVICE_ALLOC_PARAMS.size)
+        self._check(rm_alloc(self.ctl, self.client, self.device, self.subdevice, abi.NV20_SUBDEVICE_0, sp)[0],
+                    "subdevice")
+        self._next = 0x5C000010
+
+    @staticmethod
+    def _check(st: int, what: str) -> None:
+        if st != abi.NV_OK:
+            raise IoctlError(errno.EIO, f"{what}: status {st:#x}")
+
+    def handle(self) -> int:
+        self._next += 1
+        return self._next
+
+    def alloc_vidmem(self, size: int) -> tuple[int, int, int]:
+        """Returns (status, handle, allocated size)."""
+        p = mem_params(size)
+        h = self.handle()
+        st, _ = rm_alloc(self.ctl, self.client, self.device, h, abi.NV01_MEMORY_LOCAL_USER, p)
+        return st, h, mem_size(p)
+
+    def free(self, h: int, parent: int | None = None) -> int:
+        return rm_free(self.ctl, self.client, self.device if parent is None else parent, h)
+
+    def fb_free_kib(self) -> int:
+        st, info = fb_info(self.ctl, self.client, self.subdevice, [abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE])
+        self._check(st, "FB_GET_INFO_V2")
+        return info[abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE]
+
+    def tsg_channel(self, timeslice_us: int | None = None, schedule_it: bool = True) -> tuple[int, int]:
+        """A TSG with one channel (and its compute object); returns (hTsg, hChannel)."""
+        tsg, ch, gr = self.handle(), self.handle(), self.handle()
+        self._check(rm_alloc(self.ctl, self.client, self.device, tsg, abi.KEPLER_CHANNEL_GROUP_A)[0], "tsg")
+        self._check(rm_alloc(self.ctl, self.client, tsg, ch, abi.HOPPER_CHANNEL_GPFIFO_A)[0], "channel")
+        self._check(rm_alloc(self.ctl, self.client, ch, gr, abi.HOPPER_COMPUTE_A)[0], "compute")
+        if timeslice_us is not None:
+            self._check(set_timeslice(self.ctl, self.client, tsg, timeslice_us), "SET_TIMESLICE")
+        if schedule_it:
+            self._check(schedule(self.ctl, self.client, tsg), "GPFIFO_SCHEDULE")
+        return tsg, ch
+
+    def close(self) -> None:
+        os.close(self.dev_fd)
+        os.close(self.ctl)

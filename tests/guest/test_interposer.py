@@ -1,0 +1,292 @@
+"""gpuslice.ko in the guest, against the nvstub stand-in driver: nodes,
+pass-through, fd translation, quota, filter, netlink."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+import subprocess
+
+import pytest
+
+from gpuslice import abi
+from gpuslice.netlink import GpusliceNetlink
+
+import nvstub
+from gsinst import Instance, rdev_major, real_session, session
+
+MIB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
+                                reason="needs nvstub.ko and gpuslice.ko loaded")
+
+
+@pytest.fixture
+def nl():
+    with GpusliceNetlink() as s:
+        yield s
+
+
+def test_nodes_created_with_owner_mode_and_our_major(nl):
+    with Instance(nl, 64 * MIB, uid=1234, gid=4321, mode=0o640) as inst:
+        for leaf in ("nvidiactl", "nvidia0", "nvidia-uvm"):
+            st = os.stat(inst.path(leaf))
+            assert stat.S_ISCHR(st.st_mode), leaf
+            assert os.major(st.st_rdev) != abi.NV_MAJOR_DEVICE_NUMBER, leaf
+            assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1234, 4321, 0o640), leaf
+        assert not os.path.exists(inst.path("nvidia1"))
+        nl.instance_set(inst.name, uid=99, gid=98, mode=0o660)
+        st = os.stat(inst.path("nvidiactl"))
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (99, 98, 0o660)
+    assert not os.path.exists(inst.path("nvidiactl"))
+
+
+def test_session_through_instance_passes_driver_fd_checks(nl):
+    """REGISTER_FD (fget + f_op check) and device alloc (fd-table scan) succeed."""
+    with Instance(nl, 64 * MIB) as inst:
+        s = session(inst)
+        try:
+            st, h, size = s.alloc_vidmem(2 * MIB)
+            assert st == abi.NV_OK and size == 2 * MIB
+            assert inst.get()["mem_used"] == 2 * MIB
+            assert s.free(h) == abi.NV_OK
+            assert inst.get()["mem_used"] == 0
+        finally:
+            s.close()
+        assert inst.get()["nr_ioctls"] > 0
+
+
+def test_quota_exact_limit_then_one_byte_over(nl):
+    limit = 8 * MIB
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        try:
+            st1, h1, _ = s.alloc_vidmem(6 * MIB)
+            st2, h2, _ = s.alloc_vidmem(2 * MIB)
+            assert (st1, st2) == (abi.NV_OK, abi.NV_OK)
+            assert inst.get()["mem_used"] == limit
+            st3, _, _ = s.alloc_vidmem(1)
+            assert st3 == abi.NV_ERR_NO_MEMORY
+            d = inst.get()
+            assert d["mem_used"] == limit and d["nr_refused_quota"] == 1
+            assert s.free(h2) == abi.NV_OK
+            st4, h4, _ = s.alloc_vidmem(2 * MIB)
+            assert st4 == abi.NV_OK
+            # the same over-limit allocation on the real node is allowed
+            r = real_session()
+            try:
+                assert r.alloc_vidmem(limit + MIB)[0] == abi.NV_OK
+            finally:
+                r.close()
+        finally:
+            s.close()
+        assert inst.get()["mem_used"] == 0
+
+
+def test_fb_info_shows_limit_and_room(nl):
+    limit = 16 * MIB
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        try:
+            s.alloc_vidmem(4 * MIB)
+            idx = [abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE, abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE,
+                   abi.NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE]
+            st, info = nvstub.fb_info(s.ctl, s.client, s.subdevice, idx)
+            assert st == abi.NV_OK
+            assert info[abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE] == limit >> 10
+            assert info[abi.NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE] == limit >> 10
+            assert info[abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE] == (limit - 4 * MIB) >> 10
+        finally:
+            s.close()
+
+
+def _alloc_free_worker(ctl_path: str, gpu_path: str, size: int, rounds: int, ready, hold: bool) -> None:
+    from gsinst import InstSession
+
+    s = InstSession(ctl_path, gpu_path)
+    held = []
+    for _ in range(rounds):
+        st, h, _ = s.alloc_vidmem(size)
+        if st == abi.NV_OK:
+            held.append(h)
+        if len(held) > 1 or (not hold and held):
+            s.free(held.pop(0))
+    ready.set()
+    if hold:
+        while True:  # keep everything allocated until killed
+            os.pause()
+
+
+def test_32_processes_never_exceed_limit_and_kill9_frees_all(nl):
+    import multiprocessing as mp
+
+    size = 2 * MIB
+    limit = 16 * size  # 32 processes want up to 2 each: many are refused
+    ctx = mp.get_context("fork")
+    with Instance(nl, limit) as inst:
+        procs, events = [], []
+        for _ in range(32):
+            ev = ctx.Event()
+            p = ctx.Process(target=_alloc_free_worker,
+                            args=(inst.path("nvidiactl"), inst.path("nvidia0"), size, 20, ev, True))
+            p.start()
+            procs.append(p)
+            events.append(ev)
+        peak_seen = 0
+        for ev in events:
+            while not ev.wait(0.05):
+                d = inst.get()
+                peak_seen = max(peak_seen, d["mem_used"])
+                assert d["mem_used"] <= limit
+        d = inst.get()
+        assert d["mem_used"] <= limit and d["mem_peak"] <= limit
+        assert d["mem_used"] == limit  # 32 holders of up to 2 granules fill it exactly
+        assert d["nr_refused_quota"] > 0
+        assert len(d["pids"]) == 32
+        for p in procs:
+            os.kill(p.pid, 9)
+        for p in procs:
+            p.join()
+        d = inst.get()
+        assert d["mem_used"] == 0
+        assert d.get("pids", []) == []
+        assert d["mem_peak"] <= limit
+
+
+def test_destroy_with_open_files_is_ebusy_and_unload_refused(nl):
+    with Instance(nl, 64 * MIB) as inst:
+        fd = os.open(inst.path("nvidiactl"), os.O_RDWR)
+        try:
+            with pytest.raises(OSError) as ei:
+                nl.instance_del(inst.name)
+            assert ei.value.errno == errno.EBUSY
+            r = subprocess.run(["rmmod", "gpuslice"], capture_output=True, text=True)
+            assert r.returncode != 0 and "in use" in (r.stderr + r.stdout).lower()
+            assert os.path.exists("/sys/module/gpuslice")
+        finally:
+            os.close(fd)
+        nl.instance_del(inst.name)
+        assert not os.path.exists(inst.path("nvidiactl"))
+
+
+def test_open_after_destroy_is_enodev_and_name_reusable(nl):
+    inst = Instance(nl, 64 * MIB)
+    with inst:
+        pass
+    with pytest.raises(FileNotFoundError):
+        os.open(inst.path("nvidiactl"), os.O_RDWR)
+    nl.instance_new(inst.name, 1, 64 * MIB)
+    nl.instance_del(inst.name)
+
+
+def test_netlink_commands_and_errors(nl):
+    name = "nlcheck"
+    nl.instance_new(name, 1, 32 * MIB, weight=7, share=2500, timeslice_us=1500, uid=5, gid=6, mode=0o600)
+    try:
+        (d,) = nl.instances(name)
+        assert (d["name"], d["gpu_mask"], d["mem_limit"], d["weight"], d["share"],
+                d["timeslice_us"], d["uid"], d["gid"], d["mode"]) == (
+                    name, 1, 32 * MIB, 7, 2500, 1500, 5, 6, 0o600)
+        assert d["id"] > 0 and d["mem_used"] == 0
+        assert name in [x["name"] for x in nl.instances()]
+        nl.instance_set(name, mem_limit=48 * MIB, weight=9, share=5000, timeslice_us=0)
+        (d,) = nl.instances(name)
+        assert (d["mem_limit"], d["weight"], d["share"], d["timeslice_us"]) == (48 * MIB, 9, 5000, 0)
+        assert nl.objects(name) == []
+        for bad in ({"weight": 0}, {"weight": 10001}, {"share": 10001}, {"mode": 0o1777},
+                    {"mem_limit": 0}, {"gpu_mask": 1}):
+            with pytest.raises(OSError) as ei:
+                nl.instance_set(name, **bad)
+            assert ei.value.errno == errno.EINVAL, bad
+        with pytest.raises(OSError) as ei:
+            nl.instance_new(name, 1, MIB)
+        assert ei.value.errno == errno.EEXIST
+    finally:
+        nl.instance_del(name)
+    for args, err in ((("bad/name", 1, MIB), errno.EINVAL), (("", 1, MIB), errno.EINVAL),
+                      (("x" * 40, 1, MIB), errno.EINVAL), (("ok", 0, MIB), errno.EINVAL),
+                      (("ok", 1, 0), errno.EINVAL), (("ok", 1 << 7, MIB), errno.ENODEV)):
+        with pytest.raises(OSError) as ei:
+            nl.instance_new(*args)
+        assert ei.value.errno == err, args
+    for fn in (lambda: nl.instance_del("nosuch"), lambda: nl.instances("nosuch"),
+               lambda: nl.instance_set("nosuch", weight=1)):
+        with pytest.raises(OSError) as ei:
+            fn()
+        assert ei.value.errno == errno.ENOENT
+
+
+def test_netlink_malformed_attribute_is_einval(nl):
+    """A u32 attribute sent as u64 and an unknown attribute type: strict policy."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+    from gpuslice import netlink as gnl
+
+    class Bad(gnl.GsMsg):
+        nla_map = tuple((n, "uint64" if n == "GPUSLICE_A_WEIGHT" else t) for n, t in gnl.ATTRS) + (
+            ("GPUSLICE_A_BOGUS", "uint32"),)
+
+    for attrs in ([["GPUSLICE_A_NAME", "m1"], ["GPUSLICE_A_GPU_MASK", 1], ["GPUSLICE_A_MEM_LIMIT", MIB],
+                   ["GPUSLICE_A_WEIGHT", 5]],
+                  [["GPUSLICE_A_NAME", "m2"], ["GPUSLICE_A_GPU_MASK", 1], ["GPUSLICE_A_MEM_LIMIT", MIB],
+                   ["GPUSLICE_A_BOGUS", 1]]):
+        msg = Bad()
+        msg["cmd"] = gnl.CMD_INSTANCE_NEW
+        msg["version"] = gnl.VERSION
+        msg["attrs"] = attrs
+        with pytest.raises(Exception) as ei:
+            nl.sock.nlm_request(msg, msg_type=nl.sock.prid, msg_flags=NLM_F_REQUEST | NLM_F_ACK)
+        code = getattr(ei.value, "code", None) or getattr(ei.value, "errno", None)
+        assert code == errno.EINVAL, attrs
+    assert not [x for x in nl.instances() if x["name"] in ("m1", "m2")]
+
+
+UNPRIV = r"""
+import errno, sys
+sys.path.insert(0, 'tests/guest')
+from gpuslice.netlink import GpusliceNetlink
+nl = GpusliceNetlink()
+got = []
+for fn in (lambda: nl.instance_new('unpriv', 1, 1 << 20), lambda: nl.instance_del(sys.argv[1]),
+           lambda: nl.instance_set(sys.argv[1], weight=3)):
+    try:
+        fn()
+        got.append(0)
+    except OSError as e:
+        got.append(e.errno)
+assert got == [errno.EPERM] * 3, got
+assert [d['name'] for d in nl.instances(sys.argv[1])] == [sys.argv[1]]
+print('ok')
+"""
+
+
+def test_netlink_mutations_need_cap_sys_admin(nl):
+    import sys
+
+    with Instance(nl, 16 * MIB) as inst:
+        r = subprocess.run(["setpriv", "--inh-caps=-all", "--bounding-set=-sys_admin", "--",
+                            sys.executable, "-c", UNPRIV, inst.name],
+                           capture_output=True, text=True, cwd=os.getcwd())
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+        assert inst.get()["weight"] != 3
+
+
+def test_proc_attach_detach_and_object_events(nl):
+    nl.subscribe()
+    nl.poll_events(0)
+    with Instance(nl, 64 * MIB) as inst:
+        s = session(inst)
+        try:
+            tsg, ch = s.tsg_channel()
+            objs = nl.objects(inst.name)
+            kinds = sorted((o["obj_kind"], o["handle"]) for o in objs)
+            assert (1, tsg) in kinds and (2, ch) in kinds
+            assert all(o["pid"] == os.getpid() and o["name"] == inst.name for o in objs)
+        finally:
+            s.close()
+        evs = [e for e in nl.poll_events(1.0) if e.get("name") == inst.name]
+        types = [e["event"] for e in evs]
+        assert 5 in types and 6 in types  # PROC_ATTACH, PROC_DETACH
+        assert 1 in types and 3 in types  # TSG_NEW, CHANNEL_NEW
+        assert all(e["pid"] == os.getpid() for e in evs if e["event"] in (5, 6))
