@@ -3,7 +3,7 @@
  * preload.c - the decision core in user space: LD_PRELOAD=libgpuslice.so.
  *
  * Wraps ioctl() and, to know when RM forgets a file's clients, close(),
- * dup*() and fcntl(F_DUPFD*). An fd is recognised as NVIDIA's by fstat() on
+ * close_range(), dup*() and fcntl(F_DUPFD*). An fd is recognised as NVIDIA's by fstat() on
  * its first 'F' ioctl (character device, major 195: minor 255 is nvidiactl,
  * the rest nvidia<N>), so no open() wrapper is needed and fds opened before
  * the library was loaded are seen too. ioctls of any other type (nvidia-uvm's
@@ -65,6 +65,7 @@ static int (*real_dup2)(int, int);
 static int (*real_dup3)(int, int, int);
 static int (*real_fcntl)(int, int, ...);
 static int (*real_fcntl64)(int, int, ...);
+static int (*real_close_range)(unsigned int, unsigned int, int);
 
 struct gs_preload gs_pl;
 static pthread_once_t gs_once = PTHREAD_ONCE_INIT;
@@ -155,6 +156,7 @@ static void gs_init_once(void)
 	real_fcntl64 = gs_sym("fcntl64");
 	if (!real_fcntl64)
 		real_fcntl64 = real_fcntl;
+	real_close_range = gs_sym("close_range");	/* glibc >= 2.34 */
 
 	s = getenv("GPUSLICE_INSTANCE");
 	snprintf(gs_pl.name, sizeof(gs_pl.name), "%s", s && *s ? s : "default");
@@ -424,4 +426,20 @@ GS_EXPORT int fcntl64(int fd, int cmd, ...)
 	va_end(ap);
 	gs_init();
 	return gs_fcntl(real_fcntl64, fd, cmd, arg);
+}
+
+GS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+	unsigned int fd, max;
+
+	gs_init();
+	if (!real_close_range) {
+		errno = ENOSYS;
+		return -1;
+	}
+	max = (unsigned int)atomic_load(&gs_max_fd);
+	if (gs_pl.inst && !(flags & 4))	/* CLOSE_RANGE_CLOEXEC only marks */
+		for (fd = first; fd <= last && fd <= max; fd++)
+			gs_fd_gone((int)fd);
+	return real_close_range(first, last, flags);
 }

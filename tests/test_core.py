@@ -221,9 +221,11 @@ def test_lowering_limit_below_used_refuses_but_frees_nothing(env):
 def test_uncounted_video_memory_classes_refused(env, klass):
     core, rm = env
     p = Proc(core, rm)
-    r, _, arg = p.alloc(DEV, klass, params=cs.mem_params(MiB))
+    r, h, arg = p.alloc(DEV, klass, params=cs.mem_params(MiB))
     assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_CLASS)
     assert struct.unpack_from("<I", arg, 40)[0] == PERM
+    ev = [e for e in core.events() if e["type"] == cs.EV_FILTER_REFUSED]
+    assert [(e["klass"], e["client"], e["parent"], e["handle"]) for e in ev] == [(klass, p.client, DEV, h)]
 
 
 # ---- virtualized FB info ----
@@ -281,6 +283,7 @@ def test_disable_channels_foreign_and_own(env):
     ev = [e for e in core.events() if e["type"] == cs.EV_FILTER_REFUSED]
     assert [e["cmd"] for e in ev] == [abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS] * 2
     assert all(e["status"] == PERM for e in ev)
+    assert all(e["client"] == p.client and e["handle"] == SUB for e in ev)
 
 
 def test_disable_channels_unreadable_or_short(env, so):

@@ -96,7 +96,7 @@ def test_preload_enforces_and_virtualizes(built, tmp_path):
     assert out["disable_foreign"] == 0x1B and out["compute_mode"] == 0x1B
     # refused calls never reached the driver
     assert "2a 2080110b" not in rmlog and "2a 20800130" not in rmlog
-    assert sum(1 for x in rmlog if x == "2b 40") == 4 + out["threads_ok"] + 1
+    assert sum(1 for x in rmlog if x == "2b 40") == 4 + out["threads_ok"] + 2
     assert "d3 0" not in rmlog
 
 
@@ -122,6 +122,8 @@ def test_preload_close_and_dup(built, tmp_path):
     assert out["fb_free_kib_fork"] == (GiB - 512 * (1 << 20)) >> 10  # the child's close changed nothing
     assert out["fb_free_kib_dup"] == (GiB - 512 * (1 << 20)) >> 10  # dup kept the file open
     assert out["fb_free_kib_reopen"] == GiB >> 10  # closing the last fd returned it
+    assert "close_range_errno" not in out
+    assert out["fb_free_kib_close_range"] == GiB >> 10  # so did close_range()
 
 
 def test_preload_reports_to_controller(built, tmp_path):

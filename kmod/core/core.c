@@ -314,6 +314,37 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	return GS_PASS;
 }
 
+/* the client and object a refused RM call named, for the event */
+static void gs_refusal_names(const struct gs_call *c, struct gs_event *ev)
+{
+	const nv_u32 *w = c->arg;
+
+	if (!c->arg || c->kind == GS_FILE_UVM || c->refusal == GS_REFUSE_MALFORMED)
+		return;
+	switch (c->escape) {
+	case NV_ESC_RM_ALLOC:
+	case NV_ESC_RM_ALLOC_MEMORY:
+		/* hRoot, hObjectParent, hObjectNew */
+		ev->client = w[0];
+		ev->parent = w[1];
+		ev->handle = w[2];
+		break;
+	case NV_ESC_RM_CONTROL:
+	case NV_ESC_RM_FREE:
+	case NV_ESC_RM_DUP_OBJECT:
+	case NV_ESC_RM_SHARE:
+	case NV_ESC_RM_MAP_MEMORY:
+	case NV_ESC_RM_UNMAP_MEMORY:
+	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
+	case NV_ESC_ALLOC_OS_EVENT:
+	case NV_ESC_FREE_OS_EVENT:
+		/* hClient, then the object (FREE: hObjectOld is third) */
+		ev->client = w[0];
+		ev->handle = c->escape == NV_ESC_RM_FREE ? w[2] : w[1];
+		break;
+	}
+}
+
 enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io)
 {
 	enum gs_verdict v;
@@ -345,6 +376,7 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 		ev.cmd = c->what ? c->what : c->escape;
 		if (c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_ALLOC_MEMORY)
 			ev.klass = c->what;
+		gs_refusal_names(c, &ev);
 		gs_evq_push(&q, &ev);
 	}
 	gs_unlock(&in->lock);

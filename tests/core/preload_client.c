@@ -233,6 +233,17 @@ int main(int argc, char **argv)
 	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
 	fb_info(&total, &free_kib);
 	printf("fb_free_kib_reopen %u\n", free_kib);
+	/* close_range() forgets the files too */
+	mem_alloc(256 * MiB, &h[1]);
+	fd2 = dup(ctl);
+	if (close_range(fd2, fd2, 0) || close_range(ctl, ctl, 0))
+		printf("close_range_errno %d\n", errno);
+	ctl = open(argv[1][0] ? strcat(strcpy(path, argv[1]), "/nvidiactl") : path, O_RDWR);
+	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
+	fb_info(&total, &free_kib);
+	printf("fb_free_kib_close_range %u\n", free_kib);
 	{
 		struct nv_channel_group_alloc_params tp = { .engine_type = 1 };
 		struct nv_channel_alloc_params_head cp;
