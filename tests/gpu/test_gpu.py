@@ -68,6 +68,17 @@ def test_torch_limit_expandable_segments():
                  "torch 4GiB, expandable_segments (cuMemCreate)")
 
 
+def test_fork_after_cuda():
+    """DataLoader workers and subprocesses fork a process that holds CUDA: the child gets a
+    fresh instance (no inherited lock), the parent's accounting is untouched."""
+    out, err, st = g.run([WL_TORCH, "fork"], LIMIT, "torch: CUDA, then DataLoader(num_workers=2) and fork+exec")
+    assert out["_rc"] == 0, err[-3000:]
+    RESULTS["fork"] = {k: v for k, v in out.items() if not k.startswith("_")}
+    assert out["sum"] == sum(range(4096)) and out["true_rc"] == 0 and out["gpu_ok"]
+    assert out["total0"] == L and out["free1"] == out["free0"]
+    assert st["refused_filter"] == 0
+
+
 def test_cuda_driver_alloc():
     out, err, st = g.run([WL_CUDA, "alloc", "256"], LIMIT, "driver API: cuMemAlloc 256 MiB until OOM")
     assert out["_rc"] == 0, err[-3000:]

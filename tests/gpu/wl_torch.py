@@ -3,6 +3,7 @@
   wl_torch.py limit [chunk_mib]   mem_get_info, then allocate until OutOfMemoryError
   wl_torch.py matmul SECONDS      4096x4096 fp32 matmuls per second
   wl_torch.py victim SECONDS      matmul loop; prints per-0.5 s counts (for gating tests)
+  wl_torch.py fork                CUDA, then DataLoader workers (fork) and a fork+exec
 """
 
 from __future__ import annotations
@@ -92,12 +93,34 @@ def victim(seconds: float) -> dict:
     return {"windows": counts}
 
 
+def fork() -> dict:
+    """CUDA in the parent, then forked DataLoader workers and a fork+exec."""
+    import subprocess
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x = torch.ones(256 << 20, dtype=torch.uint8, device="cuda")
+    free0, total0 = torch.cuda.mem_get_info()
+    ds = TensorDataset(torch.arange(4096, dtype=torch.float32))
+    total = 0.0
+    for (b,) in DataLoader(ds, batch_size=256, num_workers=2):
+        total += float(b.sum())
+    rc = subprocess.run(["true"]).returncode
+    y = torch.ones(1024, device="cuda")
+    free1, total1 = torch.cuda.mem_get_info()
+    return {"sum": total, "true_rc": rc, "gpu_ok": float(y.sum().item()) == 1024.0 and int(x[0]) == 1,
+            "free0": free0, "free1": free1, "total0": total0, "total1": total1}
+
+
 def main() -> None:
     mode = sys.argv[1]
     if mode == "limit":
         out = limit(int(sys.argv[2]) if len(sys.argv) > 2 else 256)
     elif mode == "matmul":
         out = matmul(float(sys.argv[2]))
+    elif mode == "fork":
+        out = fork()
     elif mode == "victim":
         out = victim(float(sys.argv[2]))
     else:
