@@ -101,13 +101,14 @@ def fork() -> dict:
     from torch.utils.data import DataLoader, TensorDataset
 
     x = torch.ones(256 << 20, dtype=torch.uint8, device="cuda")
+    y = torch.ones(1024, device="cuda")
     free0, total0 = torch.cuda.mem_get_info()
     ds = TensorDataset(torch.arange(4096, dtype=torch.float32))
     total = 0.0
     for (b,) in DataLoader(ds, batch_size=256, num_workers=2):
         total += float(b.sum())
     rc = subprocess.run(["true"]).returncode
-    y = torch.ones(1024, device="cuda")
+    y = y * 2 - 1
     free1, total1 = torch.cuda.mem_get_info()
     return {"sum": total, "true_rc": rc, "gpu_ok": float(y.sum().item()) == 1024.0 and int(x[0]) == 1,
             "free0": free0, "free1": free1, "total0": total0, "total1": total1}
