@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * nvstub.h - internal interfaces of the nvstub stand-in driver (a TEST DOUBLE
+ * of nvidia.ko + nvidia-uvm.ko, see README.md).
+ *
+ * Locking: one mutex, nvstub_lock, guards every RM object, the memory pool,
+ * every file's RM state and the engine's queues (like RM's API lock).
+ */
+#ifndef NVSTUB_H
+#define NVSTUB_H
+
+#include <linux/fs.h>
+#include <linux/seq_file.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/xarray.h>
+#include <linux/types.h>
+
+#include "nvrm_abi.h"
+
+#define NVSTUB_MAX_GPUS	8
+
+extern int nvstub_num_gpus;
+extern unsigned int nvstub_fb_mib;
+extern char *nvstub_version;
+extern struct mutex nvstub_lock;
+extern const struct file_operations nvstub_fops;
+extern struct class *nvstub_class;
+
+/* One open file of nvidiactl or nvidiaN (private_data). */
+struct nvstub_file {
+	struct file *filp;
+	unsigned int minor;		/* 0..N-1, or 255 for nvidiactl */
+	struct nvstub_file *ctl;	/* set by REGISTER_FD */
+	struct file *ctl_filp;		/* reference held on ctl's file */
+	/* the pending mmap context (nv-usermap.c nv_add_mapping_context_to_file) */
+	bool map_valid;
+	bool map_vid;
+	u64 map_size;
+	struct list_head os_events;	/* struct nvstub_os_event */
+};
+
+static inline bool nvstub_is_ctl(const struct nvstub_file *nf)
+{
+	return nf->minor == NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE;
+}
+
+/* The file whose clients this file acts for (escape.c: secInfo.clientOSInfo). */
+static inline struct nvstub_file *nvstub_owner(struct nvstub_file *nf)
+{
+	return nf->ctl ? nf->ctl : nf;
+}
+
+struct nvstub_file *nvstub_get_file(int fd, bool ctl, struct file **filp);
+
+struct nvstub_client;
+struct nvstub_tsg;
+struct nvstub_chan;
+
+/* An RM object: a node of a client's tree. */
+struct nvstub_obj {
+	u32 handle;
+	u32 cls;
+	struct nvstub_client *client;
+	struct nvstub_obj *parent;
+	struct list_head children;
+	struct list_head sibling;
+	unsigned int gpu;		/* device, subdevice and below */
+	u64 mem_size;			/* memory classes: bytes charged */
+	bool mem_vid;			/* charged to the video memory pool */
+	struct nvstub_tsg *tsg;		/* KEPLER_CHANNEL_GROUP_A */
+	struct nvstub_chan *chan;	/* HOPPER_CHANNEL_GPFIFO_A */
+};
+
+struct nvstub_client {
+	struct nvstub_obj root;		/* handle == client handle, cls 0x41 */
+	struct nvstub_file *owner;
+	pid_t pid;
+	struct xarray objs;		/* handle -> struct nvstub_obj */
+	u32 next_handle;
+};
+
+/* nvstub_rm.c */
+int nvstub_rm_init(void);
+void nvstub_rm_exit(void);
+struct nvstub_client *nvstub_client_get(u32 h_client);
+struct nvstub_client *nvstub_client_validate(struct nvstub_file *nf, u32 h_client,
+					     u32 *status);
+struct nvstub_obj *nvstub_obj_get(struct nvstub_client *cl, u32 handle);
+struct nvstub_obj *nvstub_obj_ancestor(struct nvstub_obj *obj, u32 cls);
+void nvstub_file_free_clients(struct nvstub_file *nf);
+int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size);
+void nvstub_rm_report(struct seq_file *m);
+
+/* nvstub_mem.c */
+u32 nvstub_mem_charge(unsigned int gpu, u64 size);
+void nvstub_mem_uncharge(unsigned int gpu, u64 size);
+u64 nvstub_mem_total(void);
+u64 nvstub_mem_free(unsigned int gpu);
+int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_unmap(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_update_mapping(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_mmap(struct file *filp, struct vm_area_struct *vma);
+int nvstub_mem_init(void);
+void nvstub_mem_exit(void);
+
+/* nvstub_ctrl.c */
+int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size);
+extern const unsigned int nvstub_ctrl_count;
+u32 nvstub_ctrl_cmd(unsigned int i);
+
+/* nvstub_engine.c: the simulated engine (TEST DOUBLE) */
+int nvstub_engine_start(void);
+void nvstub_engine_stop(void);
+int nvstub_tsg_create(struct nvstub_obj *obj);
+void nvstub_tsg_destroy(struct nvstub_obj *obj);
+int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj);
+void nvstub_chan_destroy(struct nvstub_obj *obj);
+void nvstub_tsg_schedule(struct nvstub_tsg *tsg, bool enable);
+void nvstub_tsg_set_timeslice(struct nvstub_tsg *tsg, u64 us);
+u64 nvstub_tsg_get_timeslice(struct nvstub_tsg *tsg);
+u32 nvstub_chan_id(struct nvstub_chan *chan);
+void nvstub_chan_set_disabled(struct nvstub_chan *chan, bool disabled);
+int nvstub_esc_submit(struct nvstub_file *nf, void *arg, u32 size);
+void nvstub_engine_report(struct seq_file *m);
+
+/* nvstub_uvm.c */
+int nvstub_uvm_init(void);
+void nvstub_uvm_exit(void);
+extern const unsigned int nvstub_uvm_count;
+u32 nvstub_uvm_cmd(unsigned int i);
+
+/* nvstub_proc.c */
+int nvstub_proc_init(void);
+void nvstub_proc_exit(void);
+
+/* nvstub_main.c: lists for /proc/nvstub/implemented */
+extern const u32 nvstub_esc_list[];
+extern const unsigned int nvstub_esc_count;
+extern const u32 nvstub_class_list[];
+extern const unsigned int nvstub_class_count;
+
+#endif /* NVSTUB_H */

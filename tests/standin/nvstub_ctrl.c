@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvstub_ctrl.c - RM controls (NV_ESC_RM_CONTROL) of the nvstub TEST DOUBLE.
+ *
+ * As in rmapi/control.c: the client must belong to the calling file
+ * (NV_ERR_INVALID_CLIENT), the object must exist (NV_ERR_INVALID_OBJECT_HANDLE),
+ * the command must be one the object's class exports (NV_ERR_NOT_SUPPORTED)
+ * and paramsSize must be the command's (NV_ERR_INVALID_PARAM_STRUCT).
+ * Commands not in nvstub_ctrls[] answer NV_ERR_NOT_SUPPORTED; the list is
+ * published in /proc/nvstub/implemented.
+ */
+#include <linux/numa.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "nvstub.h"
+
+#define NVSTUB_CTRL_MAX_PARAMS	(64 * 1024)
+
+struct nvstub_ctrl_ctx {
+	struct nvstub_file *nf;
+	struct nvstub_client *cl;
+	struct nvstub_obj *obj;
+};
+
+struct nvstub_ctrl {
+	u32 cmd;
+	u32 obj_cls;		/* class of the object the command is issued on */
+	u32 params_size;
+	u32 (*fn)(struct nvstub_ctrl_ctx *ctx, void *params);
+};
+
+/* ctrl2080fb.h: sizes in KiB, computed from the pool. */
+static u32 nvstub_fb_info_value(u32 index, unsigned int gpu, u32 *data)
+{
+	u64 total_kib = nvstub_mem_total() >> 10;
+	u64 free_kib = nvstub_mem_free(gpu) >> 10;
+
+	switch (index) {
+	case NV2080_CTRL_FB_INFO_INDEX_RAM_SIZE:
+	case NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE:
+	case NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE:
+	case NV2080_CTRL_FB_INFO_INDEX_MAPPABLE_HEAP_SIZE:
+	case NV2080_CTRL_FB_INFO_INDEX_USABLE_RAM_SIZE:
+		*data = total_kib;
+		return NV_OK;
+	case NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE:
+	case NV2080_CTRL_FB_INFO_INDEX_LARGEST_FREE_REGION_SIZE_KB:
+		*data = free_kib;
+		return NV_OK;
+	case NV2080_CTRL_FB_INFO_INDEX_FB_TAX_SIZE_KB:
+		*data = 0;
+		return NV_OK;
+	case NV2080_CTRL_FB_INFO_INDEX_NUMA_NODE_ID:
+		*data = NUMA_NO_NODE;	/* no NUMA-onlined video memory */
+		return NV_OK;
+	default:
+		if (index > NV2080_CTRL_FB_INFO_INDEX_MAX)
+			return NV_ERR_INVALID_ARGUMENT;
+		*data = 0;	/* properties this stand-in does not model */
+		return NV_OK;
+	}
+}
+
+static u32 nvstub_ctrl_fb_get_info_v2(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_fb_get_info_v2_params *p = params;
+	unsigned int i;
+	u32 st;
+
+	if (p->fb_info_list_size > NV2080_CTRL_FB_INFO_MAX_LIST_SIZE)
+		return NV_ERR_INVALID_ARGUMENT;
+	for (i = 0; i < p->fb_info_list_size; i++) {
+		st = nvstub_fb_info_value(p->fb_info_list[i].index, ctx->obj->gpu,
+					  &p->fb_info_list[i].data);
+		if (st != NV_OK)
+			return st;
+	}
+	return NV_OK;
+}
+
+/*
+ * ctrl2080fifo.h DISABLE_CHANNELS: the listed (hClient, hChannel) pairs may
+ * belong to any client, as measured on the H100 (FINDINGS.md).
+ */
+static u32 nvstub_ctrl_disable_channels(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_fifo_disable_channels_params *p = params;
+	struct nvstub_obj *chans[NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES];
+	unsigned int i;
+
+	if (p->p_runlist_preempt_event)
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	if (p->num_channels > NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES)
+		return NV_ERR_INVALID_ARGUMENT;
+	for (i = 0; i < p->num_channels; i++) {
+		struct nvstub_client *cl = nvstub_client_get(p->h_client_list[i]);
+		struct nvstub_obj *ch = cl ? nvstub_obj_get(cl, p->h_channel_list[i]) : NULL;
+
+		if (!cl)
+			return NV_ERR_INVALID_CLIENT;
+		if (!ch || !ch->chan || ch->gpu != ctx->obj->gpu)
+			return NV_ERR_INVALID_CHANNEL;
+		chans[i] = ch;
+	}
+	for (i = 0; i < p->num_channels; i++)
+		nvstub_chan_set_disabled(chans[i]->chan, p->b_disable);
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_gpfifo_schedule(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nva06c_ctrl_gpfifo_schedule_params *p = params;
+
+	nvstub_tsg_schedule(ctx->obj->tsg, p->b_enable);
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_set_timeslice(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nva06c_ctrl_timeslice_params *p = params;
+
+	nvstub_tsg_set_timeslice(ctx->obj->tsg, p->timeslice_us);
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_get_timeslice(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nva06c_ctrl_timeslice_params *p = params;
+
+	p->timeslice_us = nvstub_tsg_get_timeslice(ctx->obj->tsg);
+	return NV_OK;
+}
+
+/* ctrl0000client.h CLIENT_GET_ADDR_SPACE_TYPE */
+static u32 nvstub_ctrl_addr_space_type(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv0000_ctrl_client_get_addr_space_type_params *p = params;
+	struct nvstub_obj *mem = nvstub_obj_get(ctx->cl, p->h_object);
+
+	if (!mem)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	switch (mem->cls) {
+	case NV01_MEMORY_LOCAL_USER:
+	case NV01_MEMORY_LOCAL_PHYSICAL:
+		p->addr_space_type = NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_VIDMEM;
+		return NV_OK;
+	case NV01_MEMORY_SYSTEM:
+	case NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
+	case RM_USER_SHARED_DATA:
+		p->addr_space_type = NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_SYSMEM;
+		return NV_OK;
+	case HOPPER_USERMODE_A:
+		p->addr_space_type = NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_REGMEM;
+		return NV_OK;
+	default:
+		return NV_ERR_INVALID_ARGUMENT;
+	}
+}
+
+static u32 nvstub_ctrl_ok(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_num_subdevices(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv0080_ctrl_gpu_get_num_subdevices_params *p = params;
+
+	p->num_subdevices = 1;
+	return NV_OK;
+}
+
+/* ctrl2080mc.h MC_GET_ARCH_INFO: the simulated chip is a GH100. */
+static u32 nvstub_ctrl_arch_info(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_mc_get_arch_info_params *p = params;
+
+	p->architecture = NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100;
+	p->implementation = NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GH100;
+	p->revision = 0xa1;
+	p->sub_revision = 0;
+	return NV_OK;
+}
+
+/* ctrl906f.h GET_CLASS_ENGINEID: engine of a channel's child object. */
+static u32 nvstub_ctrl_class_engineid(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv906f_ctrl_get_class_engineid_params *p = params;
+	struct nvstub_obj *o = nvstub_obj_get(ctx->cl, p->h_object);
+
+	if (!o || o->parent != ctx->obj)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	p->class_id = o->cls;
+	p->class_engine_id = o->cls;
+	if (o->cls == HOPPER_COMPUTE_A)
+		p->engine_id = NV2080_ENGINE_TYPE_GR0;
+	else if (o->cls == HOPPER_DMA_COPY_A)
+		p->engine_id = NV2080_ENGINE_TYPE_COPY0;
+	else
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	return NV_OK;
+}
+
+/* ctrlc36f.h GPFIFO_GET_WORK_SUBMIT_TOKEN: the channel's id. */
+static u32 nvstub_ctrl_submit_token(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	u32 *token = params;
+
+	*token = nvstub_chan_id(ctx->obj->chan);
+	return NV_OK;
+}
+
+static const struct nvstub_ctrl nvstub_ctrls[] = {
+	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
+	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_fifo_disable_channels_params),
+	  nvstub_ctrl_disable_channels },
+	{ NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, KEPLER_CHANNEL_GROUP_A,
+	  sizeof(struct nva06c_ctrl_gpfifo_schedule_params), nvstub_ctrl_gpfifo_schedule },
+	{ NVA06C_CTRL_CMD_SET_TIMESLICE, KEPLER_CHANNEL_GROUP_A,
+	  sizeof(struct nva06c_ctrl_timeslice_params), nvstub_ctrl_set_timeslice },
+	{ NVA06C_CTRL_CMD_GET_TIMESLICE, KEPLER_CHANNEL_GROUP_A,
+	  sizeof(struct nva06c_ctrl_timeslice_params), nvstub_ctrl_get_timeslice },
+	{ NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_ctrl_client_get_addr_space_type_params),
+	  nvstub_ctrl_addr_space_type },
+	{ NV0000_CTRL_CMD_CLIENT_SET_INHERITED_SHARE_POLICY, NV01_ROOT_CLIENT,
+	  NV0000_CTRL_CLIENT_SET_INHERITED_SHARE_POLICY_PARAMS_SIZE, nvstub_ctrl_ok },
+	{ NV0080_CTRL_CMD_GPU_GET_NUM_SUBDEVICES, NV01_DEVICE_0,
+	  sizeof(struct nv0080_ctrl_gpu_get_num_subdevices_params),
+	  nvstub_ctrl_num_subdevices },
+	{ NV2080_CTRL_CMD_MC_GET_ARCH_INFO, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_mc_get_arch_info_params), nvstub_ctrl_arch_info },
+	{ NV906F_CTRL_CMD_GET_CLASS_ENGINEID, HOPPER_CHANNEL_GPFIFO_A,
+	  sizeof(struct nv906f_ctrl_get_class_engineid_params),
+	  nvstub_ctrl_class_engineid },
+	{ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, HOPPER_CHANNEL_GPFIFO_A,
+	  sizeof(u32), nvstub_ctrl_submit_token },
+};
+
+const unsigned int nvstub_ctrl_count = ARRAY_SIZE(nvstub_ctrls);
+
+u32 nvstub_ctrl_cmd(unsigned int i)
+{
+	return nvstub_ctrls[i].cmd;
+}
+
+static const struct nvstub_ctrl *nvstub_ctrl_find(u32 cmd)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(nvstub_ctrls); i++)
+		if (nvstub_ctrls[i].cmd == cmd)
+			return &nvstub_ctrls[i];
+	return NULL;
+}
+
+/* NV_ESC_RM_CONTROL (NVOS54). */
+int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
+{
+	struct nvos54_params *p = arg;
+	const struct nvstub_ctrl *c;
+	struct nvstub_ctrl_ctx ctx = { .nf = nf };
+	void __user *uparams;
+	void *params;
+
+	if (size != sizeof(*p) || !nvstub_is_ctl(nf))
+		return -EINVAL;
+	ctx.cl = nvstub_client_validate(nf, p->h_client, &p->status);
+	if (!ctx.cl)
+		return 0;
+	ctx.obj = nvstub_obj_get(ctx.cl, p->h_object);
+	if (!ctx.obj) {
+		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
+		return 0;
+	}
+	c = nvstub_ctrl_find(p->cmd);
+	if (!c || c->obj_cls != ctx.obj->cls) {
+		p->status = NV_ERR_NOT_SUPPORTED;
+		return 0;
+	}
+	if (p->params_size != c->params_size) {
+		p->status = NV_ERR_INVALID_PARAM_STRUCT;
+		return 0;
+	}
+	uparams = u64_to_user_ptr(p->params);
+	if (!uparams) {
+		p->status = NV_ERR_INVALID_ARGUMENT;
+		return 0;
+	}
+	params = kmalloc(c->params_size, GFP_KERNEL);
+	if (!params) {
+		p->status = NV_ERR_NO_MEMORY;
+		return 0;
+	}
+	if (copy_from_user(params, uparams, c->params_size)) {
+		p->status = NV_ERR_INVALID_POINTER;
+		goto out;
+	}
+	p->status = c->fn(&ctx, params);
+	if (copy_to_user(uparams, params, c->params_size))
+		p->status = NV_ERR_INVALID_POINTER;
+out:
+	kfree(params);
+	return 0;
+}

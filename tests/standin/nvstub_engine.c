@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvstub_engine.c - the simulated compute engine of nvstub. A TEST DOUBLE:
+ * it imitates the GPU's TSG time-slicing scheduler so that gpuslice's
+ * scheduling can be measured in a VM; it executes nothing.
+ *
+ * Work is a duration in ns queued on a channel with NVSTUB_ESC_SUBMIT
+ * (nvstub_uapi.h). One kernel thread runs the TSGs (KEPLER_CHANNEL_GROUP_A)
+ * round-robin, in real time:
+ *  - a TSG takes part only once NVA06C_CTRL_CMD_GPFIFO_SCHEDULE enabled it
+ *    (bEnable=0 later has no effect, as measured on the H100, FINDINGS.md);
+ *  - a turn lasts the TSG's timeslice (default 1000 us, SET_TIMESLICE
+ *    changes it) or until none of its channels has enabled, pending work;
+ *    an idle TSG is skipped (work-conserving);
+ *  - the thread sleeps in chunks of at most NVSTUB_CHUNK_NS and after each
+ *    chunk charges the measured ktime to the TSG's first runnable channel(s)
+ *    and re-checks FIFO_DISABLE_CHANNELS state, preempting a TSG whose
+ *    channels were disabled;
+ *  - a turn that overran its timeslice (sleep wake-up latency) carries the
+ *    excess into the TSG's next turn, so long-run shares follow the
+ *    timeslice ratio (deficit round-robin).
+ * /proc/nvstub/engine reports executed and pending time per channel.
+ */
+#include <linux/delay.h>
+#include <linux/kthread.h>
+#include <linux/ktime.h>
+#include <linux/sched.h>
+#include <linux/seq_file.h>
+#include <linux/slab.h>
+#include <linux/wait.h>
+
+#include "nvstub.h"
+#include "nvstub_uapi.h"
+
+#define NVSTUB_DEFAULT_TIMESLICE_US	1000
+#define NVSTUB_MIN_TIMESLICE_NS		(100 * NSEC_PER_USEC)
+#define NVSTUB_CHUNK_NS			(100 * NSEC_PER_USEC)
+
+struct nvstub_tsg {
+	struct list_head node;		/* nvstub_tsgs, in round-robin order */
+	struct list_head chans;
+	struct nvstub_obj *obj;
+	u64 timeslice_us;
+	bool scheduled;
+	u64 debt_ns;
+};
+
+struct nvstub_chan {
+	struct list_head node;		/* tsg->chans */
+	struct nvstub_obj *obj;
+	struct nvstub_tsg *tsg;
+	u32 id;
+	pid_t pid;
+	u64 executed_ns;
+	u64 pending_ns;
+	bool disabled;
+};
+
+static LIST_HEAD(nvstub_tsgs);
+static struct nvstub_tsg *nvstub_running;	/* TSG whose turn it is */
+static struct task_struct *nvstub_engine_task;
+static DECLARE_WAIT_QUEUE_HEAD(nvstub_engine_wq);
+static bool nvstub_engine_kick;
+static u32 nvstub_next_chid;
+
+int nvstub_tsg_create(struct nvstub_obj *obj)
+{
+	struct nvstub_tsg *tsg = kzalloc(sizeof(*tsg), GFP_KERNEL);
+
+	if (!tsg)
+		return -ENOMEM;
+	INIT_LIST_HEAD(&tsg->chans);
+	tsg->obj = obj;
+	tsg->timeslice_us = NVSTUB_DEFAULT_TIMESLICE_US;
+	list_add_tail(&tsg->node, &nvstub_tsgs);
+	obj->tsg = tsg;
+	return 0;
+}
+
+void nvstub_tsg_destroy(struct nvstub_obj *obj)
+{
+	struct nvstub_tsg *tsg = obj->tsg;
+
+	WARN_ON(!list_empty(&tsg->chans));
+	if (nvstub_running == tsg)
+		nvstub_running = NULL;
+	list_del(&tsg->node);
+	kfree(tsg);
+	obj->tsg = NULL;
+}
+
+int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj)
+{
+	struct nvstub_chan *ch = kzalloc(sizeof(*ch), GFP_KERNEL);
+
+	if (!ch)
+		return -ENOMEM;
+	ch->obj = obj;
+	ch->tsg = tsg_obj->tsg;
+	ch->id = nvstub_next_chid++;
+	ch->pid = task_tgid_nr(current);
+	list_add_tail(&ch->node, &ch->tsg->chans);
+	obj->chan = ch;
+	return 0;
+}
+
+void nvstub_chan_destroy(struct nvstub_obj *obj)
+{
+	list_del(&obj->chan->node);
+	kfree(obj->chan);
+	obj->chan = NULL;
+}
+
+u32 nvstub_chan_id(struct nvstub_chan *chan)
+{
+	return chan->id;
+}
+
+static void nvstub_engine_wake(void)
+{
+	nvstub_engine_kick = true;
+	wake_up(&nvstub_engine_wq);
+}
+
+void nvstub_tsg_schedule(struct nvstub_tsg *tsg, bool enable)
+{
+	if (enable) {
+		tsg->scheduled = true;
+		nvstub_engine_wake();
+	}
+}
+
+void nvstub_tsg_set_timeslice(struct nvstub_tsg *tsg, u64 us)
+{
+	tsg->timeslice_us = us;
+}
+
+u64 nvstub_tsg_get_timeslice(struct nvstub_tsg *tsg)
+{
+	return tsg->timeslice_us;
+}
+
+void nvstub_chan_set_disabled(struct nvstub_chan *chan, bool disabled)
+{
+	chan->disabled = disabled;
+	if (!disabled)
+		nvstub_engine_wake();
+}
+
+static struct nvstub_chan *nvstub_tsg_runnable_chan(struct nvstub_tsg *tsg)
+{
+	struct nvstub_chan *ch;
+
+	if (!tsg->scheduled)
+		return NULL;
+	list_for_each_entry(ch, &tsg->chans, node)
+		if (!ch->disabled && ch->pending_ns)
+			return ch;
+	return NULL;
+}
+
+static u64 nvstub_tsg_slice_ns(struct nvstub_tsg *tsg)
+{
+	u64 ns = tsg->timeslice_us * NSEC_PER_USEC;
+
+	return max_t(u64, ns, NVSTUB_MIN_TIMESLICE_NS);
+}
+
+/* Charge @ns of execution to the TSG's runnable channels, in list order. */
+static void nvstub_tsg_charge(struct nvstub_tsg *tsg, u64 ns)
+{
+	struct nvstub_chan *ch;
+
+	while (ns) {
+		u64 part;
+
+		ch = nvstub_tsg_runnable_chan(tsg);
+		if (!ch)
+			return;
+		part = min(ns, ch->pending_ns);
+		ch->pending_ns -= part;
+		ch->executed_ns += part;
+		ns -= part;
+	}
+}
+
+/* Next TSG in round-robin order with runnable work; paying off debts. */
+static struct nvstub_tsg *nvstub_pick(u64 *budget)
+{
+	struct nvstub_tsg *tsg, *found = NULL;
+	unsigned int tries;
+
+	for (tries = 0; tries < 64 && !found; tries++) {
+		list_for_each_entry(tsg, &nvstub_tsgs, node) {
+			if (nvstub_tsg_runnable_chan(tsg)) {
+				found = tsg;
+				break;
+			}
+		}
+		if (!found)
+			return NULL;
+		list_move_tail(&found->node, &nvstub_tsgs);
+		if (found->debt_ns >= nvstub_tsg_slice_ns(found)) {
+			found->debt_ns -= nvstub_tsg_slice_ns(found);
+			found = NULL;
+		}
+	}
+	if (!found)
+		return NULL;
+	*budget = nvstub_tsg_slice_ns(found) - found->debt_ns;
+	found->debt_ns = 0;
+	return found;
+}
+
+/* Run one turn of @tsg for at most @budget ns. Called unlocked. */
+static void nvstub_run_turn(u64 budget)
+{
+	struct nvstub_tsg *tsg;
+	u64 used = 0;
+
+	for (;;) {
+		u64 chunk = min(budget - used, (u64)NVSTUB_CHUNK_NS);
+		u64 t0, dt;
+		bool stop;
+
+		t0 = ktime_get_ns();
+		usleep_range(div_u64(chunk, NSEC_PER_USEC),
+			     div_u64(chunk, NSEC_PER_USEC) + 20);
+		dt = ktime_get_ns() - t0;
+
+		mutex_lock(&nvstub_lock);
+		tsg = nvstub_running;
+		if (!tsg) {
+			mutex_unlock(&nvstub_lock);
+			return;
+		}
+		nvstub_tsg_charge(tsg, dt);
+		used += dt;
+		stop = used >= budget || !nvstub_tsg_runnable_chan(tsg);
+		if (used > budget)
+			tsg->debt_ns = used - budget;
+		if (stop)
+			nvstub_running = NULL;
+		mutex_unlock(&nvstub_lock);
+		if (stop || kthread_should_stop())
+			return;
+	}
+}
+
+static int nvstub_engine_thread(void *unused)
+{
+	while (!kthread_should_stop()) {
+		struct nvstub_tsg *tsg;
+		u64 budget = 0;
+
+		mutex_lock(&nvstub_lock);
+		tsg = nvstub_pick(&budget);
+		nvstub_running = tsg;
+		nvstub_engine_kick = false;
+		mutex_unlock(&nvstub_lock);
+		if (!tsg) {
+			wait_event_interruptible_timeout(nvstub_engine_wq,
+							 READ_ONCE(nvstub_engine_kick) ||
+							 kthread_should_stop(),
+							 HZ / 10);
+			continue;
+		}
+		nvstub_run_turn(budget);
+	}
+	return 0;
+}
+
+/* NVSTUB_ESC_SUBMIT: queue simulated work on a channel of the caller. */
+int nvstub_esc_submit(struct nvstub_file *nf, void *arg, u32 size)
+{
+	struct nvstub_submit *p = arg;
+	struct nvstub_client *cl;
+	struct nvstub_obj *ch;
+
+	if (size != sizeof(*p) || !nvstub_is_ctl(nf))
+		return -EINVAL;
+	cl = nvstub_client_validate(nf, p->h_client, &p->status);
+	if (!cl)
+		return 0;
+	ch = nvstub_obj_get(cl, p->h_channel);
+	if (!ch || !ch->chan) {
+		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
+		return 0;
+	}
+	ch->chan->pending_ns += p->work_ns;
+	nvstub_engine_wake();
+	p->status = NV_OK;
+	return 0;
+}
+
+void nvstub_engine_report(struct seq_file *m)
+{
+	struct nvstub_tsg *tsg;
+	struct nvstub_chan *ch;
+
+	list_for_each_entry(tsg, &nvstub_tsgs, node) {
+		list_for_each_entry(ch, &tsg->chans, node) {
+			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu\n",
+				   tsg->obj->client->root.handle, ch->obj->handle,
+				   tsg->obj->handle, ch->pid, ch->executed_ns,
+				   ch->pending_ns, ch->disabled, tsg->timeslice_us);
+		}
+	}
+}
+
+int nvstub_engine_start(void)
+{
+	struct task_struct *t;
+
+	t = kthread_run(nvstub_engine_thread, NULL, "nvstub-engine");
+	if (IS_ERR(t))
+		return PTR_ERR(t);
+	nvstub_engine_task = t;
+	return 0;
+}
+
+void nvstub_engine_stop(void)
+{
+	kthread_stop(nvstub_engine_task);
+}

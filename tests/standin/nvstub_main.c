@@ -1,0 +1,528 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvstub_main.c - character devices, file operations and escape dispatch of
+ * nvstub, a TEST DOUBLE of NVIDIA's nvidia.ko (see README.md).
+ *
+ * nvstub answers the NVIDIA RM user ABI (kmod/core/nvrm_abi.h) on the real
+ * device numbers: /dev/nvidia0..N-1 (195:0..N-1) and /dev/nvidiactl (195:255),
+ * plus /dev/nvidia-uvm (nvstub_uvm.c). It exists so that gpuslice's
+ * interposer can be tested in a VM: nothing here drives hardware. Behaviour
+ * is copied from open-gpu-kernel-modules (branch 580), mainly
+ * kernel-open/nvidia/nv.c (nvidia_ioctl, nv_get_file_private) and
+ * src/nvidia/arch/nvalloc/unix/src/{escape.c,osapi.c}.
+ */
+#include <linux/cdev.h>
+#include <linux/device.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
+
+#include "nvstub.h"
+#include "nvstub_uapi.h"
+
+int nvstub_num_gpus = 1;
+module_param_named(num_gpus, nvstub_num_gpus, int, 0444);
+MODULE_PARM_DESC(num_gpus, "number of simulated GPUs (1..8)");
+
+unsigned int nvstub_fb_mib = 1024;
+module_param_named(fb_mib, nvstub_fb_mib, uint, 0444);
+MODULE_PARM_DESC(fb_mib, "video memory pool per GPU, MiB");
+
+char *nvstub_version = "580.159.04";
+module_param_named(version, nvstub_version, charp, 0444);
+MODULE_PARM_DESC(version, "driver version string reported to user space");
+
+DEFINE_MUTEX(nvstub_lock);
+
+#define NVSTUB_MAX_IOCTL_SIZE	(16 * 1024)	/* nv.h NV_ABSOLUTE_MAX_IOCTL_SIZE */
+
+/* Escapes this driver answers (for /proc/nvstub/implemented). */
+const u32 nvstub_esc_list[] = {
+	NV_ESC_CARD_INFO, NV_ESC_REGISTER_FD, NV_ESC_ALLOC_OS_EVENT,
+	NV_ESC_FREE_OS_EVENT, NV_ESC_CHECK_VERSION_STR, NV_ESC_IOCTL_XFER_CMD,
+	NV_ESC_SYS_PARAMS, NV_ESC_NUMA_INFO, NV_ESC_WAIT_OPEN_COMPLETE,
+	NV_ESC_RM_ALLOC_MEMORY, NV_ESC_RM_FREE, NV_ESC_RM_CONTROL,
+	NV_ESC_RM_ALLOC, NV_ESC_RM_DUP_OBJECT, NV_ESC_RM_MAP_MEMORY,
+	NV_ESC_RM_UNMAP_MEMORY, NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO,
+	NVSTUB_ESC_SUBMIT,
+};
+const unsigned int nvstub_esc_count = ARRAY_SIZE(nvstub_esc_list);
+
+static dev_t nvstub_devt;
+static struct cdev nvstub_cdev;
+struct class *nvstub_class;
+static u64 nvstub_memblock_size;
+
+/* An OS event registered by NV_ESC_ALLOC_OS_EVENT (osapi.c allocate_os_event). */
+struct nvstub_os_event {
+	struct list_head node;
+	u32 h_client;
+	u32 fd;
+};
+
+static int nvstub_open(struct inode *inode, struct file *filp)
+{
+	unsigned int minor = iminor(inode);
+	struct nvstub_file *nf;
+
+	if (minor != NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE &&
+	    minor >= nvstub_num_gpus)
+		return -ENODEV;
+	nf = kzalloc(sizeof(*nf), GFP_KERNEL);
+	if (!nf)
+		return -ENOMEM;
+	nf->filp = filp;
+	nf->minor = minor;
+	INIT_LIST_HEAD(&nf->os_events);
+	filp->private_data = nf;
+	return 0;
+}
+
+static int nvstub_release(struct inode *inode, struct file *filp)
+{
+	struct nvstub_file *nf = filp->private_data;
+	struct nvstub_os_event *ev, *tmp;
+
+	mutex_lock(&nvstub_lock);
+	nvstub_file_free_clients(nf);
+	list_for_each_entry_safe(ev, tmp, &nf->os_events, node) {
+		list_del(&ev->node);
+		kfree(ev);
+	}
+	mutex_unlock(&nvstub_lock);
+	if (nf->ctl_filp)
+		fput(nf->ctl_filp);
+	kfree(nf);
+	return 0;
+}
+
+/*
+ * nv.c nv_get_file_private(): fget(fd), major 195 and the right minor. The
+ * real driver then trusts private_data; we also require our own f_op (the
+ * same test nv_match_dev_state() makes) so a foreign file is never misread.
+ * On success *filp holds a reference the caller must fput().
+ */
+struct nvstub_file *nvstub_get_file(int fd, bool ctl, struct file **filp)
+{
+	struct file *f = fget(fd);
+	struct inode *inode;
+	unsigned int minor;
+
+	if (!f)
+		return NULL;
+	inode = file_inode(f);
+	if (!inode || f->f_op != &nvstub_fops ||
+	    MAJOR(inode->i_rdev) != NV_MAJOR_DEVICE_NUMBER)
+		goto fail;
+	minor = MINOR(inode->i_rdev);
+	if (ctl && minor != NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE)
+		goto fail;
+	if (!ctl && minor >= nvstub_num_gpus)
+		goto fail;
+	*filp = f;
+	return f->private_data;
+fail:
+	fput(f);
+	return NULL;
+}
+
+/* nv.c nvidia_read_card_info(): one entry per GPU, the rest zeroed. */
+static int nvstub_card_info(void *arg, u32 size)
+{
+	struct nv_ioctl_card_info *ci = arg;
+	unsigned int n = size / sizeof(*ci);
+	unsigned int i;
+
+	memset(arg, 0, size);
+	for (i = 0; i < n && i < nvstub_num_gpus; i++) {
+		ci[i].valid = 1;
+		ci[i].pci_info.domain = 0;
+		ci[i].pci_info.bus = 0x06 + i;
+		ci[i].pci_info.slot = 0;
+		ci[i].pci_info.function = 0;
+		ci[i].pci_info.vendor_id = 0x10de;
+		ci[i].pci_info.device_id = 0x2330;	/* H100 SXM5 80GB */
+		ci[i].gpu_id = (0x06 + i) << 8;
+		ci[i].interrupt_line = 0;
+		ci[i].reg_address = 0x102000000000ULL + (u64)i * 0x1000000000ULL;
+		ci[i].reg_size = 16 << 20;
+		ci[i].fb_address = 0x100000000000ULL + (u64)i * 0x1000000000ULL;
+		ci[i].fb_size = (u64)nvstub_fb_mib << 20;
+		ci[i].minor_number = i;
+	}
+	return 0;
+}
+
+/* osapi.c RmPerformVersionCheck(). Returns an NV status. */
+static u32 nvstub_version_check(void *arg, u32 size)
+{
+	struct nv_ioctl_rm_api_version *p = arg;
+	bool relaxed;
+	unsigned int i;
+
+	if (size != sizeof(*p))
+		return NV_ERR_INVALID_ARGUMENT;
+	p->reply = NV_RM_API_VERSION_REPLY_RECOGNIZED;
+	if (p->cmd == NV_RM_API_VERSION_CMD_QUERY) {
+		strscpy(p->version_string, nvstub_version, sizeof(p->version_string));
+		return NV_OK;
+	}
+	relaxed = p->cmd == NV_RM_API_VERSION_CMD_RELAXED;
+	for (i = 0; i < NV_RM_API_VERSION_STRING_LENGTH; i++) {
+		char c = p->version_string[i];
+		char r = i < strlen(nvstub_version) ? nvstub_version[i] : '\0';
+
+		if (c != r)
+			break;
+		if (relaxed && c == '.')
+			return NV_OK;
+		if (c == '\0')
+			return NV_OK;
+	}
+	strscpy(p->version_string, nvstub_version, sizeof(p->version_string));
+	return NV_ERR_GENERIC;
+}
+
+/* escape.c NV_ESC_REGISTER_FD. Returns an NV status. */
+static u32 nvstub_register_fd(struct nvstub_file *nf, void *arg, u32 size)
+{
+	struct nv_ioctl_register_fd *p = arg;
+	struct nvstub_file *ctl;
+	struct file *ctl_filp;
+
+	if (size != sizeof(*p))
+		return NV_ERR_INVALID_ARGUMENT;
+	if (nf->ctl)
+		return NV_ERR_INVALID_STATE;
+	ctl = nvstub_get_file(p->ctl_fd, true, &ctl_filp);
+	if (!ctl)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (ctl == nf || ctl->ctl) {
+		fput(ctl_filp);
+		return NV_ERR_INVALID_ARGUMENT;
+	}
+	nf->ctl = ctl;
+	nf->ctl_filp = ctl_filp;	/* held until this file is released */
+	return NV_OK;
+}
+
+/* osapi.c allocate_os_event() / free_os_event(). */
+static void nvstub_alloc_os_event(struct nvstub_file *nf,
+				  struct nv_ioctl_alloc_os_event *p)
+{
+	struct nvstub_os_event *ev;
+
+	list_for_each_entry(ev, &nf->os_events, node) {
+		if (ev->h_client == p->h_client && ev->fd == p->fd) {
+			p->status = NV_ERR_INSUFFICIENT_RESOURCES;
+			return;
+		}
+	}
+	ev = kzalloc(sizeof(*ev), GFP_KERNEL);
+	if (!ev) {
+		p->status = NV_ERR_INSUFFICIENT_RESOURCES;
+		return;
+	}
+	ev->h_client = p->h_client;
+	ev->fd = p->fd;
+	list_add(&ev->node, &nf->os_events);
+	p->status = NV_OK;
+}
+
+static void nvstub_free_os_event(struct nvstub_file *nf,
+				 struct nv_ioctl_alloc_os_event *p)
+{
+	struct nvstub_os_event *ev;
+
+	list_for_each_entry(ev, &nf->os_events, node) {
+		if (ev->h_client == p->h_client && ev->fd == p->fd) {
+			list_del(&ev->node);
+			kfree(ev);
+			p->status = NV_OK;
+			return;
+		}
+	}
+	p->status = NV_ERR_INVALID_EVENT;
+}
+
+/* nv-ioctl-numa.h nv_ioctl_numa_info_t: no NUMA memory on this "GPU". */
+static int nvstub_numa_info(void *arg, u32 size)
+{
+	struct nv_ioctl_numa_info *p = arg;
+
+	if (size != sizeof(*p))
+		return -EINVAL;
+	memset(p, 0, size);
+	p->nid = -1;
+	p->status = 0;		/* NV_IOCTL_NUMA_STATUS_DISABLED */
+	p->memblock_size = nvstub_memblock_size;
+	return 0;
+}
+
+/*
+ * escape.c RmIoctl() and osapi.c rm_ioctl(): an RM status other than NV_OK
+ * in the return value means the ioctl fails with -EINVAL; statuses of the
+ * operation itself travel in the params' status field.
+ */
+static int nvstub_rm_ioctl(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
+{
+	u32 st;
+
+	switch (nr) {
+	case NV_ESC_ALLOC_OS_EVENT:
+	case NV_ESC_FREE_OS_EVENT:
+		if (size != sizeof(struct nv_ioctl_alloc_os_event))
+			return -EINVAL;
+		if (nr == NV_ESC_ALLOC_OS_EVENT)
+			nvstub_alloc_os_event(nvstub_owner(nf), arg);
+		else
+			nvstub_free_os_event(nvstub_owner(nf), arg);
+		return 0;
+	case NV_ESC_REGISTER_FD:
+		st = nvstub_register_fd(nf, arg, size);
+		return st == NV_OK ? 0 : -EINVAL;
+	case NV_ESC_RM_ALLOC:
+		return nvstub_esc_alloc(nf, arg, size);
+	case NV_ESC_RM_ALLOC_MEMORY:
+		return nvstub_esc_alloc_memory(nf, arg, size);
+	case NV_ESC_RM_FREE:
+		return nvstub_esc_free(nf, arg, size);
+	case NV_ESC_RM_CONTROL:
+		return nvstub_esc_control(nf, arg, size);
+	case NV_ESC_RM_DUP_OBJECT:
+		return nvstub_esc_dup(nf, arg, size);
+	case NV_ESC_RM_MAP_MEMORY:
+		return nvstub_esc_map(nf, arg, size);
+	case NV_ESC_RM_UNMAP_MEMORY:
+		return nvstub_esc_unmap(nf, arg, size);
+	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
+		return nvstub_esc_update_mapping(nf, arg, size);
+	case NVSTUB_ESC_SUBMIT:
+		return nvstub_esc_submit(nf, arg, size);
+	default:
+		return -EINVAL;	/* "unknown NVRM ioctl command" */
+	}
+}
+
+static int nvstub_dispatch(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
+{
+	bool ctl = nvstub_is_ctl(nf);
+	u32 st;
+
+	switch (nr) {
+	case NV_ESC_WAIT_OPEN_COMPLETE: {
+		struct nv_ioctl_wait_open_complete *p = arg;
+
+		if (size != sizeof(*p))
+			return -EINVAL;
+		p->rc = 0;
+		p->adapter_status = NV_OK;
+		return 0;
+	}
+	case NV_ESC_CARD_INFO:
+		if (!ctl)
+			return -EINVAL;
+		return nvstub_card_info(arg, size);
+	case NV_ESC_CHECK_VERSION_STR:
+		if (!ctl)
+			return -EINVAL;
+		st = nvstub_version_check(arg, size);
+		return st == NV_OK ? 0 : -EINVAL;
+	case NV_ESC_SYS_PARAMS: {
+		struct nv_ioctl_sys_params *p = arg;
+
+		if (!ctl || size != sizeof(*p))
+			return -EINVAL;
+		if (nvstub_memblock_size == 0)
+			nvstub_memblock_size = p->memblock_size;
+		else if (nvstub_memblock_size != p->memblock_size)
+			return -EBUSY;
+		return 0;
+	}
+	case NV_ESC_NUMA_INFO:
+		if (ctl)
+			return -EINVAL;
+		return nvstub_numa_info(arg, size);
+	default:
+		return nvstub_rm_ioctl(nf, nr, arg, size);
+	}
+}
+
+/* nv.c nvidia_ioctl(): copy in _IOC_SIZE bytes (or an XFER block), dispatch
+ * on _IOC_NR, copy the block back out unless copying failed.
+ */
+static long nvstub_ioctl(struct file *filp, unsigned int cmd, unsigned long uarg)
+{
+	struct nvstub_file *nf = filp->private_data;
+	void __user *uptr = (void __user *)uarg;
+	u32 nr = _IOC_NR(cmd);
+	u32 size = _IOC_SIZE(cmd);
+	void *arg;
+	int ret;
+
+	if (nr == NV_ESC_IOCTL_XFER_CMD) {
+		struct nv_ioctl_xfer x;
+
+		if (size != sizeof(x))
+			return -EINVAL;
+		if (copy_from_user(&x, uptr, sizeof(x)))
+			return -EFAULT;
+		nr = x.cmd;
+		size = x.size;
+		uptr = u64_to_user_ptr(x.ptr);
+		if (size > NVSTUB_MAX_IOCTL_SIZE)
+			return -EINVAL;
+	}
+	arg = kmalloc(size ? size : 1, GFP_KERNEL);
+	if (!arg)
+		return -ENOMEM;
+	if (copy_from_user(arg, uptr, size)) {
+		kfree(arg);
+		return -EFAULT;
+	}
+	mutex_lock(&nvstub_lock);
+	ret = nvstub_dispatch(nf, nr, arg, size);
+	mutex_unlock(&nvstub_lock);
+	if (copy_to_user(uptr, arg, size))
+		ret = -EFAULT;
+	kfree(arg);
+	return ret;
+}
+
+const struct file_operations nvstub_fops = {
+	.owner = THIS_MODULE,
+	.open = nvstub_open,
+	.release = nvstub_release,
+	.unlocked_ioctl = nvstub_ioctl,
+	.compat_ioctl = nvstub_ioctl,
+	.mmap = nvstub_mmap,
+	.llseek = noop_llseek,
+};
+
+static char *nvstub_devnode(struct device *dev, umode_t *mode)
+{
+	if (mode)
+		*mode = 0666;
+	return NULL;
+}
+
+static int nvstub_create_nodes(void)
+{
+	struct device *d;
+	int i;
+
+	d = device_create(nvstub_class, NULL,
+			  MKDEV(NV_MAJOR_DEVICE_NUMBER,
+				NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE),
+			  NULL, "nvidiactl");
+	if (IS_ERR(d))
+		return PTR_ERR(d);
+	for (i = 0; i < nvstub_num_gpus; i++) {
+		d = device_create(nvstub_class, NULL,
+				  MKDEV(NV_MAJOR_DEVICE_NUMBER, i), NULL,
+				  "nvidia%d", i);
+		if (IS_ERR(d))
+			goto fail;
+	}
+	return 0;
+fail:
+	while (i--)
+		device_destroy(nvstub_class, MKDEV(NV_MAJOR_DEVICE_NUMBER, i));
+	device_destroy(nvstub_class, MKDEV(NV_MAJOR_DEVICE_NUMBER,
+					   NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE));
+	return PTR_ERR(d);
+}
+
+static void nvstub_destroy_nodes(void)
+{
+	int i;
+
+	for (i = 0; i < nvstub_num_gpus; i++)
+		device_destroy(nvstub_class, MKDEV(NV_MAJOR_DEVICE_NUMBER, i));
+	device_destroy(nvstub_class, MKDEV(NV_MAJOR_DEVICE_NUMBER,
+					   NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE));
+}
+
+static int __init nvstub_init(void)
+{
+	int ret;
+
+	if (nvstub_num_gpus < 1 || nvstub_num_gpus > NVSTUB_MAX_GPUS ||
+	    nvstub_fb_mib == 0 || strlen(nvstub_version) >= NV_RM_API_VERSION_STRING_LENGTH)
+		return -EINVAL;
+	nvstub_devt = MKDEV(NV_MAJOR_DEVICE_NUMBER, 0);
+	ret = register_chrdev_region(nvstub_devt, 256, "nvidia");
+	if (ret)
+		return ret;
+	cdev_init(&nvstub_cdev, &nvstub_fops);
+	nvstub_cdev.owner = THIS_MODULE;
+	ret = cdev_add(&nvstub_cdev, nvstub_devt, 256);
+	if (ret)
+		goto err_region;
+	nvstub_class = class_create(THIS_MODULE, "nvstub");
+	if (IS_ERR(nvstub_class)) {
+		ret = PTR_ERR(nvstub_class);
+		goto err_cdev;
+	}
+	nvstub_class->devnode = nvstub_devnode;
+	ret = nvstub_rm_init();
+	if (ret)
+		goto err_class;
+	ret = nvstub_mem_init();
+	if (ret)
+		goto err_rm;
+	ret = nvstub_create_nodes();
+	if (ret)
+		goto err_mem;
+	ret = nvstub_uvm_init();
+	if (ret)
+		goto err_nodes;
+	ret = nvstub_engine_start();
+	if (ret)
+		goto err_uvm;
+	ret = nvstub_proc_init();
+	if (ret)
+		goto err_engine;
+	pr_info("nvstub: stand-in NVIDIA driver %s, %d GPU(s), %u MiB each\n",
+		nvstub_version, nvstub_num_gpus, nvstub_fb_mib);
+	return 0;
+
+err_engine:
+	nvstub_engine_stop();
+err_uvm:
+	nvstub_uvm_exit();
+err_nodes:
+	nvstub_destroy_nodes();
+err_mem:
+	nvstub_mem_exit();
+err_rm:
+	nvstub_rm_exit();
+err_class:
+	class_destroy(nvstub_class);
+err_cdev:
+	cdev_del(&nvstub_cdev);
+err_region:
+	unregister_chrdev_region(nvstub_devt, 256);
+	return ret;
+}
+
+static void __exit nvstub_exit(void)
+{
+	nvstub_proc_exit();
+	nvstub_engine_stop();
+	nvstub_uvm_exit();
+	nvstub_destroy_nodes();
+	nvstub_mem_exit();
+	nvstub_rm_exit();
+	class_destroy(nvstub_class);
+	cdev_del(&nvstub_cdev);
+	unregister_chrdev_region(nvstub_devt, 256);
+}
+
+module_init(nvstub_init);
+module_exit(nvstub_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("nvstub: stand-in for nvidia.ko with a simulated engine (test double)");
