@@ -1,0 +1,95 @@
+"""Loading gpuslice.ko: only next to a present NVIDIA driver of a tested
+version, unless passthrough_only=1. These tests reload both modules and leave
+them loaded as scripts/guest-tests.sh loaded them (NVSTUB_ARGS, GPUSLICE_ARGS)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuslice import abi
+from gpuslice.netlink import GpusliceNetlink
+
+import nvstub
+from gsinst import Instance, session
+
+REPO = Path(__file__).resolve().parents[2]
+NVSTUB_KO = REPO / "tests/standin/nvstub.ko"
+GPUSLICE_KO = REPO / "kmod/gpuslice.ko"
+MIB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
+                                reason="needs nvstub.ko and gpuslice.ko loaded")
+
+
+def sh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True)
+
+
+def insmod(ko: Path, *params: str) -> subprocess.CompletedProcess:
+    return sh("insmod", str(ko), *params)
+
+
+def unload_all() -> None:
+    for m in ("gpuslice", "nvstub"):
+        if os.path.exists(f"/sys/module/{m}"):
+            r = sh("rmmod", m)
+            assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture
+def reload():
+    """Unloads both modules; afterwards restores them with the suite's arguments."""
+    unload_all()
+    sh("dmesg", "-C")
+    yield
+    unload_all()
+    assert insmod(NVSTUB_KO, *os.environ.get("NVSTUB_ARGS", "").split()).returncode == 0
+    sh("udevadm", "settle")
+    assert insmod(GPUSLICE_KO, *os.environ.get("GPUSLICE_ARGS", "").split()).returncode == 0
+
+
+def test_no_driver_refuses_to_load(reload):
+    r = insmod(GPUSLICE_KO)
+    assert r.returncode != 0
+    assert not os.path.exists("/sys/module/gpuslice")
+    assert "gpuslice: no NVIDIA driver" in sh("dmesg").stdout
+
+
+def test_untested_version_refused_unless_passthrough_only(reload):
+    assert insmod(NVSTUB_KO, "version=999.1.2").returncode == 0
+    sh("udevadm", "settle")
+    r = insmod(GPUSLICE_KO)
+    assert r.returncode != 0 and not os.path.exists("/sys/module/gpuslice")
+    log = sh("dmesg").stdout
+    assert "999.1.2 is not a tested version" in log and "passthrough_only=1" in log
+
+    r = insmod(GPUSLICE_KO, "passthrough_only=1")
+    assert r.returncode == 0, r.stderr
+    with GpusliceNetlink() as nl, Instance(nl, 4 * MIB) as inst:
+        s = session(inst)
+        try:
+            # no decoding: the limit is not enforced, the core sees nothing
+            st, h, _ = s.alloc_vidmem(8 * MIB)
+            assert st == abi.NV_OK
+            assert s.free(h) == abi.NV_OK
+        finally:
+            s.close()
+        d = inst.get()
+        assert d["nr_ioctls"] == 0 and d["mem_used"] == 0
+
+
+def test_tested_version_loads_and_decodes(reload):
+    assert insmod(NVSTUB_KO).returncode == 0
+    sh("udevadm", "settle")
+    assert insmod(GPUSLICE_KO).returncode == 0
+    assert "NVIDIA driver 580.159.04" in sh("dmesg").stdout
+    with GpusliceNetlink() as nl, Instance(nl, 4 * MIB) as inst:
+        s = session(inst)
+        try:
+            assert s.alloc_vidmem(8 * MIB)[0] == abi.NV_ERR_NO_MEMORY
+        finally:
+            s.close()
