@@ -25,7 +25,8 @@
  *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
  *   GPUSLICE_STATS      file that gets one JSON line of counters at exit
  *
- * A forked child starts with a fresh instance (gs_atfork_child()).
+ * A forked child starts with a fresh instance (gs_atfork_child()); a vfork
+ * child leaves its parent's state alone (gs_mine()).
  *
  * This is a process's own view: the limit applies per process, and nothing
  * stops a process that bypasses libc (raw syscalls, static binaries). The
@@ -140,6 +141,17 @@ static void gs_atfork_child(void)
 	gs_pl.sock = -1;
 	gs_pl.next_try_ns = 0;
 	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
+	gs_pl.owner = getpid();
+}
+
+/*
+ * A vfork() child (Python's subprocess, posix_spawn) runs in its parent's memory
+ * until it execs, without fork handlers: the fds it closes must not touch the
+ * parent's table and instance. Everything but the owner goes straight to libc.
+ */
+static int gs_mine(void)
+{
+	return gs_pl.inst && getpid() == gs_pl.owner;
 }
 
 static void gs_init_once(void)
@@ -177,6 +189,7 @@ static void gs_init_once(void)
 	pthread_mutex_init(&gs_pl.sock_lock, NULL);
 	gs_pl.sock = -1;
 	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
+	gs_pl.owner = getpid();
 	pthread_atfork(NULL, NULL, gs_atfork_child);
 	if (gs_pl.debug)
 		fprintf(stderr, "gpuslice: pid %d instance %s limit %llu\n", getpid(), gs_pl.name,
@@ -340,7 +353,7 @@ GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	gs_init();
-	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC || !gs_pl.inst)
+	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC || !gs_mine())
 		return real_ioctl(fd, req, arg);
 	st = gs_fd_state(fd);
 	if (!gs_is_nv(st))
@@ -353,7 +366,7 @@ GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 GS_EXPORT int close(int fd)
 {
 	gs_init();
-	if (gs_pl.inst)
+	if (gs_mine())
 		gs_fd_gone(fd);
 	return real_close(fd);
 }
@@ -364,7 +377,7 @@ GS_EXPORT int dup(int oldfd)
 
 	gs_init();
 	fd = real_dup(oldfd);
-	if (fd >= 0)
+	if (fd >= 0 && gs_mine())
 		gs_fd_dup(oldfd, fd);
 	return fd;
 }
@@ -374,7 +387,9 @@ GS_EXPORT int dup2(int oldfd, int newfd)
 	int fd;
 
 	gs_init();
-	if (oldfd != newfd && gs_pl.inst)
+	if (!gs_mine())
+		return real_dup2(oldfd, newfd);
+	if (oldfd != newfd)
 		gs_fd_gone(newfd);
 	fd = real_dup2(oldfd, newfd);
 	if (fd >= 0 && oldfd != newfd)
@@ -387,7 +402,9 @@ GS_EXPORT int dup3(int oldfd, int newfd, int flags)
 	int fd;
 
 	gs_init();
-	if (oldfd != newfd && gs_pl.inst)
+	if (!gs_mine())
+		return real_dup3(oldfd, newfd, flags);
+	if (oldfd != newfd)
 		gs_fd_gone(newfd);
 	fd = real_dup3(oldfd, newfd, flags);
 	if (fd >= 0)
@@ -399,7 +416,7 @@ static int gs_fcntl(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 {
 	int ret = real(fd, cmd, arg);
 
-	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && gs_mine())
 		gs_fd_dup(fd, ret);
 	return ret;
 }
@@ -438,7 +455,7 @@ GS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 		return -1;
 	}
 	max = (unsigned int)atomic_load(&gs_max_fd);
-	if (gs_pl.inst && !(flags & 4))	/* CLOSE_RANGE_CLOEXEC only marks */
+	if (gs_mine() && !(flags & 4))	/* CLOSE_RANGE_CLOEXEC only marks */
 		for (fd = first; fd <= last && fd <= max; fd++)
 			gs_fd_gone((int)fd);
 	return real_close_range(first, last, flags);

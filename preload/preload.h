@@ -6,6 +6,7 @@
 #define GPUSLICE_PRELOAD_H
 
 #include <pthread.h>
+#include <sys/types.h>
 #include "core.h"
 
 struct gs_preload {
@@ -17,6 +18,7 @@ struct gs_preload {
 	int debug;
 	pthread_mutex_t sock_lock;
 	int sock;		/* -1: not connected */
+	pid_t owner;		/* the process the state belongs to (not a vfork child) */
 	nv_u64 next_try_ns;	/* no reconnect before this */
 };
 

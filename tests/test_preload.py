@@ -120,6 +120,7 @@ def test_preload_close_and_dup(built, tmp_path):
     out, _, _, _ = run_client(built, tmp_path)
     assert out["fork_child_exit"] == 0  # the child's own instance refused the parent's client
     assert out["fb_free_kib_fork"] == (GiB - 512 * (1 << 20)) >> 10  # the child's close changed nothing
+    assert out["fb_free_kib_vfork"] == (GiB - 512 * (1 << 20)) >> 10  # nor a vfork child's (shared memory)
     assert out["fb_free_kib_dup"] == (GiB - 512 * (1 << 20)) >> 10  # dup kept the file open
     assert out["fb_free_kib_reopen"] == GiB >> 10  # closing the last fd returned it
     assert "close_range_errno" not in out

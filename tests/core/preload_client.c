@@ -220,6 +220,15 @@ int main(int argc, char **argv)
 		printf("fork_child_exit %d\n", WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
 		fb_info(&total, &free_kib);
 		printf("fb_free_kib_fork %u\n", free_kib);
+		/* a vfork child runs in our memory: its close() must not touch our state */
+		pid = vfork();
+		if (pid == 0) {
+			close(ctl);
+			_exit(0);
+		}
+		waitpid(pid, &wst, 0);
+		fb_info(&total, &free_kib);
+		printf("fb_free_kib_vfork %u\n", free_kib);
 	}
 	fd2 = dup(ctl);
 	close(ctl);
