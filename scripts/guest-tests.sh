@@ -3,7 +3,9 @@
 # loads the stand-in driver (tests/standin/nvstub.ko) and gpuslice.ko when they are built,
 # runs the guest test suite, unloads the modules, and exits with pytest's code
 # (or 1 if pytest passed but a module would not unload or the kernel logged an oops/BUG/WARNING).
-# Extra module parameters: NVSTUB_ARGS="..." GPUSLICE_ARGS="...".
+# Extra module parameters: NVSTUB_ARGS="..." GPUSLICE_ARGS="...". The stand-in gets
+# the traced H100's 81559 MiB of video memory unless NVSTUB_ARGS says otherwise (the
+# trace replay needs more than the stand-in's 1 GiB default).
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +39,7 @@ load() {  # load KO ARGS...
 
 if [[ -f "$STANDIN_KO" ]]; then
     # shellcheck disable=SC2086
-    load "$STANDIN_KO" ${NVSTUB_ARGS:-}
+    load "$STANDIN_KO" ${NVSTUB_ARGS-fb_mib=81559}
     udevadm settle 2>/dev/null || true
 else
     echo "guest-tests: $STANDIN_KO not built: stand-in tests will skip" >&2
