@@ -318,3 +318,36 @@ def test_parse_engine() -> None:
     rows = parse_engine(text)
     assert [(r["client"], r["channel"], r["pid"], r["disabled"]) for r in rows] == [
         (0xC1D00001, 0x5C000010, 12, 1), (0xC1D00002, 0x5C000011, 13, 0)]
+
+
+class FakeNl:
+    def __init__(self, known: set[str]) -> None:
+        self.known = known
+        self.calls: list[tuple[str, str, dict]] = []
+
+    def instance_set(self, name: str, **attrs) -> None:
+        import errno
+
+        self.calls.append(("set", name, attrs))
+        if name not in self.known:
+            raise OSError(errno.ENOENT, "no such instance")
+
+    def instance_new(self, name: str, gpu_mask: int, mem_limit: int, **attrs) -> None:
+        self.calls.append(("new", name, {"gpu_mask": gpu_mask, "mem_limit": mem_limit, **attrs}))
+        self.known.add(name)
+
+
+def test_kernel_sync_sets_weights_and_recreates_missing(tmp_path) -> None:
+    p = str(tmp_path / "state.json")
+    S.save(S.State(instances={"a": S.Instance("a", [0], 5 << 20, weight=1),
+                              "b": S.Instance("b", [0, 1], 7 << 20, weight=4, share=None)},
+                   gpus={0: S.GpuPolicy("burst", 40 * MS)}), p)
+    nl = FakeNl({"a"})
+    clock = Clock()
+    sched = FakeSched(p, StaticSource({}), RecGate(clock), AllActive(), clock=clock, netlink=nl)
+    sched.start()
+    sets = {n: a for op, n, a in nl.calls if op == "set"}
+    assert sets["a"] == {"weight": 1, "share": None, "timeslice_us": 1000}
+    assert sets["b"]["timeslice_us"] == 4000
+    new = [(n, a) for op, n, a in nl.calls if op == "new"]
+    assert new and new[0][0] == "b" and new[0][1]["gpu_mask"] == 0b11 and new[0][1]["mem_limit"] == 7 << 20

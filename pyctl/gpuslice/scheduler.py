@@ -19,6 +19,7 @@ channel of every instance (a SIGKILLed predecessor may have left some disabled).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from typing import Any, Callable, Protocol
 from . import state as st
 from .policy import WORK_CONSERVING, Slot, compute_shares, slot_plan
 from .probes import Probe
+from .netlink import mask_of
 from .sources import Channel, Source
 from .units import share_to_ppt
 
@@ -130,17 +132,27 @@ class Scheduler:
         """Tell the module each instance's weight, share and timeslice."""
         if self.netlink is None:
             return
+        slices: dict[str, int] = {}
         for gpu in self.state.used_gpus():
             pol = self.state.policy_of(gpu).policy
             insts = self.state.instances_on(gpu)
             weights = [i.weight for i in insts]
-            for inst in insts:
+            for inst in insts:  # one value per instance: the largest over its GPUs
+                slices[inst.name] = max(slices.get(inst.name, 0), timeslice_us(pol, inst.weight, weights))
+        for inst in sorted(self.state.instances.values(), key=lambda i: i.name):
+            attrs = {"weight": inst.weight, "share": share_to_ppt(inst.share) if inst.share else None,
+                     "timeslice_us": slices.get(inst.name, 0)}
+            try:
                 try:
-                    self.netlink.instance_set(inst.name, weight=inst.weight,
-                                              share=share_to_ppt(inst.share) if inst.share else None,
-                                              timeslice_us=timeslice_us(pol, inst.weight, weights))
+                    self.netlink.instance_set(inst.name, **attrs)
                 except OSError as e:
-                    log.warning("netlink INSTANCE_SET %s: %s", inst.name, e)
+                    if e.errno != errno.ENOENT:
+                        raise
+                    # configured but unknown to the module (reloaded?): create it
+                    self.netlink.instance_new(inst.name, mask_of(inst.gpus), inst.memory, **attrs)
+                    log.info("created instance %s in the kernel", inst.name)
+            except OSError as e:
+                log.warning("netlink INSTANCE_SET %s: %s", inst.name, e)
 
     # --- lifecycle ---
     def start(self) -> None:
