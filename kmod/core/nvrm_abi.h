@@ -704,4 +704,32 @@ struct uvm_mm_initialize_params {	/* 8 */
 	nv_u32 rm_status;
 };
 
+/* ctrl503c.h (NV50_THIRD_PARTY_P2P), tests/standin */
+#define NV503C_CTRL_CMD_REGISTER_VA_SPACE	0x503c0102
+#define NV503C_CTRL_CMD_REGISTER_VIDMEM		0x503c0104
+#define NV503C_CTRL_CMD_UNREGISTER_VIDMEM	0x503c0105
+struct nv503c_ctrl_register_va_space_params {	/* 16 */
+	nv_handle h_va_space;
+	nv_u64 va_space_token NV_ALIGN8;
+};
+
+struct nv503c_ctrl_register_vidmem_params {	/* 32 */
+	nv_handle h_memory;
+	nv_u64 address NV_ALIGN8;
+	nv_u64 size NV_ALIGN8;
+	nv_u64 offset NV_ALIGN8;
+};
+
+struct nv503c_ctrl_unregister_vidmem_params {	/* 4 */
+	nv_handle h_memory;
+};
+
+/* ctrl0080/ctrl0080fifo.h: user pointers to numChannels NvU32 each */
+#define NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST	0x80170d
+struct nv0080_ctrl_fifo_get_channellist_params {	/* 24 */
+	nv_u32 num_channels;
+	nv_u64 p_channel_handle_list NV_ALIGN8;
+	nv_u64 p_channel_list NV_ALIGN8;
+};
+
 #endif /* GPUSLICE_NVRM_ABI_H */

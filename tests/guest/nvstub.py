@@ -53,9 +53,9 @@ def ioctl(fd: int, req: int, buf: bytearray) -> int:
 
 
 def uvm_ioctl(fd: int, cmd: int, params: ctypes.Array) -> int:
-    """nvidia-uvm ioctl: the argument is a pointer to params (a ctypes buffer)."""
+    """nvidia-uvm ioctl: the argument is a pointer to params (a ctypes buffer, updated in place)."""
     try:
-        return fcntl.ioctl(fd, cmd, ctypes.addressof(params))
+        return fcntl.ioctl(fd, cmd, params, True)
     except OSError as e:
         return -(e.errno or errno.EIO)
 

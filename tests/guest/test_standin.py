@@ -10,6 +10,7 @@ import ctypes
 import errno
 import mmap
 import os
+import signal
 import stat
 import struct
 import sys
@@ -315,8 +316,10 @@ def busy_workers(timeslices_us: list[int]) -> Iterator[list[tuple[int, int, int]
     try:
         yield [(pid, c, ch) for pid, c, ch, _ in procs]
     finally:
+        # SIGKILL: later workers inherited earlier workers' pipes, so EOF never comes
         for pid, _, _, w in procs:
             os.close(w)
+            os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
 
 
@@ -362,3 +365,32 @@ def test_disable_channels_from_a_third_client(sess: nvstub.Session) -> None:
                                        [(0xC1D0FFFF, cha)], True) == abi.NV_ERR_INVALID_CLIENT
         assert nvstub.disable_channels(sess.ctl, sess.client, sess.subdevice,
                                        [(ca, 0x5C0000EE)], True) == abi.NV_ERR_INVALID_CHANNEL
+
+
+def test_channel_ids_and_engine_ids(sess: nvstub.Session) -> None:
+    tsg, ch1 = sess.tsg_channel(schedule_it=False)
+    ch2 = sess.handle()
+    assert nvstub.rm_alloc(sess.ctl, sess.client, tsg, ch2, abi.HOPPER_CHANNEL_GPFIFO_A)[0] == abi.NV_OK
+    handles = (ctypes.c_uint32 * 2)(ch1, ch2)
+    ids = (ctypes.c_uint32 * 2)()
+    p = ctypes.create_string_buffer(abi.FIFO_GET_CHANNELLIST.pack(2, ctypes.addressof(handles),
+                                                                  ctypes.addressof(ids)),
+                                    abi.FIFO_GET_CHANNELLIST.size)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.device, abi.NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST,
+                             p) == abi.NV_OK
+    assert ids[0] != ids[1]
+    tok = ctypes.create_string_buffer(4)
+    assert nvstub.rm_control(sess.ctl, sess.client, ch2, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+                             tok) == abi.NV_OK
+    assert struct.unpack("<I", tok.raw)[0] == ids[1]
+    handles[1] = tsg  # not a channel
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.device, abi.NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST,
+                             p) == abi.NV_ERR_INVALID_CHANNEL
+    # the engine of a channel's compute object
+    gr = ch1 + 1  # Session.tsg_channel allocates tsg, channel, compute in handle order
+    q = ctypes.create_string_buffer(abi.CLASS_ENGINEID.pack(gr, 0, 0, 0), abi.CLASS_ENGINEID.size)
+    assert nvstub.rm_control(sess.ctl, sess.client, ch1, abi.NV906F_CTRL_CMD_GET_CLASS_ENGINEID, q) == abi.NV_OK
+    assert abi.CLASS_ENGINEID.unpack(q.raw)[2:] == (abi.HOPPER_COMPUTE_A, abi.NV2080_ENGINE_TYPE_GR0)
+    # wrong params size
+    assert nvstub.rm_control(sess.ctl, sess.client, ch1, abi.NV906F_CTRL_CMD_GET_CLASS_ENGINEID,
+                             ctypes.create_string_buffer(8)) == abi.NV_ERR_INVALID_PARAM_STRUCT

@@ -211,6 +211,70 @@ static u32 nvstub_ctrl_submit_token(struct nvstub_ctrl_ctx *ctx, void *params)
 	return NV_OK;
 }
 
+/* ctrl503c.h: third-party P2P registrations are checked, not recorded. */
+static u32 nvstub_ctrl_p2p_register_va_space(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv503c_ctrl_register_va_space_params *p = params;
+	struct nvstub_obj *va = nvstub_obj_get(ctx->cl, p->h_va_space);
+
+	if (!va || va->cls != FERMI_VASPACE_A)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	p->va_space_token = ((u64)ctx->cl->root.handle << 32) | va->handle;
+	return NV_OK;
+}
+
+static bool nvstub_is_vidmem(const struct nvstub_obj *o)
+{
+	return o && o->mem_vid;
+}
+
+static u32 nvstub_ctrl_p2p_register_vidmem(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv503c_ctrl_register_vidmem_params *p = params;
+	struct nvstub_obj *mem = nvstub_obj_get(ctx->cl, p->h_memory);
+
+	if (!nvstub_is_vidmem(mem))
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	if (p->offset > mem->mem_size || p->size > mem->mem_size - p->offset)
+		return NV_ERR_INVALID_ARGUMENT;
+	p->address = 0x200000000000ULL + ((u64)mem->handle << 24) + p->offset;
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_p2p_unregister_vidmem(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv503c_ctrl_unregister_vidmem_params *p = params;
+
+	if (!nvstub_is_vidmem(nvstub_obj_get(ctx->cl, p->h_memory)))
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	return NV_OK;
+}
+
+/* ctrl0080fifo.h GET_CHANNELLIST: channel handles in, channel ids out. */
+static u32 nvstub_ctrl_channellist(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv0080_ctrl_fifo_get_channellist_params *p = params;
+	u32 __user *handles = u64_to_user_ptr(p->p_channel_handle_list);
+	u32 __user *ids = u64_to_user_ptr(p->p_channel_list);
+	unsigned int i;
+
+	if (!p->num_channels || !handles || !ids)
+		return NV_ERR_INVALID_ARGUMENT;
+	for (i = 0; i < p->num_channels; i++) {
+		struct nvstub_obj *ch;
+		u32 h;
+
+		if (get_user(h, &handles[i]))
+			return NV_ERR_INVALID_POINTER;
+		ch = nvstub_obj_get(ctx->cl, h);
+		if (!ch || !ch->chan || nvstub_obj_ancestor(ch, NV01_DEVICE_0) != ctx->obj)
+			return NV_ERR_INVALID_CHANNEL;
+		if (put_user(nvstub_chan_id(ch->chan), &ids[i]))
+			return NV_ERR_INVALID_POINTER;
+	}
+	return NV_OK;
+}
+
 static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
@@ -238,6 +302,18 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	  nvstub_ctrl_class_engineid },
 	{ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, HOPPER_CHANNEL_GPFIFO_A,
 	  sizeof(u32), nvstub_ctrl_submit_token },
+	{ NV503C_CTRL_CMD_REGISTER_VA_SPACE, NV50_THIRD_PARTY_P2P,
+	  sizeof(struct nv503c_ctrl_register_va_space_params),
+	  nvstub_ctrl_p2p_register_va_space },
+	{ NV503C_CTRL_CMD_REGISTER_VIDMEM, NV50_THIRD_PARTY_P2P,
+	  sizeof(struct nv503c_ctrl_register_vidmem_params),
+	  nvstub_ctrl_p2p_register_vidmem },
+	{ NV503C_CTRL_CMD_UNREGISTER_VIDMEM, NV50_THIRD_PARTY_P2P,
+	  sizeof(struct nv503c_ctrl_unregister_vidmem_params),
+	  nvstub_ctrl_p2p_unregister_vidmem },
+	{ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, NV01_DEVICE_0,
+	  sizeof(struct nv0080_ctrl_fifo_get_channellist_params),
+	  nvstub_ctrl_channellist },
 };
 
 const unsigned int nvstub_ctrl_count = ARRAY_SIZE(nvstub_ctrls);

@@ -355,7 +355,6 @@ int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 	void *params = NULL;
 	u32 h;
 
-	/* NVOS21 (40 bytes, no pRightsRequested) is accepted as well */
 	if (size != sizeof(struct nvos64_params))
 		return -EINVAL;
 	if (p->h_class == NV01_ROOT || p->h_class == NV01_ROOT_NON_PRIV ||
