@@ -37,7 +37,6 @@ struct nvstub_file {
 	bool map_valid;
 	bool map_vid;
 	u64 map_size;
-	struct list_head os_events;	/* struct nvstub_os_event */
 };
 
 static inline bool nvstub_is_ctl(const struct nvstub_file *nf)
@@ -79,6 +78,8 @@ struct nvstub_client {
 	struct xarray objs;		/* handle -> struct nvstub_obj */
 	u32 next_handle;
 };
+
+void nvstub_client_free_os_events(u32 h_client);
 
 /* nvstub_rm.c */
 int nvstub_rm_init(void);

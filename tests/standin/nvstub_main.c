@@ -56,12 +56,36 @@ static struct cdev nvstub_cdev;
 struct class *nvstub_class;
 static u64 nvstub_memblock_size;
 
-/* An OS event registered by NV_ESC_ALLOC_OS_EVENT (osapi.c allocate_os_event). */
+/*
+ * OS events registered by NV_ESC_ALLOC_OS_EVENT: one list for the driver, as
+ * osapi.c allocate_os_event() keeps them on the control state; an event goes
+ * away with FREE_OS_EVENT, with the file that registered it, or with its client.
+ */
 struct nvstub_os_event {
 	struct list_head node;
 	u32 h_client;
 	u32 fd;
+	struct nvstub_file *nf;
 };
+
+static LIST_HEAD(nvstub_os_events);
+
+static void nvstub_os_events_drop(struct nvstub_file *nf, u32 h_client)
+{
+	struct nvstub_os_event *ev, *tmp;
+
+	list_for_each_entry_safe(ev, tmp, &nvstub_os_events, node) {
+		if ((nf && ev->nf == nf) || (!nf && ev->h_client == h_client)) {
+			list_del(&ev->node);
+			kfree(ev);
+		}
+	}
+}
+
+void nvstub_client_free_os_events(u32 h_client)
+{
+	nvstub_os_events_drop(NULL, h_client);
+}
 
 static int nvstub_open(struct inode *inode, struct file *filp)
 {
@@ -76,7 +100,6 @@ static int nvstub_open(struct inode *inode, struct file *filp)
 		return -ENOMEM;
 	nf->filp = filp;
 	nf->minor = minor;
-	INIT_LIST_HEAD(&nf->os_events);
 	filp->private_data = nf;
 	return 0;
 }
@@ -84,14 +107,10 @@ static int nvstub_open(struct inode *inode, struct file *filp)
 static int nvstub_release(struct inode *inode, struct file *filp)
 {
 	struct nvstub_file *nf = filp->private_data;
-	struct nvstub_os_event *ev, *tmp;
 
 	mutex_lock(&nvstub_lock);
 	nvstub_file_free_clients(nf);
-	list_for_each_entry_safe(ev, tmp, &nf->os_events, node) {
-		list_del(&ev->node);
-		kfree(ev);
-	}
+	nvstub_os_events_drop(nf, 0);
 	mutex_unlock(&nvstub_lock);
 	if (nf->ctl_filp)
 		fput(nf->ctl_filp);
@@ -215,7 +234,7 @@ static void nvstub_alloc_os_event(struct nvstub_file *nf,
 {
 	struct nvstub_os_event *ev;
 
-	list_for_each_entry(ev, &nf->os_events, node) {
+	list_for_each_entry(ev, &nvstub_os_events, node) {
 		if (ev->h_client == p->h_client && ev->fd == p->fd) {
 			p->status = NV_ERR_INSUFFICIENT_RESOURCES;
 			return;
@@ -228,16 +247,16 @@ static void nvstub_alloc_os_event(struct nvstub_file *nf,
 	}
 	ev->h_client = p->h_client;
 	ev->fd = p->fd;
-	list_add(&ev->node, &nf->os_events);
+	ev->nf = nf;
+	list_add(&ev->node, &nvstub_os_events);
 	p->status = NV_OK;
 }
 
-static void nvstub_free_os_event(struct nvstub_file *nf,
-				 struct nv_ioctl_alloc_os_event *p)
+static void nvstub_free_os_event(struct nv_ioctl_alloc_os_event *p)
 {
 	struct nvstub_os_event *ev;
 
-	list_for_each_entry(ev, &nf->os_events, node) {
+	list_for_each_entry(ev, &nvstub_os_events, node) {
 		if (ev->h_client == p->h_client && ev->fd == p->fd) {
 			list_del(&ev->node);
 			kfree(ev);
@@ -277,9 +296,9 @@ static int nvstub_rm_ioctl(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
 		if (size != sizeof(struct nv_ioctl_alloc_os_event))
 			return -EINVAL;
 		if (nr == NV_ESC_ALLOC_OS_EVENT)
-			nvstub_alloc_os_event(nvstub_owner(nf), arg);
+			nvstub_alloc_os_event(nf, arg);
 		else
-			nvstub_free_os_event(nvstub_owner(nf), arg);
+			nvstub_free_os_event(arg);
 		return 0;
 	case NV_ESC_REGISTER_FD:
 		st = nvstub_register_fd(nf, arg, size);

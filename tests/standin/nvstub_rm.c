@@ -422,6 +422,7 @@ int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size)
 		return 0;
 	if (p->h_object_old == p->h_root) {
 		nvstub_client_free(cl);
+		nvstub_client_free_os_events(p->h_root);	/* escape.c */
 		return 0;
 	}
 	obj = nvstub_obj_get(cl, p->h_object_old);

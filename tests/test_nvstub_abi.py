@@ -1,0 +1,87 @@
+"""Host test: the stand-in driver's test interface (tests/standin/nvstub_uapi.h) and the
+nvidia-uvm layouts (kmod/core/nvrm_abi.h) agree with their Python mirrors
+(tests/guest/nvstub.py, gpuslice.abi). Compiles a probe with the C compiler."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuslice import abi
+
+REPO = Path(__file__).resolve().parents[1]
+
+UVM_STRUCTS = {
+    abi.UVM_INITIALIZE: ("uvm_initialize_params", None),
+    abi.UVM_CREATE_RANGE_GROUP: ("uvm_range_group_params", None),
+    abi.UVM_DESTROY_RANGE_GROUP: ("uvm_range_group_params", None),
+    abi.UVM_REGISTER_GPU_VASPACE: ("uvm_register_gpu_vaspace_params", "rm_ctrl_fd"),
+    abi.UVM_REGISTER_CHANNEL: ("uvm_register_channel_params", "rm_ctrl_fd"),
+    abi.UVM_MAP_EXTERNAL_ALLOCATION: ("uvm_map_external_allocation_params", "rm_ctrl_fd"),
+    abi.UVM_FREE: ("uvm_range_params", None),
+    abi.UVM_REGISTER_GPU: ("uvm_register_gpu_params", "rm_ctrl_fd"),
+    abi.UVM_PAGEABLE_MEM_ACCESS: ("uvm_pageable_mem_access_params", None),
+    abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION: ("uvm_map_dynamic_parallelism_region_params", None),
+    abi.UVM_ALLOC_SEMAPHORE_POOL: ("uvm_alloc_semaphore_pool_params", None),
+    abi.UVM_VALIDATE_VA_RANGE: ("uvm_range_params", None),
+    abi.UVM_CREATE_EXTERNAL_RANGE: ("uvm_range_params", None),
+    abi.UVM_MM_INITIALIZE: ("uvm_mm_initialize_params", "uvm_fd"),
+}
+
+
+def load_nvstub_py():
+    spec = importlib.util.spec_from_file_location("nvstub_mirror", REPO / "tests/guest/nvstub.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "nvrm_abi.h"', '#include "nvstub_uapi.h"',
+             "int main(void) {",
+             '  printf("submit_size %zu\\n", sizeof(struct nvstub_submit));',
+             '  printf("submit_status %zu\\n", offsetof(struct nvstub_submit, status));',
+             '  printf("submit_req %lu\\n", (unsigned long)NVSTUB_IOCTL_SUBMIT);',
+             '  printf("submit_nr %d\\n", NVSTUB_ESC_SUBMIT);']
+    for cmd, (st, fd) in UVM_STRUCTS.items():
+        lines.append(f'  printf("uvm{cmd}_size %zu\\n", sizeof(struct {st}));')
+        lines.append(f'  printf("uvm{cmd}_status %zu\\n", offsetof(struct {st}, rm_status));')
+        if fd:
+            lines.append(f'  printf("uvm{cmd}_fd %zu\\n", offsetof(struct {st}, {fd}));')
+    lines += ["  return 0;", "}"]
+    d = tmp_path_factory.mktemp("probe")
+    (d / "p.c").write_text("\n".join(lines))
+    subprocess.run([cc, "-I", str(REPO / "kmod/core"), "-I", str(REPO / "tests/standin"), "-o", str(d / "p"),
+                    str(d / "p.c")], check=True)
+    out = subprocess.run([str(d / "p")], capture_output=True, text=True, check=True).stdout
+    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+def test_submit_mirror(probe: dict[str, int]) -> None:
+    nv = load_nvstub_py()
+    assert nv.NVSTUB_SUBMIT.size == probe["submit_size"] == 24
+    assert nv.NVSTUB_ESC_SUBMIT == probe["submit_nr"] == 0xF0
+    assert nv.NVSTUB_IOCTL_SUBMIT == probe["submit_req"]
+    assert probe["submit_status"] == 16
+
+
+def test_uvm_layouts(probe: dict[str, int]) -> None:
+    assert set(abi.UVM_PARAMS) == set(UVM_STRUCTS)
+    for cmd, (size, status_off, fd_off) in abi.UVM_PARAMS.items():
+        assert probe[f"uvm{cmd}_size"] == size, hex(cmd)
+        assert probe[f"uvm{cmd}_status"] == status_off, hex(cmd)
+        if fd_off is not None:
+            assert probe[f"uvm{cmd}_fd"] == fd_off, hex(cmd)
+        else:
+            assert f"uvm{cmd}_fd" not in probe
