@@ -511,3 +511,53 @@ def test_used_equals_sum_of_live_allocations(so, seed):
         core.file_closed(p.file_id)
     assert core.stats()["used"] == 0 and core.stats()["objects"] == 0
     core.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_trees_free_exactly_the_subtree(so, seed):
+    """Objects under random parents, frees of random nodes (leaves and inner ones): the
+    core forgets exactly the subtree RM forgets, and its memory."""
+    rnd = random.Random(100 + seed)
+    core = cs.Core(so, 1 << 50)
+    rm = cs.MockRM()
+    p = Proc(core, rm)
+    parent = {DEV: p.client, SUB: DEV}  # the model: handle -> parent handle
+    size = {}
+    nxt = 0x1000
+    for step in range(800):
+        nodes = list(parent)
+        op = rnd.random()
+        if op < 0.7:
+            nxt += 1
+            under = rnd.choice(nodes)
+            if op < 0.35:
+                r, _, _ = p.alloc(under, abi.FERMI_VASPACE_A, handle=nxt)
+            else:
+                pr = cs.mem_params(rnd.randrange(1, 64) * MiB)
+                r, _, _ = p.alloc(under, abi.NV01_MEMORY_LOCAL_USER, handle=nxt, params=pr)
+                size[nxt] = struct.unpack_from("<Q", pr, 64)[0]
+            assert r.verdict == cs.GS_PASS
+            parent[nxt] = under
+        elif len(nodes) > 1:
+            victim = rnd.choice(nodes[1:])  # everything but the device (freed last, below)
+            p.free(victim, parent=parent[victim])
+            gone = {victim}
+            changed = True
+            while changed:
+                changed = False
+                for h, up in parent.items():
+                    if up in gone and h not in gone:
+                        gone.add(h)
+                        changed = True
+            for h in gone:
+                parent.pop(h)
+                size.pop(h, None)
+        live = {o["handle"] for o in core.objects() if o["handle"] != p.client}
+        assert live == set(parent), step
+        assert core.stats()["used"] == sum(size.values()), step
+    p.free(DEV, parent=p.client)
+    assert core.stats()["used"] == 0
+    assert {o["handle"] for o in core.objects()} == {p.client}
+    core.file_closed(1)
+    assert core.stats()["used"] == 0 and core.stats()["objects"] == 0
+    core.close()

@@ -24,6 +24,7 @@ struct gs_obj {
 	struct gs_obj *kill;	/* list of objects a free removes */
 	struct gs_object o;
 	struct gs_mem *mem;	/* video memory, NULL for the rest */
+	nv_u32 nchild;		/* tracked objects whose parent this is */
 };
 
 struct gs_inst {

@@ -94,9 +94,21 @@ static void gs_obj_unlink(struct gs_inst *in, struct gs_obj *ob)
 		*pp = ob->next;
 }
 
+/* the tracked parent of ob, if any (objects being destroyed are unlinked already) */
+static struct gs_obj *gs_obj_parent(struct gs_inst *in, const struct gs_obj *ob)
+{
+	if (!ob->o.parent || ob->o.parent == ob->o.handle)
+		return NULL;
+	return gs_obj_find(in, ob->o.client, ob->o.parent);
+}
+
 /* forget one object that is already unlinked; returns its memory if last */
 static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq *q)
 {
+	struct gs_obj *up = gs_obj_parent(in, ob);
+
+	if (up && up->nchild)
+		up->nchild--;
 	if (ob->mem) {
 		if (--ob->mem->refs == 0) {
 			in->used -= ob->mem->size;
@@ -123,7 +135,7 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
 			  struct gs_mem *mem, struct gs_evq *q)
 {
-	struct gs_obj *ob;
+	struct gs_obj *ob, *up;
 	unsigned int b;
 
 	/* a stale entry under the same key: RM freed it without us seeing it */
@@ -143,6 +155,9 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
 	ob->next = in->hash[b];
 	in->hash[b] = ob;
 	in->nr_objects++;
+	up = gs_obj_parent(in, ob);
+	if (up)
+		up->nchild++;
 	if (o->obj_kind == GPUSLICE_OBJ_TSG)
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_NEW);
 	else if (o->obj_kind == GPUSLICE_OBJ_CHANNEL)
@@ -208,6 +223,14 @@ void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 	struct gs_obj *ob, *next;
 	int i;
 
+	/* a leaf (most frees: memory) goes alone, without a walk of the table */
+	ob = handle != client ? gs_obj_find(in, client, handle) : NULL;
+	if (ob && !ob->nchild) {
+		gs_obj_unlink(in, ob);
+		ob->kill = NULL;
+		gs_kill_list(in, ob, q);
+		return;
+	}
 	/* collect first: removing breaks the parent chains we follow */
 	for (i = 0; i < GS_HASH_SIZE; i++)
 		for (ob = in->hash[i]; ob; ob = ob->next)

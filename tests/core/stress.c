@@ -5,6 +5,7 @@
  *
  *   stress fuzz N       N random argument blocks (random escapes, sizes, bytes and
  *                       parameter pointers, a third of them unreadable)
+ *   stress bench N      prints ns per call (no sanitizer: build with -O2)
  *   stress threads N    8 threads, each its own client and file, N random
  *                       alloc / free / dup / close steps against a mock RM; checks
  *                       that the limit is never passed and that used returns to 0
@@ -270,6 +271,66 @@ static int threads(long steps)
 	return 0;
 }
 
+static nv_u64 now_ns(void)
+{
+	return gs_now_ns();
+}
+
+/* ns per call: an allowed control, and alloc + free of memory with `live` objects around */
+static int bench(long rounds)
+{
+	static const long lives[] = { 100, 1000, 10000 };
+	unsigned int k;
+
+	for (k = 0; k < sizeof(lives) / sizeof(lives[0]); k++) {
+		struct gs_inst *in = gs_inst_new(~0ull, NULL);
+		struct worker w = { .in = in, .id = 0 };
+		struct nvos64_params a = { .h_object_new = 0xc1d00001, .h_class = NV01_ROOT_CLIENT };
+		struct nv_memory_allocation_params mp;
+		struct nvos54_params ctl;
+		nv_u64 t0, t_ctl, t_mem;
+		long i;
+
+		call(&w, NV_ESC_RM_ALLOC, &a, sizeof(a), 1, 40);
+		a = (struct nvos64_params){ .h_root = 0xc1d00001, .h_object_parent = 0xc1d00001,
+					    .h_object_new = 0x5c000001, .h_class = NV01_DEVICE_0 };
+		call(&w, NV_ESC_RM_ALLOC, &a, sizeof(a), 1, 40);
+		memset(&mp, 0, sizeof(mp));
+		mp.size = 2 << 20;
+		for (i = 0; i < lives[k]; i++) {
+			a = (struct nvos64_params){ .h_root = 0xc1d00001, .h_object_parent = 0x5c000001,
+						    .h_object_new = 0x10000 + i,
+						    .h_class = NV01_MEMORY_LOCAL_USER,
+						    .p_alloc_parms = (nv_u64)(uintptr_t)&mp };
+			call(&w, NV_ESC_RM_ALLOC, &a, sizeof(a), 1, 40);
+		}
+		t0 = now_ns();
+		for (i = 0; i < rounds; i++) {
+			ctl = (struct nvos54_params){ .h_client = 0xc1d00001, .h_object = 0x5c000001,
+						      .cmd = 0x00800280 };
+			call(&w, NV_ESC_RM_CONTROL, &ctl, sizeof(ctl), 1, 28);
+		}
+		t_ctl = now_ns() - t0;
+		t0 = now_ns();
+		for (i = 0; i < rounds; i++) {
+			struct nvos00_params f = { .h_root = 0xc1d00001, .h_object_parent = 0x5c000001,
+						   .h_object_old = 0x900000 };
+
+			a = (struct nvos64_params){ .h_root = 0xc1d00001, .h_object_parent = 0x5c000001,
+						    .h_object_new = 0x900000,
+						    .h_class = NV01_MEMORY_LOCAL_USER,
+						    .p_alloc_parms = (nv_u64)(uintptr_t)&mp };
+			call(&w, NV_ESC_RM_ALLOC, &a, sizeof(a), 1, 40);
+			call(&w, NV_ESC_RM_FREE, &f, sizeof(f), 1, 12);
+		}
+		t_mem = now_ns() - t0;
+		printf("live objects %6ld: allowed control %6.0f ns (pre+post), memory alloc+free %8.0f ns\n",
+		       lives[k] + 2, (double)t_ctl / rounds, (double)t_mem / rounds);
+		gs_inst_free(in);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long n = argc > 2 ? atol(argv[2]) : 10000;
@@ -278,6 +339,8 @@ int main(int argc, char **argv)
 		return fuzz(n);
 	if (argc > 1 && !strcmp(argv[1], "threads"))
 		return threads(n);
+	if (argc > 1 && !strcmp(argv[1], "bench"))
+		return bench(n);
 	fprintf(stderr, "usage: stress fuzz|threads N\n");
 	return 2;
 }
