@@ -455,8 +455,9 @@ GS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 		return -1;
 	}
 	max = (unsigned int)atomic_load(&gs_max_fd);
-	if (gs_mine() && !(flags & 4))	/* CLOSE_RANGE_CLOEXEC only marks */
+	if (gs_mine() && !(flags & 4)) {	/* CLOSE_RANGE_CLOEXEC only marks */
 		for (fd = first; fd <= last && fd <= max; fd++)
 			gs_fd_gone((int)fd);
+	}
 	return real_close_range(first, last, flags);
 }
