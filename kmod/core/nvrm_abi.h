@@ -732,4 +732,34 @@ struct nv0080_ctrl_fifo_get_channellist_params {	/* 24 */
 	nv_u64 p_channel_list NV_ALIGN8;
 };
 
+/* ctrl0000/ctrl0000gpu.h (tests/standin) */
+#define NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS	0x201
+#define NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2	0x205
+#define NV0000_CTRL_CMD_GPU_GET_PROBED_IDS	0x214
+#define NV0000_CTRL_GPU_MAX_ATTACHED_GPUS	32
+#define NV0000_CTRL_GPU_MAX_PROBED_GPUS		32
+#define NV0000_CTRL_GPU_INVALID_ID		0xffffffff
+#define NV0000_CTRL_SLI_STATUS_INVALID_GPU_COUNT	0x01
+#define NV0000_CTRL_SLI_STATUS_GPU_NOT_SUPPORTED	0x40
+struct nv0000_ctrl_gpu_get_attached_ids_params {	/* 128 */
+	nv_u32 gpu_ids[NV0000_CTRL_GPU_MAX_ATTACHED_GPUS];
+};
+
+struct nv0000_ctrl_gpu_get_probed_ids_params {		/* 384 */
+	nv_u32 gpu_ids[NV0000_CTRL_GPU_MAX_PROBED_GPUS];
+	nv_u32 excluded_gpu_ids[NV0000_CTRL_GPU_MAX_PROBED_GPUS];
+	nv_u32 gpu_flags[NV0000_CTRL_GPU_MAX_PROBED_GPUS];
+};
+
+struct nv0000_ctrl_gpu_get_id_info_v2_params {		/* 32 */
+	nv_u32 gpu_id;
+	nv_u32 gpu_flags;
+	nv_u32 device_instance;
+	nv_u32 sub_device_instance;
+	nv_u32 sli_status;
+	nv_u32 board_id;
+	nv_u32 gpu_instance;
+	nv_s32 numa_id;
+};
+
 #endif /* GPUSLICE_NVRM_ABI_H */

@@ -19,6 +19,13 @@
 #include "nvrm_abi.h"
 
 #define NVSTUB_MAX_GPUS	8
+#define NVSTUB_FIRST_SLOT	6
+
+/* RM's gpuId of simulated GPU i: (domain << 16) | (bus << 8) | slot, as in the traces */
+static inline u32 nvstub_gpu_id(unsigned int i)
+{
+	return NVSTUB_FIRST_SLOT + i;
+}
 
 extern int nvstub_num_gpus;
 extern unsigned int nvstub_fb_mib;

@@ -275,6 +275,51 @@ static u32 nvstub_ctrl_channellist(struct nvstub_ctrl_ctx *ctx, void *params)
 	return NV_OK;
 }
 
+/* ctrl0000gpu.h: the GPUs, by RM gpuId; all are attached and none excluded. */
+static u32 nvstub_ctrl_attached_ids(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv0000_ctrl_gpu_get_attached_ids_params *p = params;
+	unsigned int i;
+
+	for (i = 0; i < NV0000_CTRL_GPU_MAX_ATTACHED_GPUS; i++)
+		p->gpu_ids[i] = i < nvstub_num_gpus ? nvstub_gpu_id(i) : NV0000_CTRL_GPU_INVALID_ID;
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_probed_ids(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv0000_ctrl_gpu_get_probed_ids_params *p = params;
+	unsigned int i;
+
+	for (i = 0; i < NV0000_CTRL_GPU_MAX_PROBED_GPUS; i++) {
+		p->gpu_ids[i] = i < nvstub_num_gpus ? nvstub_gpu_id(i) : NV0000_CTRL_GPU_INVALID_ID;
+		p->excluded_gpu_ids[i] = NV0000_CTRL_GPU_INVALID_ID;
+		p->gpu_flags[i] = 0;
+	}
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_id_info_v2(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv0000_ctrl_gpu_get_id_info_v2_params *p = params;
+	unsigned int i;
+
+	for (i = 0; i < nvstub_num_gpus; i++) {
+		if (p->gpu_id != nvstub_gpu_id(i))
+			continue;
+		p->gpu_flags = 0;
+		p->device_instance = i;
+		p->sub_device_instance = 0;
+		p->sli_status = NV0000_CTRL_SLI_STATUS_GPU_NOT_SUPPORTED |
+				NV0000_CTRL_SLI_STATUS_INVALID_GPU_COUNT;
+		p->board_id = p->gpu_id;
+		p->gpu_instance = i;
+		p->numa_id = NUMA_NO_NODE;
+		return NV_OK;
+	}
+	return NV_ERR_INVALID_ARGUMENT;
+}
+
 static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
@@ -311,6 +356,12 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV503C_CTRL_CMD_UNREGISTER_VIDMEM, NV50_THIRD_PARTY_P2P,
 	  sizeof(struct nv503c_ctrl_unregister_vidmem_params),
 	  nvstub_ctrl_p2p_unregister_vidmem },
+	{ NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_ctrl_gpu_get_attached_ids_params), nvstub_ctrl_attached_ids },
+	{ NV0000_CTRL_CMD_GPU_GET_PROBED_IDS, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_ctrl_gpu_get_probed_ids_params), nvstub_ctrl_probed_ids },
+	{ NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_ctrl_gpu_get_id_info_v2_params), nvstub_ctrl_id_info_v2 },
 	{ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, NV01_DEVICE_0,
 	  sizeof(struct nv0080_ctrl_fifo_get_channellist_params),
 	  nvstub_ctrl_channellist },

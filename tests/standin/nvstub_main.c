@@ -159,13 +159,13 @@ static int nvstub_card_info(void *arg, u32 size)
 	for (i = 0; i < n && i < nvstub_num_gpus; i++) {
 		ci[i].valid = 1;
 		ci[i].pci_info.domain = 0;
-		ci[i].pci_info.bus = 0x06 + i;
-		ci[i].pci_info.slot = 0;
+		ci[i].pci_info.bus = 0;
+		ci[i].pci_info.slot = NVSTUB_FIRST_SLOT + i;	/* 0000:00:06.0 in the traces */
 		ci[i].pci_info.function = 0;
 		ci[i].pci_info.vendor_id = 0x10de;
 		ci[i].pci_info.device_id = 0x2330;	/* H100 SXM5 80GB */
-		ci[i].gpu_id = (0x06 + i) << 8;
-		ci[i].interrupt_line = 0;
+		ci[i].gpu_id = nvstub_gpu_id(i);
+		ci[i].interrupt_line = 41;
 		ci[i].reg_address = 0x102000000000ULL + (u64)i * 0x1000000000ULL;
 		ci[i].reg_size = 16 << 20;
 		ci[i].fb_address = 0x100000000000ULL + (u64)i * 0x1000000000ULL;
