@@ -394,3 +394,38 @@ def test_channel_ids_and_engine_ids(sess: nvstub.Session) -> None:
     # wrong params size
     assert nvstub.rm_control(sess.ctl, sess.client, ch1, abi.NV906F_CTRL_CMD_GET_CLASS_ENGINEID,
                              ctypes.create_string_buffer(8)) == abi.NV_ERR_INVALID_PARAM_STRUCT
+
+
+def test_gpu_ids(sess: nvstub.Session) -> None:
+    ids = ctypes.create_string_buffer(128)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.client, abi.NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS,
+                             ids) == abi.NV_OK
+    gpu_ids = [i for i in struct.unpack("<32I", ids.raw) if i != abi.NV0000_CTRL_GPU_INVALID_ID]
+    assert len(gpu_ids) >= 1
+    info = ctypes.create_string_buffer(abi.GPU_ID_INFO_V2.pack(gpu_ids[0], 0, 0, 0, 0, 0, 0, 0),
+                                       abi.GPU_ID_INFO_V2.size)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.client, abi.NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2,
+                             info) == abi.NV_OK
+    assert abi.GPU_ID_INFO_V2.unpack(info.raw)[2] == 0  # deviceInstance of the first GPU
+    bad = ctypes.create_string_buffer(abi.GPU_ID_INFO_V2.pack(0xBAD, 0, 0, 0, 0, 0, 0, 0), abi.GPU_ID_INFO_V2.size)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.client, abi.NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2,
+                             bad) == abi.NV_ERR_INVALID_ARGUMENT
+    # client controls go to the client object, not the device
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.device, abi.NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS,
+                             ids) == abi.NV_ERR_NOT_SUPPORTED
+
+
+def test_os_events(sess: nvstub.Session) -> None:
+    def ev(fd: int, req: int, event_fd: int) -> int:
+        buf = bytearray(abi.ALLOC_OS_EVENT.pack(sess.client, sess.subdevice, event_fd, 0))
+        assert nvstub.ioctl(fd, req, buf) == 0
+        return abi.ALLOC_OS_EVENT.unpack(buf)[3]
+    gpu = nvstub.open_node(nvstub.gpu_path(0))
+    assert nvstub.register_fd(gpu, sess.ctl) == 0
+    assert ev(gpu, abi.IOCTL_ALLOC_OS_EVENT, 77) == abi.NV_OK
+    assert ev(gpu, abi.IOCTL_ALLOC_OS_EVENT, 77) == abi.NV_ERR_INSUFFICIENT_RESOURCES
+    assert ev(gpu, abi.IOCTL_RM_FREE_OS_EVENT, 77) == abi.NV_OK
+    assert ev(gpu, abi.IOCTL_RM_FREE_OS_EVENT, 77) == abi.NV_ERR_INVALID_EVENT
+    assert ev(gpu, abi.IOCTL_ALLOC_OS_EVENT, 78) == abi.NV_OK
+    os.close(gpu)  # the file's events go with it
+    assert ev(sess.dev_fd, abi.IOCTL_ALLOC_OS_EVENT, 78) == abi.NV_OK
