@@ -11,6 +11,7 @@
 
 #include <linux/fs.h>
 #include <linux/seq_file.h>
+#include <linux/spinlock.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/xarray.h>
@@ -40,7 +41,12 @@ struct nvstub_file {
 	unsigned int minor;		/* 0..N-1, or 255 for nvidiactl */
 	struct nvstub_file *ctl;	/* set by REGISTER_FD */
 	struct file *ctl_filp;		/* reference held on ctl's file */
-	/* the pending mmap context (nv-usermap.c nv_add_mapping_context_to_file) */
+	/*
+	 * The pending mmap context (nv-usermap.c nv_add_mapping_context_to_file).
+	 * Guarded by map_lock, not nvstub_lock: mmap() runs under mmap_lock and
+	 * ioctls touch user memory (mmap_lock) while holding nvstub_lock.
+	 */
+	spinlock_t map_lock;
 	bool map_valid;
 	bool map_vid;
 	u64 map_size;

@@ -100,6 +100,7 @@ static int nvstub_open(struct inode *inode, struct file *filp)
 		return -ENOMEM;
 	nf->filp = filp;
 	nf->minor = minor;
+	spin_lock_init(&nf->map_lock);
 	filp->private_data = nf;
 	return 0;
 }

@@ -110,6 +110,7 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = NV_ERR_INVALID_ARGUMENT;
 		return 0;
 	}
+	spin_lock(&target->map_lock);
 	if (target->map_valid) {
 		p->status = NV_ERR_STATE_IN_USE;
 	} else if (bar && target->minor != mem->gpu) {
@@ -122,6 +123,7 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 		nvstub_next_map_addr += target->map_size;
 		p->status = NV_OK;
 	}
+	spin_unlock(&target->map_lock);
 	fput(tfilp);
 	return 0;
 }
@@ -177,12 +179,12 @@ int nvstub_mmap(struct file *filp, struct vm_area_struct *vma)
 	struct nvstub_file *nf = filp->private_data;
 	int ret = 0;
 
-	mutex_lock(&nvstub_lock);
+	spin_lock(&nf->map_lock);
 	if (!nf->map_valid || vma->vm_pgoff != 0)
 		ret = -EINVAL;
 	else if (nf->map_vid && vma->vm_end - vma->vm_start != nf->map_size)
 		ret = -EINVAL;
-	mutex_unlock(&nvstub_lock);
+	spin_unlock(&nf->map_lock);
 	if (ret)
 		return ret;
 	vma->vm_ops = &nvstub_vm_ops;
