@@ -4,6 +4,7 @@ pass-through, fd translation, quota, filter, netlink."""
 from __future__ import annotations
 
 import ctypes
+import signal
 import errno
 import os
 import stat
@@ -116,7 +117,7 @@ def _alloc_free_worker(ctl_path: str, gpu_path: str, size: int, rounds: int, rea
     ready.set()
     if hold:
         while True:  # keep everything allocated until killed
-            os.pause()
+            signal.pause()
 
 
 def test_32_processes_never_exceed_limit_and_kill9_frees_all(nl):
@@ -484,3 +485,43 @@ def test_tracepoints_report_ioctls_and_refusals(nl):
     assert any("gpuslice_ioctl:" in ln and "escape=0x2b" in ln for ln in lines)
     ref = [ln for ln in lines if "gpuslice_refusal:" in ln]
     assert ref and f"size={8 * MIB}" in ref[0] and "status=0x51" in ref[0]
+
+
+REPLAY = r"""
+import json, sys
+from pathlib import Path
+from gpuslice import replay as rp, traces as t
+calls = t.read_trace(Path(sys.argv[1]))
+rep = rp.replay(calls, rp.read_implemented(), "/dev/", sys.argv[2])
+mism = [(r.index, r.name, str(r.expected), str(r.got)) for r in rep.by("mismatch")]
+print("RESULT " + json.dumps({"summary": rep.summary(), "mismatch": mism}))
+"""
+
+
+@pytest.mark.parametrize("trace", ("cuda-driver-alloc", "torch-matmul", "nvidia-smi-q"))
+def test_trace_replays_through_bind_mounted_instance_nodes(nl, trace):
+    """The recorded init sequence, driven through the instance's nodes bind-mounted
+    over /dev/nvidia* in a private mount namespace, gets the recorded outcomes."""
+    import json
+    import sys
+    from pathlib import Path
+
+    traces = Path(__file__).resolve().parents[3] / "shared" / "traces"
+    if not (traces / f"{trace}.log.gz").exists():
+        pytest.skip("shared/traces not beside the repo")
+    fb = int(open("/sys/module/nvstub/parameters/fb_mib").read()) * MIB
+    with Instance(nl, fb) as inst:
+        binds = " && ".join(f"mount --bind {inst.path(leaf)} /dev/{leaf}"
+                            for leaf in ("nvidiactl", "nvidia0", "nvidia-uvm"))
+        script = (f"mount --make-rprivate / && {binds} && "
+                  f"test $(stat -c %t /dev/nvidiactl) != c3 && "
+                  f"exec {sys.executable} -c '{REPLAY}' {traces}/{trace}.log.gz {trace}")
+        r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+        res = json.loads(line[len("RESULT "):])
+        print(trace, res["summary"])
+        assert res["summary"]["match"] > 0
+        assert not res["mismatch"], res["mismatch"][:20]
+        assert inst.get()["nr_ioctls"] > 0
+        assert inst.get()["mem_used"] == 0  # the replayer's files are closed
