@@ -762,4 +762,23 @@ struct nv0000_ctrl_gpu_get_id_info_v2_params {		/* 32 */
 	nv_s32 numa_id;
 };
 
+/* ctrl2080/ctrl2080gpu.h, ctrl2080gr.h (tests/standin) */
+#define NV2080_CTRL_CMD_GPU_GET_NAME_STRING		0x20800110
+#define NV2080_GPU_MAX_NAME_STRING_LENGTH		0x40
+#define NV2080_CTRL_GPU_GET_NAME_STRING_FLAGS_TYPE_ASCII	0
+#define NV2080_CTRL_GPU_GET_NAME_STRING_FLAGS_TYPE_UNICODE	1
+struct nv2080_ctrl_gpu_get_name_string_params {	/* 132 */
+	nv_u32 gpu_name_string_flags;
+	union {
+		nv_u8 ascii[NV2080_GPU_MAX_NAME_STRING_LENGTH];
+		nv_u16 unicode[NV2080_GPU_MAX_NAME_STRING_LENGTH];
+	} gpu_name_string;
+};
+
+#define NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE		0x20801218
+struct nv2080_ctrl_gr_get_ctx_buffer_size_params {	/* 16 */
+	nv_handle h_channel;
+	nv_u64 total_buffer_size NV_ALIGN8;
+};
+
 #endif /* GPUSLICE_NVRM_ABI_H */

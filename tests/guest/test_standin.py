@@ -429,3 +429,19 @@ def test_os_events(sess: nvstub.Session) -> None:
     assert ev(gpu, abi.IOCTL_ALLOC_OS_EVENT, 78) == abi.NV_OK
     os.close(gpu)  # the file's events go with it
     assert ev(sess.dev_fd, abi.IOCTL_ALLOC_OS_EVENT, 78) == abi.NV_OK
+
+
+def test_name_string_and_ctx_buffer(sess: nvstub.Session) -> None:
+    p = ctypes.create_string_buffer(abi.NV2080_CTRL_GPU_GET_NAME_STRING_PARAMS_SIZE)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.subdevice, abi.NV2080_CTRL_CMD_GPU_GET_NAME_STRING,
+                             p) == abi.NV_OK
+    assert p.raw[4:].split(b"\0")[0].startswith(b"NVIDIA H100")
+    struct.pack_into("<I", p, 0, 7)  # no such string type
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.subdevice, abi.NV2080_CTRL_CMD_GPU_GET_NAME_STRING,
+                             p) == abi.NV_ERR_INVALID_ARGUMENT
+    tsg, ch = sess.tsg_channel(schedule_it=False)
+    for h, want in [(ch, abi.NV_OK), (tsg, abi.NV_ERR_INVALID_CHANNEL)]:
+        q = ctypes.create_string_buffer(abi.GR_CTX_BUFFER_SIZE.pack(h, 0), abi.GR_CTX_BUFFER_SIZE.size)
+        assert nvstub.rm_control(sess.ctl, sess.client, sess.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE,
+                                 q) == want
+    assert abi.GR_CTX_BUFFER_SIZE.unpack(q.raw)[1] == 0  # a refused query reports no size

@@ -11,11 +11,12 @@
  */
 #include <linux/numa.h>
 #include <linux/slab.h>
+#include <linux/string.h>
 #include <linux/uaccess.h>
 
 #include "nvstub.h"
 
-#define NVSTUB_CTRL_MAX_PARAMS	(64 * 1024)
+#define NVSTUB_CTX_BUFFER_SIZE	(2ULL << 20)	/* per channel, simulated */
 
 struct nvstub_ctrl_ctx {
 	struct nvstub_file *nf;
@@ -320,6 +321,39 @@ static u32 nvstub_ctrl_id_info_v2(struct nvstub_ctrl_ctx *ctx, void *params)
 	return NV_ERR_INVALID_ARGUMENT;
 }
 
+/* ctrl2080gpu.h GET_NAME_STRING: the simulated board's name. */
+static u32 nvstub_ctrl_name_string(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	static const char name[] = "NVIDIA H100 80GB HBM3 (nvstub)";
+	struct nv2080_ctrl_gpu_get_name_string_params *p = params;
+	unsigned int i;
+
+	memset(&p->gpu_name_string, 0, sizeof(p->gpu_name_string));
+	switch (p->gpu_name_string_flags) {
+	case NV2080_CTRL_GPU_GET_NAME_STRING_FLAGS_TYPE_ASCII:
+		strscpy(p->gpu_name_string.ascii, name, sizeof(p->gpu_name_string.ascii));
+		return NV_OK;
+	case NV2080_CTRL_GPU_GET_NAME_STRING_FLAGS_TYPE_UNICODE:
+		for (i = 0; i < sizeof(name) - 1; i++)
+			p->gpu_name_string.unicode[i] = name[i];
+		return NV_OK;
+	default:
+		return NV_ERR_INVALID_ARGUMENT;
+	}
+}
+
+/* ctrl2080gr.h GET_CTX_BUFFER_SIZE: a channel's context buffers (modelled size). */
+static u32 nvstub_ctrl_ctx_buffer_size(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_gr_get_ctx_buffer_size_params *p = params;
+	struct nvstub_obj *ch = nvstub_obj_get(ctx->cl, p->h_channel);
+
+	if (!ch || !ch->chan)
+		return NV_ERR_INVALID_CHANNEL;
+	p->total_buffer_size = NVSTUB_CTX_BUFFER_SIZE;
+	return NV_OK;
+}
+
 static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
@@ -362,6 +396,11 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	  sizeof(struct nv0000_ctrl_gpu_get_probed_ids_params), nvstub_ctrl_probed_ids },
 	{ NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2, NV01_ROOT_CLIENT,
 	  sizeof(struct nv0000_ctrl_gpu_get_id_info_v2_params), nvstub_ctrl_id_info_v2 },
+	{ NV2080_CTRL_CMD_GPU_GET_NAME_STRING, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_gpu_get_name_string_params), nvstub_ctrl_name_string },
+	{ NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_gr_get_ctx_buffer_size_params),
+	  nvstub_ctrl_ctx_buffer_size },
 	{ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, NV01_DEVICE_0,
 	  sizeof(struct nv0080_ctrl_fifo_get_channellist_params),
 	  nvstub_ctrl_channellist },
