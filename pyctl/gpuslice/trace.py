@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -54,11 +55,22 @@ def check_root() -> None:
         raise TraceError(ROOT_HINT)
 
 
-def tracefs_root(roots: tuple[str, ...] | None = None) -> str:
-    for r in roots or TRACEFS_ROOTS:
+def _find_tracefs(roots: tuple[str, ...]) -> str | None:
+    for r in roots:
         if os.path.isdir(os.path.join(r, "events")):
             return r
-    raise TraceError("tracefs not mounted: mount -t tracefs nodev /sys/kernel/tracing")
+    return None
+
+
+def tracefs_root(roots: tuple[str, ...] | None = None) -> str:
+    """Where tracefs is; mounts it at /sys/kernel/tracing (we are root) if it is nowhere."""
+    found = _find_tracefs(roots or TRACEFS_ROOTS)
+    if found is None and roots is None and os.path.isdir(TRACEFS_ROOTS[0]):
+        subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS_ROOTS[0]], capture_output=True, check=False)
+        found = _find_tracefs(TRACEFS_ROOTS)
+    if found is None:
+        raise TraceError("tracefs not mounted: mount -t tracefs nodev /sys/kernel/tracing")
+    return found
 
 
 def check_events(events: list[str], roots: tuple[str, ...] | None = None) -> None:
