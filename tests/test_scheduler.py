@@ -351,3 +351,27 @@ def test_kernel_sync_sets_weights_and_recreates_missing(tmp_path) -> None:
     assert sets["b"]["timeslice_us"] == 4000
     new = [(n, a) for op, n, a in nl.calls if op == "new"]
     assert new and new[0][0] == "b" and new[0][1]["gpu_mask"] == 0b11 and new[0][1]["mem_limit"] == 7 << 20
+
+
+def test_preload_line_format_of_report_c(tmp_path) -> None:
+    """The exact line preload/report.c writes (numbers for event and obj_kind)."""
+    import socket
+
+    path = str(tmp_path / "p.sock")
+    src = PreloadSource(path)
+    try:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        c.sendall(b'{"event":3,"name":"a","pid":12,"client":3251634253,"handle":1543503900,'
+                  b'"parent":1543503899,"class":51311,"engine":1,"gpu":0,"obj_kind":2,'
+                  b'"size":0,"status":0,"cmd":0}\n')
+        src.refresh()
+        assert src.channels() == {"a": {Channel(0, 3251634253, 1543503900)}}
+        c.sendall(b'{"event":4,"name":"a","pid":12,"client":3251634253,"handle":1543503900,'
+                  b'"parent":1543503899,"class":51311,"engine":1,"gpu":0,"obj_kind":2,'
+                  b'"size":0,"status":0,"cmd":0}\n')
+        src.refresh()
+        assert src.channels() == {}
+        c.close()
+    finally:
+        src.close()
