@@ -781,4 +781,23 @@ struct nv2080_ctrl_gr_get_ctx_buffer_size_params {	/* 16 */
 	nv_u64 total_buffer_size NV_ALIGN8;
 };
 
+/* ctrl2080/ctrl2080gr.h GPC/TPC masks; NV2080_CTRL_GR_ROUTE_INFO is 16 bytes (tests/standin) */
+#define NV2080_CTRL_CMD_GR_GET_GPC_MASK		0x2080122a
+#define NV2080_CTRL_CMD_GR_GET_TPC_MASK		0x2080122b
+struct nv2080_ctrl_gr_route_info {
+	nv_u32 flags;
+	nv_u64 route NV_ALIGN8;
+};
+
+struct nv2080_ctrl_gr_get_gpc_mask_params {	/* 24 */
+	struct nv2080_ctrl_gr_route_info gr_route_info;
+	nv_u32 gpc_mask;
+};
+
+struct nv2080_ctrl_gr_get_tpc_mask_params {	/* 24 */
+	struct nv2080_ctrl_gr_route_info gr_route_info;
+	nv_u32 gpc_id;
+	nv_u32 tpc_mask;
+};
+
 #endif /* GPUSLICE_NVRM_ABI_H */

@@ -9,6 +9,7 @@
  * Commands not in nvstub_ctrls[] answer NV_ERR_NOT_SUPPORTED; the list is
  * published in /proc/nvstub/implemented.
  */
+#include <linux/bits.h>
 #include <linux/numa.h>
 #include <linux/slab.h>
 #include <linux/string.h>
@@ -17,6 +18,8 @@
 #include "nvstub.h"
 
 #define NVSTUB_CTX_BUFFER_SIZE	(2ULL << 20)	/* per channel, simulated */
+#define NVSTUB_NUM_GPCS		8
+#define NVSTUB_TPCS_PER_GPC	9
 
 struct nvstub_ctrl_ctx {
 	struct nvstub_file *nf;
@@ -354,6 +357,25 @@ static u32 nvstub_ctrl_ctx_buffer_size(struct nvstub_ctrl_ctx *ctx, void *params
 	return NV_OK;
 }
 
+/* ctrl2080gr.h GPC/TPC masks of the simulated chip: a full GH100 die. */
+static u32 nvstub_ctrl_gpc_mask(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_gr_get_gpc_mask_params *p = params;
+
+	p->gpc_mask = GENMASK(NVSTUB_NUM_GPCS - 1, 0);
+	return NV_OK;
+}
+
+static u32 nvstub_ctrl_tpc_mask(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_gr_get_tpc_mask_params *p = params;
+
+	if (p->gpc_id >= NVSTUB_NUM_GPCS)
+		return NV_ERR_INVALID_ARGUMENT;
+	p->tpc_mask = GENMASK(NVSTUB_TPCS_PER_GPC - 1, 0);
+	return NV_OK;
+}
+
 static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
@@ -401,6 +423,10 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_gr_get_ctx_buffer_size_params),
 	  nvstub_ctrl_ctx_buffer_size },
+	{ NV2080_CTRL_CMD_GR_GET_GPC_MASK, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_gr_get_gpc_mask_params), nvstub_ctrl_gpc_mask },
+	{ NV2080_CTRL_CMD_GR_GET_TPC_MASK, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_gr_get_tpc_mask_params), nvstub_ctrl_tpc_mask },
 	{ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, NV01_DEVICE_0,
 	  sizeof(struct nv0080_ctrl_fifo_get_channellist_params),
 	  nvstub_ctrl_channellist },
