@@ -134,3 +134,19 @@ def test_cli_dry_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["not_replayable"] == 4
     assert len(doc["results"]) == 188
+
+
+def test_channellist_handles_are_rebuilt_in_our_memory() -> None:
+    import ctypes
+    r = rp.Replayer("/nonexistent/")
+    r.channels = [0x5C00001C, 0x5C000020]
+    r.handles = {0x5C000020: 0xABCD0020}
+    pin = abi.FIFO_GET_CHANNELLIST.pack(2, 0x7FFD826A6EFC, 0x1A9F6528)
+    out, note = r.channellist_params(pin)
+    n, p_handles, p_ids = abi.FIFO_GET_CHANNELLIST.unpack(out)
+    assert n == 2 and p_handles not in (0, 0x7FFD826A6EFC) and p_ids not in (0, 0x1A9F6528)
+    assert ctypes.string_at(p_handles, 8) == (0x5C00001C).to_bytes(4, "little") + (0xABCD0020).to_bytes(4, "little")
+    assert ctypes.string_at(p_ids, 8) == bytes(8)
+    assert "0x5c000020" in note
+    # more channels asked for than were allocated: left alone (the driver decides)
+    assert r.channellist_params(abi.FIFO_GET_CHANNELLIST.pack(3, 1, 2)) == (abi.FIFO_GET_CHANNELLIST.pack(3, 1, 2), "")

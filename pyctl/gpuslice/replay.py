@@ -45,6 +45,7 @@ ROOT_CLASSES = frozenset({abi.NV01_ROOT, abi.NV01_ROOT_NON_PRIV, abi.NV01_ROOT_C
 BAR_MEMORY_CLASSES = frozenset({abi.NV01_MEMORY_LOCAL_USER, abi.NV01_MEMORY_LOCAL_PHYSICAL,
                                 abi.HOPPER_USERMODE_A})
 PARAMS_BUFFER_MIN = 4096  # RM_ALLOC parameter blocks were recorded as a 256-byte window
+CHANNEL_CLASSES = frozenset(v for k, v in vars(abi).items() if "_CHANNEL_GPFIFO_" in k and isinstance(v, int))
 
 Category = Literal["match", "mismatch", "unimplemented", "dependent", "not_replayable", "planned"]
 
@@ -264,6 +265,7 @@ class Replayer:
         self.linear: dict[int, int] = {}  # recorded pLinearAddress -> replayed
         self.keep: list[object] = []  # buffers the driver may still point at
         self.last_gpu: dict[int, str] = {}  # pid -> last /dev/nvidiaN path seen
+        self.channels: list[int] = []  # recorded channel handles, in allocation order
 
     # -- files
     def node(self, recorded_path: str) -> str:
@@ -320,12 +322,16 @@ class Replayer:
                 block = put_u64(block, OFF_ALLOC_PARAMS, addr)
             if a.h_class in t.MEMORY_CLASSES or a.h_class in BAR_MEMORY_CLASSES:
                 self.mem_class[a.h_new] = a.h_class
+            if a.h_class in CHANNEL_CLASSES:
+                self.channels.append(a.h_new)
         elif c.nr == abi.NV_ESC_RM_CONTROL:
             ctl = t.decode_control(c.arg_in)
             if ctl.params:
                 pin = remap_words(c.pin or b"", self.handles)
                 if len(pin) < ctl.params_size:
                     note = f"params truncated in trace ({len(pin)} of {ctl.params_size} bytes), zero-padded"
+                if ctl.cmd == abi.NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST:
+                    pin, note = self.channellist_params(pin)
                 addr = self.buffer(pin, ctl.params_size)
                 block = put_u64(block, OFF_CONTROL_PARAMS, addr)
         elif c.nr == abi.NV_ESC_REGISTER_FD:
@@ -367,6 +373,21 @@ class Replayer:
         got = outcome(c.nr, ret, bytes(buf))
         self.learn(c, bytes(buf), ret)
         return got, note
+
+    def channellist_params(self, pin: bytes) -> tuple[bytes, str]:
+        """NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST points at a list of channel handles (in)
+        and a list of channel ids (out), neither recorded. CUDA asks right after
+        allocating each channel, so the list is rebuilt from the channels allocated last."""
+        if len(pin) < abi.FIFO_GET_CHANNELLIST.size:
+            return pin, ""
+        n, p_handles, p_ids = abi.FIFO_GET_CHANNELLIST.unpack(pin[:abi.FIFO_GET_CHANNELLIST.size])
+        if not (0 < n <= len(self.channels)) or not p_handles or not p_ids:
+            return pin, ""
+        recorded = self.channels[-n:]
+        handles = b"".join(self.handles.get(h, h).to_bytes(4, "little") for h in recorded)
+        head = abi.FIFO_GET_CHANNELLIST.pack(n, self.buffer(handles, len(handles)), self.buffer(b"", 4 * n))
+        note = "handle list inferred: " + ",".join(f"{h:#x}" for h in recorded)
+        return head + pin[abi.FIFO_GET_CHANNELLIST.size:], note
 
     def learn(self, c: t.TraceCall, out: bytes, ret: int) -> None:
         """Record handles and addresses the driver chose, to translate later calls."""
