@@ -458,6 +458,12 @@ def status(ctx: click.Context, status_file: str) -> None:
             head = (f"daemon: running (pid {d['pid']}), {d.get('switches', 0)} slot switches, "
                     f"{d.get('rm_calls', 0)} RM calls, switch latency p50 "
                     f"{_us(lat.get('p50'))} p99 {_us(lat.get('p99'))}")
+            calls = d.get("rm_call_ns") or {}
+            if calls:
+                head += "\n" + "; ".join(
+                    f"{k} call p50 {_us((calls.get(k) or {}).get('p50'))} p99 {_us((calls.get(k) or {}).get('p99'))} "
+                    f"max {_us((calls.get(k) or {}).get('max'))} (n={(calls.get(k) or {}).get('n', 0)})"
+                    for k in ("disable", "enable"))
         else:
             head = "daemon: not running"
         return head + "\n" + table(rows, STATUS_COLS)

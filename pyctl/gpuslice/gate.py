@@ -13,6 +13,8 @@ import json
 import logging
 import subprocess
 import sys
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
@@ -39,6 +41,9 @@ class GateStats:
     disabled_total: int = 0
     enabled_total: int = 0
     errors: int = 0
+    # wall time of each FIFO_DISABLE_CHANNELS call (one batch of <= 64 channels), ns
+    disable_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
+    enable_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
 
 
 class RmGate:
@@ -56,7 +61,10 @@ class RmGate:
         by_pair = {c.pair: c for c in chans}
         before = self.rm.calls
         try:
-            self.rm.disable_channels(gpu, by_pair.keys(), disable)
+            t0 = time.perf_counter_ns()
+            n = self.rm.disable_channels(gpu, by_pair.keys(), disable)
+            (self.stats.disable_ns if disable else self.stats.enable_ns).append(
+                (time.perf_counter_ns() - t0) // max(1, n or 1))
             failed: set[Channel] = set()
         except RmError:
             bad = self.rm.disable_channels_each(gpu, by_pair.keys(), disable)

@@ -172,6 +172,10 @@ class Scheduler:
         """Re-enable everything we disabled. Safe to call more than once."""
         self.stopping = True
         self.gate.release_all()
+        if self.switches:
+            snap = self.snapshot()
+            log.info("%d slot switches, %d RM calls; switch latency %s; FIFO_DISABLE_CHANNELS call ns %s",
+                     self.switches, self.rm_calls, snap["switch_latency_ns"], snap["rm_call_ns"])
 
     def _sync_timelines(self, now: int) -> None:
         gpus = set(self.state.used_gpus()) | {c.gpu for cs in self.chans.values() for c in cs}
@@ -295,6 +299,12 @@ class Scheduler:
         def pct(p: float) -> int | None:
             return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
 
+        def dist(xs: Any) -> dict[str, int | None]:
+            v = sorted(xs or ())
+            return {"n": len(v), "p50": v[len(v) // 2] if v else None,
+                    "p99": v[min(len(v) - 1, int(0.99 * len(v)))] if v else None, "max": v[-1] if v else None}
+
+        stats = getattr(self.gate, "stats", None)
         return {
             "pid": os.getpid(),
             "time": time.time(),
@@ -302,6 +312,9 @@ class Scheduler:
             "rm_calls": self.rm_calls,
             "disabled_now": len(self.gate.disabled),
             "switch_latency_ns": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None},
+            # duration of each FIFO_DISABLE_CHANNELS call (disable / re-enable), as the daemon saw it
+            "rm_call_ns": {"disable": dist(getattr(stats, "disable_ns", None)),
+                           "enable": dist(getattr(stats, "enable_ns", None))},
             "gpus": {
                 str(g): {
                     "policy": tl.policy,
