@@ -48,15 +48,24 @@ class NvstubProbe:
 
 
 class NvmlProbe:
-    """NVML process utilisation (pynvml). ``minors`` maps GPU minor -> NVML index."""
+    """NVML process utilisation (pynvml).
 
-    def __init__(self, threshold_pct: int = 1) -> None:
+    NVML takes its per-process samples far less often than a scheduling period (tens to
+    hundreds of ms), so most calls find no new sample (NVML_ERROR_NOT_FOUND). A process
+    therefore counts as busy while its last busy sample is younger than ``hold_s`` or two
+    sample intervals, whichever is longer; a call without new samples keeps that state
+    (it used to report everyone idle, which under equal/burst left everyone ungated)."""
+
+    def __init__(self, threshold_pct: int = 1, hold_s: float = 0.3) -> None:
         import pynvml
 
         self.nvml = pynvml
         pynvml.nvmlInit()
         self.threshold = threshold_pct
-        self._last_us: dict[int, int] = {}
+        self.hold_s = hold_s
+        self._last_us: dict[int, int] = {}  # newest sample timestamp seen per GPU (NVML's lastSeen)
+        self._interval_us: dict[int, float] = {}  # smoothed time between samples per GPU
+        self._busy_at: dict[int, float] = {}  # pid -> timestamp (s) of its last busy sample
         self._handles: dict[int, object] = {}
 
     def _handle(self, gpu: int) -> object:
@@ -65,16 +74,27 @@ class NvmlProbe:
         return self._handles[gpu]
 
     def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
-        busy_pids: set[int] = set()
+        now = time.time()
+        hold = self.hold_s
         for gpu in {c.gpu for cs in chans.values() for c in cs}:
             h = self._handle(gpu)
             since = self._last_us.get(gpu, 0)
-            self._last_us[gpu] = int(time.time() * 1e6)
             try:
                 samples = self.nvml.nvmlDeviceGetProcessUtilization(h, since)
             except self.nvml.NVMLError:
-                continue  # NVML_ERROR_NOT_FOUND: no samples since `since`
+                samples = []  # NVML_ERROR_NOT_FOUND: no samples since `since`
+            stamps = sorted({int(s.timeStamp) for s in samples if int(s.timeStamp) > since})
+            if since and stamps:
+                gap = (stamps[-1] - since) / len(stamps)
+                old = self._interval_us.get(gpu)
+                self._interval_us[gpu] = gap if old is None else 0.8 * old + 0.2 * gap
+            if stamps:
+                self._last_us[gpu] = stamps[-1]
             for s in samples:
                 if s.smUtil >= self.threshold:
-                    busy_pids.add(int(s.pid))
+                    pid = int(s.pid)
+                    self._busy_at[pid] = max(self._busy_at.get(pid, 0.0), int(s.timeStamp) / 1e6)
+            hold = max(hold, 2 * self._interval_us.get(gpu, 0.0) / 1e6)
+        busy_pids = {p for p, t in self._busy_at.items() if now - t <= hold}
+        self._busy_at = {p: t for p, t in self._busy_at.items() if now - t <= 60}
         return {n for n, cs in chans.items() if any(c.pid in busy_pids for c in cs)}
