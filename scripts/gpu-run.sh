@@ -7,7 +7,14 @@
 #   bench.txt    overhead figures
 #   raw.txt      every workload's command line and raw output
 #   results.json figures the tests measured
-# Usage: scripts/gpu-run.sh [tests|bench|all]   (default all)
+# sched (not part of all): `gpuctl daemon` gating real workloads (tests/gpu/bench_sched.py,
+# then tests/gpu/test_sched.py); docs/h100-scheduler.md. Its files:
+#   sched.txt    log and tables     sched.json     every figure
+#   daemon.log   the daemon's log   sched-raw.tgz  completion times, status samples
+#   sched-tests.txt                 pytest of tests/gpu/test_sched.py
+# The daemon needs click, pyroute2 and nvidia-ml-py; a folder .devsite (carried with the
+# device tool, git-ignored) is added to PYTHONPATH for what the machine lacks (pyroute2).
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -42,5 +49,16 @@ if [[ $what == all || $what == tests ]]; then
 fi
 if [[ $what == all || $what == bench ]]; then
 	python3 tests/gpu/bench_overhead.py 5 5 2>&1 | tee "$OUT/bench.txt"
+fi
+if [[ $what == sched ]]; then
+	export PYTHONPATH="$PWD/pyctl${PYTHONPATH:+:$PYTHONPATH}"
+	[[ -d .devsite ]] && export PYTHONPATH="$PYTHONPATH:$PWD/.devsite"
+	python3 -c 'import click, pyroute2, pynvml' || echo "gpu-run: a package the daemon needs is missing" >&2
+	python3 tests/gpu/bench_sched.py --out "$OUT" ${SCHED_ARGS:-}
+	rc=$?
+	if python3 -c 'import pytest' 2>/dev/null; then
+		python3 -m pytest -v -rA -p no:cacheprovider tests/gpu/test_sched.py 2>&1 | tee "$OUT/sched-tests.txt"
+		[[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+	fi
 fi
 exit "$rc"
