@@ -7,7 +7,13 @@ GPUSLICE_SOCKET. A daemon started (or restarted) after the workloads therefore n
 hears of their channels (PreloadSource has no way to ask; NetlinkSource dumps
 OBJECT_GET at start). The relay keeps each workload's event lines and replays them on a
 fresh connection to every new daemon, so one set of workloads can be driven through
-many daemon runs and kills. It forwards lines unchanged.
+many daemon runs and kills.
+
+It changes one thing: libgpuslice.so reports "gpu":255 for objects allocated through
+/dev/nvidiactl (the file's minor; CUDA allocates its channels there), so the daemon
+would gate them on a GPU 255 that does not exist (found on the H100: "No such file or
+directory: '/dev/nvidia255'"). The relay rewrites 255 to 0, the machine's only GPU.
+The fix belongs in the core (an object's GPU is its device's, not its file's).
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ class Relay:
         self.lock = threading.Lock()
         self.ups: list[dict] = []  # {"lines": [bytes], "down": socket|None}
         self.target: str | None = None
+        self.gpu_fix: tuple[int] | None = (0,)  # see _read
+        self.rewritten = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -90,6 +98,11 @@ class Relay:
             *lines, buf = buf.split(b"\n")
             with self.lock:
                 for line in lines:
+                    if self.gpu_fix and b'"gpu":255,' in line:
+                        # objects RM_ALLOCed through nvidiactl (channels included) come
+                        # with gpu 255, the control node's minor: see the module doc
+                        line = line.replace(b'"gpu":255,', b'"gpu":%d,' % self.gpu_fix[0])
+                        self.rewritten += 1
                     up["lines"].append(line + b"\n")
                     self._send(up, line + b"\n")
 

@@ -4,8 +4,9 @@
 
 Allocates two SIZE x SIZE fp32 matrices, warms up, prints {"ready": pid}, then loops:
 reads CTLFILE ("run", "pause" or "exit"; re-read before every matmul), and while
-"run" does one matmul + torch.cuda.synchronize() and records the completion time
-(CLOCK_MONOTONIC, seconds, the clock the harness and the daemon use). The times are
+"run" launches one matmul at a time, keeping DEPTH (3) of them queued, and records each
+one's completion time (CLOCK_MONOTONIC, seconds, the clock the harness and the daemon
+use) when its CUDA event is seen done. Paused: the queue is drained, nothing launched. The times are
 appended to OUTFILE as native doubles every 0.25 s and at exit, so a killed run still
 leaves its data.
 
@@ -21,16 +22,25 @@ import sys
 import time
 from array import array
 
+DEPTH = 3
+
 
 def main() -> None:
     size, ctl, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     fake = os.environ.get("GPUSLICE_FAKE_WORKLOAD") == "1"
+    ts = array("d")
     if fake:
         dt = 2.66e-3 * (size / 4096) ** 3
 
         def step() -> None:
             time.sleep(dt)
+            ts.append(time.monotonic())
+
+        def drain() -> None:
+            pass
     else:
+        from collections import deque
+
         import torch
 
         a = torch.randn(size, size, device="cuda")
@@ -38,13 +48,25 @@ def main() -> None:
         for _ in range(5):
             a @ b
         torch.cuda.synchronize()
+        inflight: deque = deque()
 
+        # DEPTH matmuls stay queued, so the GPU never waits for this process's next
+        # launch; each completion is timed when its event is seen (spin-wait)
         def step() -> None:
             a @ b
-            torch.cuda.synchronize()
+            e = torch.cuda.Event()
+            e.record()
+            inflight.append(e)
+            if len(inflight) >= DEPTH:
+                inflight.popleft().synchronize()
+                ts.append(time.monotonic())
+
+        def drain() -> None:
+            while inflight:
+                inflight.popleft().synchronize()
+                ts.append(time.monotonic())
 
     print(json.dumps({"ready": os.getpid(), "size": size}), flush=True)
-    ts = array("d")
     last_flush = time.monotonic()
     f = open(out, "ab")
     mode = "pause"
@@ -57,16 +79,17 @@ def main() -> None:
                 break
             if mode == "run":
                 step()
-                ts.append(time.monotonic())
             else:
+                drain()
                 time.sleep(0.002)
             now = time.monotonic()
             if now - last_flush >= 0.25 and ts:
                 ts.tofile(f)
                 f.flush()
-                ts = array("d")
+                del ts[:]
                 last_flush = now
     finally:
+        drain()
         ts.tofile(f)
         f.close()
         os.close(cfd)
