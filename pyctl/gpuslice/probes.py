@@ -48,53 +48,76 @@ class NvstubProbe:
 
 
 class NvmlProbe:
-    """NVML process utilisation (pynvml).
+    """NVML process utilisation (pynvml), sampled by a background thread.
 
-    NVML takes its per-process samples far less often than a scheduling period (tens to
-    hundreds of ms), so most calls find no new sample (NVML_ERROR_NOT_FOUND). A process
-    therefore counts as busy while its last busy sample is younger than ``hold_s`` or two
-    sample intervals, whichever is longer; a call without new samples keeps that state
-    (it used to report everyone idle, which under equal/burst left everyone ungated)."""
+    A process counts as busy while its last sample with SM utilisation >= threshold is
+    younger than ``hold_s``. The thread asks NVML every ``poll_s`` for the samples of the
+    last ``lookback_s`` (not "since the newest sample seen": processes are sampled at
+    different moments, and that skipped some), so :meth:`active` costs the scheduler
+    nothing at its period boundary (one NVML call took milliseconds on an H100, which
+    delayed the first slot of every period), and a call with no new samples no longer
+    reports everyone idle (which under equal/burst left everyone ungated)."""
 
-    def __init__(self, threshold_pct: int = 1, hold_s: float = 0.3) -> None:
+    def __init__(self, threshold_pct: int = 1, hold_s: float = 0.5, poll_s: float = 0.05,
+                 lookback_s: float = 2.0, thread: bool = True) -> None:
+        import threading
+
         import pynvml
 
         self.nvml = pynvml
         pynvml.nvmlInit()
         self.threshold = threshold_pct
         self.hold_s = hold_s
-        self._last_us: dict[int, int] = {}  # newest sample timestamp seen per GPU (NVML's lastSeen)
-        self._interval_us: dict[int, float] = {}  # smoothed time between samples per GPU
+        self.poll_s = poll_s
+        self.lookback_s = lookback_s
         self._busy_at: dict[int, float] = {}  # pid -> timestamp (s) of its last busy sample
         self._handles: dict[int, object] = {}
+        self._gpus: set[int] = set()
+        self._lock = threading.Lock()
+        self._thread = None
+        if thread:
+            self._thread = threading.Thread(target=self._loop, name="nvml-probe", daemon=True)
 
     def _handle(self, gpu: int) -> object:
         if gpu not in self._handles:
             self._handles[gpu] = self.nvml.nvmlDeviceGetHandleByIndex(gpu)
         return self._handles[gpu]
 
-    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
-        now = time.time()
-        hold = self.hold_s
-        for gpu in {c.gpu for cs in chans.values() for c in cs}:
-            h = self._handle(gpu)
-            since = self._last_us.get(gpu, 0)
+    def sample(self) -> None:
+        """One NVML query per GPU in use; updates the busy times."""
+        with self._lock:
+            gpus = set(self._gpus)
+        since = int((time.time() - self.lookback_s) * 1e6)
+        for gpu in gpus:
             try:
-                samples = self.nvml.nvmlDeviceGetProcessUtilization(h, since)
+                samples = self.nvml.nvmlDeviceGetProcessUtilization(self._handle(gpu), since)
             except self.nvml.NVMLError:
-                samples = []  # NVML_ERROR_NOT_FOUND: no samples since `since`
-            stamps = sorted({int(s.timeStamp) for s in samples if int(s.timeStamp) > since})
-            if since and stamps:
-                gap = (stamps[-1] - since) / len(stamps)
-                old = self._interval_us.get(gpu)
-                self._interval_us[gpu] = gap if old is None else 0.8 * old + 0.2 * gap
-            if stamps:
-                self._last_us[gpu] = stamps[-1]
-            for s in samples:
-                if s.smUtil >= self.threshold:
-                    pid = int(s.pid)
-                    self._busy_at[pid] = max(self._busy_at.get(pid, 0.0), int(s.timeStamp) / 1e6)
-            hold = max(hold, 2 * self._interval_us.get(gpu, 0.0) / 1e6)
-        busy_pids = {p for p, t in self._busy_at.items() if now - t <= hold}
-        self._busy_at = {p: t for p, t in self._busy_at.items() if now - t <= 60}
+                continue  # NVML_ERROR_NOT_FOUND: no samples in the window
+            with self._lock:
+                for s in samples:
+                    if s.smUtil >= self.threshold:
+                        pid = int(s.pid)
+                        self._busy_at[pid] = max(self._busy_at.get(pid, 0.0), int(s.timeStamp) / 1e6)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.sample()
+            except Exception:  # keep sampling; the scheduler falls back on the last state
+                pass
+            time.sleep(self.poll_s)
+
+    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+        gpus = {c.gpu for cs in chans.values() for c in cs}
+        with self._lock:
+            new = gpus - self._gpus
+            self._gpus |= gpus
+        if self._thread is None or new:
+            self.sample()  # a GPU seen for the first time (or no thread): ask now
+        if self._thread is not None and not self._thread.is_alive():
+            self._thread.start()
+        now = time.time()
+        with self._lock:
+            busy_pids = {p for p, t in self._busy_at.items() if now - t <= self.hold_s}
+            self._busy_at = {p: t for p, t in self._busy_at.items() if now - t <= 60}
         return {n for n, cs in chans.items() if any(c.pid in busy_pids for c in cs)}
