@@ -10,23 +10,25 @@ GPUSLICE_INSTANCE, reporting their RM objects to the harness's relay, which forw
 them to whichever daemon runs (sched_common.py says why). The harness runs or pauses
 each workload; a paused one has its context and channels but submits nothing.
 
-  a 4096, b 4096, c 3072, d 2048 (d is the bursty one: 2 s busy / 2 s idle where noted)
+  a 4096, b 4096, c 3072, d 2048 (d is the bursty one: 4 s busy / 4 s idle where noted)
 
 Normalisation: a workload's throughput in a window, divided by its own throughput when
 it ran alone (phase "alone", same process, same loop). "achieved share" is that
 fraction; "total" is the sum over the workloads (1.0 = one process alone).
 
 Phases, in order:
-  alone      each workload alone, 3 s (and again at the end, 2 s, as a drift check)
+  alone      each workload alone, 2 s; repeated after the native phases and after each
+             period's policies; a phase is normalised by the mean of the alone blocks
+             just before and after it
   native     {a,b}, {a,b,c}, {a,b,c,d} together, no daemon (hardware time-slicing)
-  policies   for period 20, 50, 100 ms: fixed a50% b30% c20%; weight a3 b2 c1;
-             equal a,b,c,d; burst a1 b1 c1 d3 (d bursty in equal and burst)
+  policies   for period 20, 50, 100 ms: fixed a50% b30% c20%; weight a3 b2 c1 (5 s each);
+             equal a,b,c,d; burst a1 b1 c1 d3 (16 s each, d bursty)
   crash      a and b under fixed 60/40, period 50 ms; the daemon is killed N times with
              SIGTERM and N times with SIGKILL (random order, random moment 0.2-1.0 s
              after it started gating) and restarted; per kill, the time from the kill to
              each workload's next completed matmul, and both rates in the second after.
 
-Windows skip the first 0.5 s after any change (phase start, d's toggles).
+Windows skip the first 0.5 s of a phase and the first 1 s after d starts or stops.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sched_common as sc  # noqa: E402
 
 SIZES = {"a": 4096, "b": 4096, "c": 3072, "d": 2048}
-SETTLE = 0.5
+SETTLE = 0.5  # skipped after a phase starts
+BURST_SETTLE = 1.0  # skipped after d starts or stops (the NVML probe needs up to ~0.7 s to notice)
+BURST_S = 4.0  # d's busy / idle time in equal and burst
 POLICY_SETS = {
     "fixed": ({"a": {"share": 0.5}, "b": {"share": 0.3}, "c": {"share": 0.2}}, False),
     "weight": ({"a": {"weight": 3}, "b": {"weight": 2}, "c": {"weight": 1}}, False),
@@ -71,7 +75,8 @@ class Bench:
         self.relay = sc.Relay(os.path.join(self.work, "relay.sock"))
         self.daemon = sc.Daemon(self.work, self.relay, self.log)
         self.ws: dict[str, sc.Workload] = {}
-        self.res: dict = {"phases": [], "alone": {}, "native": {}, "policies": [], "crash": []}
+        self.res: dict = {"phases": [], "alone": {}, "alone_blocks": [], "native": {}, "policies": [], "crash": [],
+                          "gpu_samples": []}
         self.status_samples: list = []
 
     def log(self, msg: str) -> None:
@@ -96,31 +101,44 @@ class Bench:
         self.log(f"workloads ready: {', '.join(f'{n}={w.proc.pid}' for n, w in self.ws.items())}")
 
     def alone(self, tag: str, seconds: float) -> None:
+        block = {"tag": tag, "rates": {}, "t0": time.monotonic()}
         for n, w in self.ws.items():
             self.run_set({n: "run"})
             t0 = time.monotonic()
             time.sleep(seconds)
             t1 = time.monotonic()
-            self.run_set({})
+            self.pause_all()
             r = sc.rate(w.times(), t0 + 0.3, t1)
+            block["rates"][n] = r
             self.res["alone"].setdefault(n, {})[tag] = r
-            self.res["phases"].append({"phase": f"alone-{tag}", "who": n, "t0": t0, "t1": t1})
             self.log(f"alone {tag} {n} ({w.size}^2): {r:.1f} matmuls/s")
-            time.sleep(0.1)
+        block["t1"] = time.monotonic()
+        self.res["alone_blocks"].append(block)
+
+    def pause_all(self) -> None:
+        self.run_set({})
+        time.sleep(0.35)  # the workloads flush their times when they pause
+
+    def alone_at(self, t: float) -> dict[str, float]:
+        """Alone rates for a phase at time t: mean of the alone blocks just before and
+        just after it (the clocks drift a little over a run)."""
+        bl = self.res["alone_blocks"]
+        before = [b for b in bl if b["t1"] <= t]
+        after = [b for b in bl if b["t0"] >= t]
+        use = ([before[-1]] if before else []) + ([after[0]] if after else [])
+        return {n: sum(b["rates"][n] for b in use) / len(use) for n in SIZES}
 
     def native(self, names: list[str], seconds: float) -> None:
         self.run_set({n: "run" for n in names})
         t0 = time.monotonic()
         time.sleep(seconds)
         t1 = time.monotonic()
-        self.run_set({})
-        time.sleep(0.1)
-        norm = sc.normalised({n: self.ws[n] for n in names}, self.alone_rate, t0 + SETTLE, t1)
+        self.pause_all()
         key = "".join(names)
-        self.res["native"][key] = {"norm": norm, "total": sum(norm.values()),
-                                   "rates": {n: sc.rate(self.ws[n].times(), t0 + SETTLE, t1) for n in names}}
-        self.res["phases"].append({"phase": f"native-{key}", "t0": t0, "t1": t1})
-        self.log(f"native {key}: " + " ".join(f"{n} {v:.3f}" for n, v in norm.items())
+        self.res["phases"].append({"phase": f"native-{key}", "kind": "native", "names": names,
+                                   "t0": t0, "t1": t1})
+        norm = {n: sc.rate(self.ws[n].times(), t0 + SETTLE, t1) / self.alone_at(t0)[n] for n in names}
+        self.log(f"native {key} (prelim): " + " ".join(f"{n} {v:.3f}" for n, v in norm.items())
                  + f"  total {sum(norm.values()):.3f}")
 
     def policy(self, policy: str, period: int, seconds: float) -> None:
@@ -132,14 +150,14 @@ class Bench:
         t0 = time.monotonic()
         toggles.append((t0, True))
         samples = []
-        nxt = t0 + 2.0
+        nxt = t0 + BURST_S
         while time.monotonic() < t0 + seconds:
             now = time.monotonic()
             if bursty and now >= nxt:
                 busy = not toggles[-1][1]
                 self.ws["d"].set("run" if busy else "pause")
                 toggles.append((time.monotonic(), busy))
-                nxt += 2.0
+                nxt += BURST_S
             st = self.daemon.read_status()
             if st:
                 g = st.get("gpus", {}).get("0", {})
@@ -149,39 +167,65 @@ class Bench:
             time.sleep(0.1)
         t1 = time.monotonic()
         st = self.daemon.stop()
-        self.run_set({})
-        time.sleep(0.1)
+        self.pause_all()
         toggles.append((t1, None))  # type: ignore[arg-type]
-        # windows per state of d (all busy when not bursty)
-        by_state: dict[bool, list[tuple[float, float]]] = {}
-        for (ta, busy), (tb, _b) in zip(toggles, toggles[1:]):
-            if tb - ta > SETTLE + 0.2:
-                by_state.setdefault(bool(busy) if bursty else True, []).append((ta + SETTLE, tb))
-        rows = []
-        for d_busy, wins in sorted(by_state.items(), reverse=True):
-            running = [n for n in members if n != "d" or d_busy]
-            tgt = sc.target_shares(policy, members, set(running))
-            span = sum(b - a for a, b in wins)
-            ach = {n: sum(sc.count(self.ws[n].times(), a, b) for a, b in wins) / span / self.alone_rate[n]
-                   for n in members}
-            total = sum(ach[n] for n in running)
-            nat = self.res["native"].get("".join(running), {}).get("total")
-            row = {"policy": policy, "period_ms": period, "d_busy": d_busy if bursty else None,
-                   "running": running, "seconds": span, "target": tgt, "achieved": ach, "total": total,
-                   "native_total": nat,
-                   "switch_latency_ns": (st or {}).get("switch_latency_ns"),
-                   "rm_call_ns": (st or {}).get("rm_call_ns"), "switches": (st or {}).get("switches"),
-                   "rm_calls": (st or {}).get("rm_calls")}
-            rows.append(row)
-            self.res["policies"].append(row)
-            self.log(f"{policy} {period}ms" + (f" d {'busy' if d_busy else 'idle'}" if bursty else "") + ": "
-                     + " ".join(f"{n} {100 * tgt.get(n, 0):.1f}/{100 * ach[n]:.1f}" for n in members)
-                     + f"  total {total:.3f} (native {nat if nat is None else round(nat, 3)})")
-        self.res["phases"].append({"phase": f"{policy}-{period}", "t0": t0, "t1": t1, "toggles": toggles,
-                                   "status": samples, "final_status": st})
+        ph = {"phase": f"{policy}-{period}", "kind": "policy", "policy": policy, "period_ms": period,
+              "members": members, "bursty": bursty, "t0": t0, "t1": t1, "toggles": toggles,
+              "status": samples, "final_status": st}
+        self.res["phases"].append(ph)
+        for row in self.analyse_policy(ph):
+            self.log(f"{policy} {period}ms" + (f" d {'busy' if row['d_busy'] else 'idle'}" if bursty else "")
+                     + " (prelim): " + " ".join(f"{n} {100 * row['target'].get(n, 0):.1f}/{100 * row['achieved'][n]:.1f}"
+                                               for n in members) + f"  total {row['total']:.3f}")
         if st:
             self.log(f"  daemon: {st.get('switches')} switches, {st.get('rm_calls')} RM calls, "
                      f"switch latency {st.get('switch_latency_ns')}, calls {st.get('rm_call_ns')}")
+
+    def native_total(self, running: list[str], t: float) -> float | None:
+        for ph in self.res["phases"]:
+            if ph.get("kind") == "native" and ph["names"] == running:
+                al = self.alone_at(ph["t0"])
+                return sum(sc.rate(self.ws[n].times(), ph["t0"] + SETTLE, ph["t1"]) / al[n] for n in running)
+        return None
+
+    def analyse_policy(self, ph: dict) -> list[dict]:
+        members, bursty, toggles = ph["members"], ph["bursty"], ph["toggles"]
+        alone = self.alone_at(ph["t0"])
+        by_state: dict[bool, list[tuple[float, float]]] = {}
+        for i, ((ta, busy), (tb, _b)) in enumerate(zip(toggles, toggles[1:])):
+            skip = SETTLE if i == 0 else BURST_SETTLE
+            if tb - ta > skip + 0.2:
+                by_state.setdefault(bool(busy) if bursty else True, []).append((ta + skip, tb))
+        st = ph["final_status"] or {}
+        rows = []
+        for d_busy, wins in sorted(by_state.items(), reverse=True):
+            running = [n for n in members if n != "d" or d_busy]
+            tgt = sc.target_shares(ph["policy"], members, set(running))
+            span = sum(b - a for a, b in wins)
+            ach = {n: sum(sc.count(self.ws[n].times(), a, b) for a, b in wins) / span / alone[n] for n in members}
+            rows.append({"policy": ph["policy"], "period_ms": ph["period_ms"], "d_busy": d_busy if bursty else None,
+                         "running": running, "seconds": span, "target": tgt, "achieved": ach,
+                         "total": sum(ach[n] for n in running), "native_total": self.native_total(running, ph["t0"]),
+                         "switch_latency_ns": st.get("switch_latency_ns"), "rm_call_ns": st.get("rm_call_ns"),
+                         "switches": st.get("switches"), "rm_calls": st.get("rm_calls"),
+                         "probe_right": self.probe_right(ph, d_busy, running)})
+        return rows
+
+    @staticmethod
+    def probe_right(ph: dict, d_busy: bool, running: list[str]) -> float | None:
+        """Fraction of the daemon's status samples (every 0.5 s) in this state, past the
+        settle time, whose active set was the set that really ran."""
+        if ph["policy"] not in ("equal", "burst"):
+            return None
+        toggles = ph["toggles"]
+        ok = n = 0
+        for smp in ph["status"]:
+            for i, ((ta, busy), (tb, _b)) in enumerate(zip(toggles, toggles[1:])):
+                skip = SETTLE if i == 0 else BURST_SETTLE
+                if ta + skip <= smp["t"] < tb and bool(busy) == d_busy:
+                    n += 1
+                    ok += sorted(smp["active"]) == sorted(running)
+        return ok / n if n else None
 
     def crash(self, kills: int, go_on=lambda: True) -> None:
         members = {"a": {"share": 0.6}, "b": {"share": 0.4}}
@@ -208,7 +252,7 @@ class Bench:
                 rec[f"resume_{n}_ms"] = None if f is None else (f - tk) * 1e3
                 i0 = sc.bisect.bisect_left(ts, tk)
                 rec[f"idle_before_{n}_ms"] = (tk - ts[i0 - 1]) * 1e3 if i0 else None  # > a matmul: it was gated
-                rec[f"rate_{n}_after"] = sc.rate(ts, tk + 0.1, tk + 1.1) / self.alone_rate[n]
+                rec[f"rate_{n}_after"] = sc.rate(ts, tk + 0.1, tk + 1.1) / self.alone_at(tk)[n]
             self.res["crash"].append(rec)
             self.log(f"kill {i:2d} {rec['signal']:7s} after {rec['gated_s']:.2f}s gating: resume a "
                      f"{f1(rec['resume_a_ms'])} ms b {f1(rec['resume_b_ms'])} ms; next second a "
@@ -220,13 +264,40 @@ class Bench:
         self.res["watchdogs_left"] = left
         self.log(f"watchdog processes left after the crash test: {left or 'none'}")
 
-    @property
-    def alone_rate(self) -> dict[str, float]:
-        return {n: v["first"] for n, v in self.res["alone"].items()}
+    def gpu_log(self, stop: threading.Event) -> None:
+        """SM clock, power, temperature every 0.5 s (pynvml), to explain drift."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception as e:
+            self.log(f"no NVML for the clock log: {e}")
+            return
+        while not stop.wait(0.5):
+            try:
+                self.res["gpu_samples"].append({
+                    "t": time.monotonic(), "sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                    "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
+                    "temp_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)})
+            except Exception:
+                pass
+
+    def analyse(self) -> None:
+        self.res["native"] = {}
+        self.res["policies"] = []
+        for ph in self.res["phases"]:
+            if ph.get("kind") == "native":
+                al = self.alone_at(ph["t0"])
+                norm = {n: sc.rate(self.ws[n].times(), ph["t0"] + SETTLE, ph["t1"]) / al[n] for n in ph["names"]}
+                self.res["native"]["".join(ph["names"])] = {"norm": norm, "total": sum(norm.values())}
+            elif ph.get("kind") == "policy":
+                self.res["policies"].extend(self.analyse_policy(ph))
 
     def finish(self) -> None:
         for w in self.ws.values():
             w.stop()
+        self.analyse()
         raw = {n: list(w.times()) for n, w in self.ws.items()}
         (self.out / "sched.json").write_text(json.dumps(self.res, indent=1, default=str))
         tsf = Path(self.work) / "timestamps.json"
@@ -241,22 +312,29 @@ class Bench:
     def report(self) -> None:
         r = self.res
         L = []
-        L.append("\n## alone (matmuls/s; first = reference, last = drift check)")
-        L.append("| workload | size | first | last |")
-        L.append("| --- | --- | --- | --- |")
-        for n, v in r["alone"].items():
-            last = v.get("last")
-            L.append(f"| {n} | {SIZES[n]} | {v['first']:.1f} | {'-' if last is None else f'{last:.1f}'} |")
+        tags = [b["tag"] for b in r["alone_blocks"]]
+        L.append("\n## alone (matmuls/s), measured between phases; a phase is normalised by the blocks before and after it")
+        L.append("| workload | size | " + " | ".join(tags) + " |")
+        L.append("| --- " * (len(tags) + 2) + "|")
+        for n in SIZES:
+            L.append(f"| {n} | {SIZES[n]} | " + " | ".join(f"{b['rates'][n]:.1f}" for b in r["alone_blocks"]) + " |")
+        g = r.get("gpu_samples") or []
+        if g:
+            clk = sorted(x["sm_mhz"] for x in g)
+            pw = sorted(x["power_w"] for x in g)
+            L.append(f"\nGPU over the run ({len(g)} samples): SM clock min {clk[0]} median {clk[len(clk) // 2]} max "
+                     f"{clk[-1]} MHz; power median {pw[len(pw) // 2]:.0f} W max {pw[-1]:.0f} W; temperature max "
+                     f"{max(x['temp_c'] for x in g)} C")
         L.append("\n## native time-slicing, no daemon (normalised throughput)")
         L.append("| set | " + " | ".join(SIZES) + " | total |")
         L.append("| --- |" + " --- |" * (len(SIZES) + 1))
         for k, v in r["native"].items():
             L.append(f"| {k} | " + " | ".join(f"{v['norm'][n]:.3f}" if n in v["norm"] else "-" for n in SIZES)
                      + f" | {v['total']:.3f} |")
-        L.append("\n## policies: target / achieved share in % (d: bursty 2 s/2 s in equal, burst)")
+        L.append(f"\n## policies: target / achieved share in % (d: bursty {BURST_S:.0f} s busy / {BURST_S:.0f} s idle in equal, burst)")
         L.append("| policy | period | d | " + " | ".join(SIZES) + " | max abs err (pp) | total | native | total - native (pp) "
-                 "| switch latency p50/p99 (us) | disable call p50/p99/max (us) | enable call p50/p99/max (us) |")
-        L.append("| --- " * (len(SIZES) + 10) + "|")
+                 "| switch latency p50/p99 (us) | disable call p50/p99/max (us) | enable call p50/p99/max (us) | probe right |")
+        L.append("| --- " * (len(SIZES) + 11) + "|")
 
         def us(d, k):
             return "-" if not d or d.get(k) is None else f"{d[k] / 1e3:.0f}"
@@ -279,7 +357,8 @@ class Bench:
                      + f" | {max(errs):.1f} | {row['total']:.3f} | {'-' if nat is None else f'{nat:.3f}'} | "
                      + ("-" if nat is None else f"{100 * (row['total'] - nat):+.1f}")
                      + f" | {us(lat, 'p50')}/{us(lat, 'p99')} | {us(dis, 'p50')}/{us(dis, 'p99')}/{us(dis, 'max')}"
-                     f" | {us(en, 'p50')}/{us(en, 'p99')}/{us(en, 'max')} |")
+                     f" | {us(en, 'p50')}/{us(en, 'p99')}/{us(en, 'max')} | "
+                     + ("-" if row.get("probe_right") is None else f"{100 * row['probe_right']:.0f}%") + " |")
         if r["crash"]:
             L.append("\n## crash safety (daemon killed while gating a 60% / b 40%, period 50 ms)")
             for sig in ("SIGTERM", "SIGKILL"):
@@ -331,24 +410,29 @@ def main() -> int:
             if b.daemon.proc is not None and b.daemon.proc.poll() is None:
                 b.daemon.stop()
 
+    stop_log = threading.Event()
+    threading.Thread(target=b.gpu_log, args=(stop_log,), daemon=True).start()
     try:
         b.start()
-        b.alone("first", b.dur(3.0))
+        b.alone("first", 2.0)
         for names in (["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]):
             b.native(names, b.dur(5.0))
+        b.alone("after-native", 2.0)
         for period in [int(x) for x in a.periods.split(",")]:
             for pol in a.policies.split(","):
                 if left() < 60 + 3 * a.kills:
                     b.log(f"time budget: skipping {pol} {period} ms")
                     continue
                 guarded(f"{pol} {period} ms", b.policy, pol, period,
-                        4.0 if a.quick else (8.0 if POLICY_SETS[pol][1] else 5.0))
-        b.alone("last", b.dur(2.0))
+                        (4 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
+                        (4 * BURST_S if POLICY_SETS[pol][1] else 5.0))
+            b.alone(f"after-{period}ms", 2.0)
         if a.kills:
             guarded("crash", b.crash, a.kills, lambda: left() > 15)
     finally:
         if b.daemon.proc is not None and b.daemon.proc.poll() is None:
             b.daemon.stop()
+        stop_log.set()
         b.log(f"bench took {time.monotonic() - t_start:.0f} s")
         b.finish()
     return 0
