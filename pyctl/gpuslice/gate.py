@@ -53,6 +53,7 @@ class RmGate:
         self.disabled: set[Channel] = set()
         self.announced: set[Channel] = set()
         self.stats = GateStats()
+        self._warned: set[tuple[tuple[int, int], int]] = set()
 
     def _switch(self, gpu: int, chans: set[Channel], disable: bool) -> set[Channel]:
         """Issue the calls; return the channels that failed."""
@@ -70,7 +71,8 @@ class RmGate:
             bad = self.rm.disable_channels_each(gpu, by_pair.keys(), disable)
             failed = {by_pair[p] for p, _e in bad}
             for p, e in bad:
-                if e.status not in GONE:
+                if e.status not in GONE and (p, e.status) not in self._warned:
+                    self._warned.add((p, e.status))  # once per channel and status: no log flood
                     log.warning("%s channel 0x%x/0x%x: %s", "disable" if disable else "enable", p[0], p[1], e)
             gone = {by_pair[p] for p, e in bad if e.status in GONE}
             self.forget(gone)

@@ -116,7 +116,16 @@ class Daemon:
         cmd = [sys.executable, "-c", "from gpuslice.cli import main; main()", "--state", state_path, "--kernel", kernel,
                "daemon", "--source", source, "--probe", "nvstub", "--status-file", status_path, *extra]
         env = {**os.environ, "PYTHONPATH": str(REPO / "pyctl")}
-        self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+        self.log_path = status_path + ".log"
+        self._log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(cmd, env=env, stderr=self._log, text=True)
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            with open(self.log_path) as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
 
     def status(self, timeout: float = 20.0) -> dict:
         """The daemon's latest report (waits for the first)."""
@@ -130,9 +139,9 @@ class Daemon:
                 raise ValueError("not ours")
             except (OSError, ValueError):
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"daemon exited: {self.proc.stderr.read() if self.proc.stderr else ''}")
+                    raise RuntimeError(f"daemon exited {self.proc.returncode}: {self.log_tail()}")
                 time.sleep(0.05)
-        raise TimeoutError("daemon wrote no status")
+        raise TimeoutError(f"daemon wrote no status; its log: {self.log_tail()}")
 
     def wait_periods(self, gpu: int = 0, min_periods: int = 3, timeout: float = 30.0) -> dict:
         end = time.monotonic() + timeout
