@@ -11,7 +11,8 @@
 # then tests/gpu/test_sched.py); docs/h100-scheduler.md. Its files:
 #   sched.txt    log and tables     sched.json     every figure
 #   daemon.log   the daemon's log   sched-raw.tgz  completion times, status samples
-#   sched-tests.txt                 pytest of tests/gpu/test_sched.py
+#   sched-tests.txt                 pytest of tests/gpu/test_sched.py (SCHED_TESTS=0: skipped)
+# SCHED_ARGS: extra arguments for bench_sched.py.
 # The daemon needs click, pyroute2 and nvidia-ml-py; a folder .devsite (carried with the
 # device tool, git-ignored) is added to PYTHONPATH for what the machine lacks (pyroute2).
 # Usage: scripts/gpu-run.sh [tests|bench|all|sched]   (default all)
@@ -56,7 +57,7 @@ if [[ $what == sched ]]; then
 	python3 -c 'import click, pyroute2, pynvml' || echo "gpu-run: a package the daemon needs is missing" >&2
 	python3 tests/gpu/bench_sched.py --out "$OUT" ${SCHED_ARGS:-}
 	rc=$?
-	if python3 -c 'import pytest' 2>/dev/null; then
+	if [[ ${SCHED_TESTS:-1} == 1 ]] && python3 -c 'import pytest' 2>/dev/null; then
 		python3 -m pytest -v -rA -p no:cacheprovider tests/gpu/test_sched.py 2>&1 | tee "$OUT/sched-tests.txt"
 		[[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 	fi

@@ -52,8 +52,8 @@ import sched_common as sc  # noqa: E402
 
 SIZES = {"a": 4096, "b": 4096, "c": 3072, "d": 2048}
 SETTLE = 0.5  # skipped after a phase starts
-BURST_SETTLE = 1.0  # skipped after d starts or stops (the NVML probe needs up to ~0.7 s to notice)
-BURST_S = 4.0  # d's busy / idle time in equal and burst
+BURST_SETTLE = 3.0  # skipped after d starts or stops (the NVML probe holds a busy process 2.5 s)
+BURST_S = 8.0  # d's busy / idle time in equal and burst
 POLICY_SETS = {
     "fixed": ({"a": {"share": 0.5}, "b": {"share": 0.3}, "c": {"share": 0.2}}, False),
     "weight": ({"a": {"weight": 3}, "b": {"weight": 2}, "c": {"weight": 1}}, False),
@@ -131,7 +131,9 @@ class Bench:
     def native(self, names: list[str], seconds: float) -> None:
         self.run_set({n: "run" for n in names})
         t0 = time.monotonic()
-        time.sleep(seconds)
+        if len(names) == 4:
+            self.nvml_diag("native-abcd", seconds - 0.2)
+        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
         t1 = time.monotonic()
         self.pause_all()
         key = "".join(names)
@@ -151,6 +153,8 @@ class Bench:
         toggles.append((t0, True))
         samples = []
         nxt = t0 + BURST_S
+        if policy == "fixed" and period == 50:
+            threading.Thread(target=self.nvml_diag, args=("fixed-50", seconds - 0.5), daemon=True).start()
         while time.monotonic() < t0 + seconds:
             now = time.monotonic()
             if bursty and now >= nxt:
@@ -282,6 +286,43 @@ class Bench:
                     "temp_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)})
             except Exception:
                 pass
+
+    def nvml_diag(self, tag: str, seconds: float) -> None:
+        """What NVML's per-process samples look like (the activity probe's input): poll
+        nvmlDeviceGetProcessUtilization every 20 ms, keep the distinct samples."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception as e:
+            self.log(f"nvml diag: {e}")
+            return
+        seen: dict[tuple[int, int], int] = {}
+        calls = []
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            t = time.perf_counter()
+            try:
+                for x in pynvml.nvmlDeviceGetProcessUtilization(h, 0):
+                    seen[(int(x.pid), int(x.timeStamp))] = int(x.smUtil)
+            except pynvml.NVMLError:
+                pass
+            calls.append(time.perf_counter() - t)
+            time.sleep(0.02)
+        pid2n = {w.proc.pid: n for n, w in self.ws.items()}
+        out = {"calls": len(calls), "call_ms_median": 1e3 * sorted(calls)[len(calls) // 2] if calls else None,
+               "per_workload": {}}
+        for pid, n in pid2n.items():
+            st = sorted(ts for (p, ts) in seen if p == pid)
+            gaps = [(b - a) / 1e3 for a, b in zip(st, st[1:])]
+            sm = [seen[(pid, ts)] for ts in st]
+            out["per_workload"][n] = {"samples": len(st), "gap_ms_median": sorted(gaps)[len(gaps) // 2] if gaps else None,
+                                      "gap_ms_max": max(gaps) if gaps else None, "sm_util": sm[:40]}
+        self.res.setdefault("nvml_diag", {})[tag] = out
+        self.log(f"nvml samples during {tag} ({seconds:.0f} s, one call {out['call_ms_median']:.2f} ms): "
+                 + "; ".join(f"{n}: {v['samples']} samples, gap median {v['gap_ms_median']} ms max {v['gap_ms_max']} ms"
+                             for n, v in out["per_workload"].items()))
 
     def analyse(self) -> None:
         self.res["native"] = {}
@@ -424,8 +465,8 @@ def main() -> int:
                     b.log(f"time budget: skipping {pol} {period} ms")
                     continue
                 guarded(f"{pol} {period} ms", b.policy, pol, period,
-                        (4 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
-                        (4 * BURST_S if POLICY_SETS[pol][1] else 5.0))
+                        (3 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
+                        (3 * BURST_S if POLICY_SETS[pol][1] else 5.0))
             b.alone(f"after-{period}ms", 2.0)
         if a.kills:
             guarded("crash", b.crash, a.kills, lambda: left() > 15)
