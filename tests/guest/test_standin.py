@@ -274,7 +274,7 @@ def test_submit_checks_client_and_channel(sess: nvstub.Session) -> None:
         assert nvstub.schedule(sess.ctl, sess.client, tsg) == abi.NV_OK
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            row = next(r for r in nvstub.read_engine() if r.channel == ch)
+            row = next(r for r in nvstub.read_engine() if r.channel == ch and r.client == sess.client)
             if row.pending_ns == 0:
                 break
             time.sleep(0.05)
@@ -323,16 +323,17 @@ def busy_workers(timeslices_us: list[int]) -> Iterator[list[tuple[int, int, int]
             os.waitpid(pid, 0)
 
 
-def executed(channels: list[int]) -> list[int]:
-    rows = {r.channel: r for r in nvstub.read_engine()}
-    return [rows[ch].executed_ns for ch in channels]
+def executed(channels: list[tuple[int, int]]) -> list[int]:
+    """executed_ns of each (hClient, hChannel): handles are per client, so both are needed."""
+    rows = {(r.client, r.channel): r for r in nvstub.read_engine()}
+    return [rows[key].executed_ns for key in channels]
 
 
 def test_timeslice_ratio_1_to_3() -> None:
     """Acceptance criterion: two always-busy clients at timeslices 1:3 get executed
     time within 5% of 1:3."""
     with busy_workers([1000, 3000]) as workers:
-        chans = [ch for _, _, ch in workers]
+        chans = [(c, ch) for _, c, ch in workers]
         time.sleep(0.5)
         before = executed(chans)
         time.sleep(4.0)
@@ -352,14 +353,14 @@ def test_disable_channels_from_a_third_client(sess: nvstub.Session) -> None:
         assert nvstub.disable_channels(sess.ctl, sess.client, sess.subdevice, [(ca, cha)], True) == abi.NV_OK
         assert next(r for r in nvstub.read_engine() if r.channel == cha and r.client == ca).disabled
         time.sleep(0.1)
-        a0, b0 = executed([cha, chb])
+        a0, b0 = executed([(ca, cha), (cb, chb)])
         time.sleep(1.0)
-        a1, b1 = executed([cha, chb])
+        a1, b1 = executed([(ca, cha), (cb, chb)])
         assert a1 == a0            # stopped
         assert b1 > b0             # the other keeps running (work-conserving)
         assert nvstub.disable_channels(sess.ctl, sess.client, sess.subdevice, [(ca, cha)], False) == abi.NV_OK
         time.sleep(0.5)
-        assert executed([cha])[0] > a1
+        assert executed([(ca, cha)])[0] > a1
         # unknown client / channel in the list
         assert nvstub.disable_channels(sess.ctl, sess.client, sess.subdevice,
                                        [(0xC1D0FFFF, cha)], True) == abi.NV_ERR_INVALID_CLIENT
