@@ -517,10 +517,13 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.option("--watchdog/--no-watchdog", default=True, show_default=True,
               help="Run a watchdog process that re-enables channels if the daemon dies (even by SIGKILL).")
 @click.option("--duration", type=DURATION, help="Exit after this long (default: run until SIGTERM/SIGINT).")
+@click.option("--rt-priority", type=click.IntRange(0, 99), default=10, show_default=True,
+              help="SCHED_FIFO priority so slot switches happen on time (0 = normal scheduling; "
+              "ignored without CAP_SYS_NICE).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: str, status_file: str,
-           watchdog: bool, duration: int | None, verbose: int) -> None:
+           watchdog: bool, duration: int | None, rt_priority: int, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
     from .gate import RmGate, Watchdog
@@ -552,6 +555,12 @@ def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: 
                 logging.error("cleanup: %s", e)
 
     atexit.register(cleanup)
+    if rt_priority:
+        try:  # children (the watchdog) do not inherit it
+            os.sched_setscheduler(0, os.SCHED_FIFO | getattr(os, "SCHED_RESET_ON_FORK", 0),
+                                  os.sched_param(rt_priority))
+        except (OSError, AttributeError) as e:
+            logging.info("no SCHED_FIFO (%s); running with normal priority", e)
     try:
         wd = Watchdog(ctl) if watchdog else None
         if wd is not None:
