@@ -58,11 +58,16 @@ echo \$? > $(printf '%q' "$RUNDIR/rc")
 GUEST
 chmod +x "$RUNDIR/run.sh"
 
-exec 9>"$LOCK"
-if ! flock -w "$LOCK_WAIT" 9; then
-    echo "vm.sh: could not get $LOCK within ${LOCK_WAIT}s" >&2
-    exit 125
+HOLDER="$LOCK.holder"  # who holds the lock, for the people waiting on it
+exec 9>>"$LOCK"
+if ! flock -n 9; then
+    echo "vm.sh: waiting for the guest lock, held by: $(cat "$HOLDER" 2>/dev/null || echo '?')" >&2
+    if ! flock -w "$LOCK_WAIT" 9; then
+        echo "vm.sh: could not get $LOCK within ${LOCK_WAIT}s" >&2
+        exit 125
+    fi
 fi
+printf 'pid %s since %s: %s\n' "$$" "$(date -u +%H:%M:%S)" "${cmd_q# }" >"$HOLDER" 2>/dev/null || true
 
 set +e
 timeout -k 15 "$TIMEOUT" vng --run "$KIMG" --user root --disable-kvm \
