@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * netlink.c - the "gpuslice" generic netlink family; the contract is
- * uapi/gpuslice.h. Mutations need CAP_SYS_ADMIN (GENL_ADMIN_PERM); reads do
- * not. Attributes are validated strictly against gs_nl_policy; values out of
- * range are refused with -EINVAL like malformed ones.
+ * uapi/gpuslice.h. Mutations need CAP_SYS_ADMIN in the initial user namespace,
+ * checked by gs_nl_admin() (GENL_ADMIN_PERM would check CAP_NET_ADMIN); reads
+ * do not. Attributes are validated strictly against gs_nl_policy; values out
+ * of range are refused with -EINVAL like malformed ones.
  */
 #include <linux/capability.h>
 #include <linux/kernel.h>
@@ -33,6 +34,11 @@ static const struct nla_policy gs_nl_policy[GPUSLICE_A_MAX + 1] = {
 static const struct genl_multicast_group gs_nl_mcgrps[] = {
 	{ .name = GPUSLICE_MCGRP_EVENTS },
 };
+
+static int gs_nl_admin(struct sk_buff *skb)
+{
+	return netlink_capable(skb, CAP_SYS_ADMIN) ? 0 : -EPERM;
+}
 
 /* Reads NEW/SET attributes into cfg; -EINVAL on a missing or bad value. */
 static int gs_nl_parse_cfg(struct genl_info *info, struct gs_inst_cfg *cfg, bool new)
@@ -98,6 +104,9 @@ static int gs_nl_instance_new(struct sk_buff *skb, struct genl_info *info)
 	struct gs_inst_cfg cfg;
 	int err;
 
+	err = gs_nl_admin(skb);
+	if (err)
+		return err;
 	err = gs_nl_parse_cfg(info, &cfg, true);
 	if (err)
 		return err;
@@ -109,6 +118,9 @@ static int gs_nl_instance_set(struct sk_buff *skb, struct genl_info *info)
 	struct gs_inst_cfg cfg;
 	int err;
 
+	err = gs_nl_admin(skb);
+	if (err)
+		return err;
 	err = gs_nl_parse_cfg(info, &cfg, false);
 	if (err)
 		return err;
@@ -118,7 +130,11 @@ static int gs_nl_instance_set(struct sk_buff *skb, struct genl_info *info)
 static int gs_nl_instance_del(struct sk_buff *skb, struct genl_info *info)
 {
 	char name[GPUSLICE_NAME_MAX];
+	int err;
 
+	err = gs_nl_admin(skb);
+	if (err)
+		return err;
 	if (!info->attrs[GPUSLICE_A_NAME])
 		return -EINVAL;
 	nla_strscpy(name, info->attrs[GPUSLICE_A_NAME], sizeof(name));
@@ -311,17 +327,14 @@ static const struct genl_ops gs_nl_ops[] = {
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_NEW,
 		.doit = gs_nl_instance_new,
-		.flags = GENL_ADMIN_PERM,
 	},
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_DEL,
 		.doit = gs_nl_instance_del,
-		.flags = GENL_ADMIN_PERM,
 	},
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_SET,
 		.doit = gs_nl_instance_set,
-		.flags = GENL_ADMIN_PERM,
 	},
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_GET,
