@@ -12,6 +12,7 @@ workloads for a few seconds, and prints each tracer's command and raw output as 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,8 +103,13 @@ def scheduler(tmp: str) -> None:
     loads = [Workload.start(n) for n in ("a", "b")]
     d = Daemon(path, os.path.join(tmp, "status.json"))
     try:
-        d.wait_periods(min_periods=3)
+        d.status(timeout=240)  # the daemon's start-up is slow under TCG
+        d.wait_periods(min_periods=3, timeout=120)
         time.sleep(3)
+    except Exception:
+        d.stop()
+        print(d.proc.stderr.read() if d.proc.stderr else "", file=sys.stderr)
+        raise
     finally:
         d.stop()
         for w in loads:
@@ -122,16 +128,19 @@ def main() -> int:
         t.wait()
     with GpusliceNetlink() as nl:
         traffic(nl)
-    outs = {k: t.result() for k, t in tracers.items()}
-    sched = Tracer(["--scheduler", "-c", "1", "-i", "15"])
+    for k, t in tracers.items():
+        show(cmds[k], t.result())
+    sched = Tracer(["--scheduler"])
     sched.wait()
     with tempfile.TemporaryDirectory() as tmp:
         scheduler(tmp)
-    outs["scheduler"] = sched.result()
-    cmds["scheduler"] = sched.args
-    for k in ("hist", "refusals", "scheduler"):
-        print(f"```\n# gpuctl trace {' '.join(cmds[k])}\n{outs[k].rstrip()}\n```\n")
+    sched.p.send_signal(signal.SIGINT)
+    show(sched.args + ["   # Ctrl-C after the daemon ran a few seconds"], sched.result())
     return 0
+
+
+def show(args: list[str], output: str) -> None:
+    print(f"```\n# gpuctl trace {' '.join(args)}\n{output.rstrip()}\n```\n", flush=True)
 
 
 if __name__ == "__main__":
