@@ -267,3 +267,76 @@ def test_bad_option_combinations(args: list[str], msg: str) -> None:
     assert res.exit_code == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0]
+
+
+# ---------------------------------------------------------------- the command, on a fake bcc
+
+
+class _Rows:
+    """A bcc table stand-in: items() gives (key, value) objects with the fields by name."""
+
+    def __init__(self, rows: list[tuple[object, object]]) -> None:
+        self.rows = rows
+
+    def items(self) -> list[tuple[object, object]]:
+        return list(self.rows)
+
+
+class _Obj:
+    def __init__(self, **kw: object) -> None:
+        self.__dict__.update(kw)
+
+
+class _FakeBPF:
+    texts: list[str] = []
+
+    def __init__(self, text: str) -> None:
+        _FakeBPF.texts.append(text)
+        key = _Obj(inst=b"web", escape=abi.NV_ESC_RM_CONTROL, what=abi.NV2080_CTRL_CMD_FB_GET_INFO_V2)
+        self.tables = {
+            "sums": _Rows([(key, _Obj(count=3, refused=0, errors=0, total_ns=3000, drv_ns=2400))]),
+            "hists": _Rows([(_Obj(k=key, kind=0, slot=1), _Obj(value=3)),
+                            (_Obj(k=key, kind=1, slot=0), _Obj(value=3))]),
+        }
+
+    def __getitem__(self, name: str) -> _Rows:
+        return self.tables[name]
+
+
+def _fake_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "events" / "gpuslice" / "gpuslice_ioctl").mkdir(parents=True)
+    monkeypatch.setattr(trace, "TRACEFS_ROOTS", (str(tmp_path),))
+    monkeypatch.setattr(trace, "load_bcc", lambda: _Obj(BPF=_FakeBPF))
+    monkeypatch.setattr(trace.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(trace, "_install_signals", lambda: None)
+    _FakeBPF.texts = []
+
+
+def test_intervals_are_differences_of_snapshots(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    _fake_env(monkeypatch, tmp_path)
+    res = CliRunner().invoke(trace.trace, ["-c", "2", "-i", "0.01", "--json", "--instance", "web"])
+    assert res.exit_code == 0, res.output
+    assert "Hit Ctrl-C to end." in res.stderr
+    recs = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert [r["type"] for r in recs] == ["interval", "interval"]
+    (c,) = recs[0]["calls"]
+    assert (c["instance"], c["call"], c["count"]) == ("web", "RM_CONTROL NV2080_CTRL_CMD_FB_GET_INFO_V2", 3)
+    assert (c["avg_drv_ns"], c["avg_overhead_ns"]) == (800, 200)
+    assert c["hist"] == [{"low": 1, "high": 1, "count": 3}]
+    assert recs[1]["calls"] == []  # nothing new in the second interval
+    assert "k.inst[3] != 0" in _FakeBPF.texts[0]  # --instance went into the BPF program
+
+
+def test_ctrl_c_prints_totals_and_exits_0(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    _fake_env(monkeypatch, tmp_path)
+
+    def interrupted_sleep(_s: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trace.time, "sleep", interrupted_sleep)
+    res = CliRunner().invoke(trace.trace, [])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[0].endswith(" totals")
+    assert "RM_CONTROL NV2080_CTRL_CMD_FB_GET_INFO_V2" in res.stdout
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("web "))
+    assert row.split()[-4:] == ["1.0", "0.8", "0.2", "20.0"]
