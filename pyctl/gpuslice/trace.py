@@ -269,7 +269,15 @@ def trace_refusals(bcc: Any, out: Out, interval: float | None, count: int | None
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def trace(interval: float | None, count: int | None, instance: str | None, pid: int | None, refusals: bool,
           scheduler: bool, unit: str, overhead_hist: bool, as_json: bool) -> None:
-    """Trace interposed ioctls: latency histograms, refusals, scheduler controls."""
+    """Trace interposed ioctls: latency histograms, refusals, scheduler controls.
+
+    \b
+    Default: log2 latency histograms per instance and call, and each call's
+    time split into the real driver (DRV) and the interposer (OVH).
+    --refusals: one line per refused call.  --scheduler: latency of the
+    daemon's FIFO_DISABLE_CHANNELS controls.  Without -i: until Ctrl-C,
+    then totals.  Needs root, bcc and (but for --scheduler) gpuslice.ko.
+    """
     try:
         if refusals and scheduler:
             raise TraceError("--refusals and --scheduler are exclusive")
