@@ -150,3 +150,22 @@ def test_channellist_handles_are_rebuilt_in_our_memory() -> None:
     assert "0x5c000020" in note
     # more channels asked for than were allocated: left alone (the driver decides)
     assert r.channellist_params(abi.FIFO_GET_CHANNELLIST.pack(3, 1, 2)) == (abi.FIFO_GET_CHANNELLIST.pack(3, 1, 2), "")
+
+
+def test_consequences_of_a_failed_alloc_are_dependent(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = [
+        alloc_call(0, 0, 0, 0xC1, abi.NV01_ROOT_CLIENT),
+        alloc_call(1, 0xC1, 0xC1, 0x10, abi.NV01_DEVICE_0),  # will fail in "replay"
+        control_call(2, 0xC1, 0x10, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2),  # on it: dependent
+        alloc_call(3, 0xC1, 0x10, 0x20, abi.NV20_SUBDEVICE_0),  # child: dependent, taints 0x20
+        control_call(4, 0xC1, 0x20, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2),  # grandchild: dependent
+        control_call(5, 0xC1, 0xC1, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2),  # unrelated: mismatch
+        control_call(6, 0xC1, 0xC1, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2),  # unrelated: match
+    ]
+    answers = {0: (True, 0, None), 1: (True, 0x40, None), 2: (True, 0x57, None), 3: (True, 0x57, None),
+               4: (True, 0x57, None), 5: (True, 0x1F, None), 6: (True, 0, None)}
+    monkeypatch.setattr(rp.Replayer, "run_call", lambda self, c: (answers[c.index], ""))
+    rep = rp.replay(calls, None, "/nonexistent/")
+    assert [r.category for r in rep.results] == ["match", "mismatch", "dependent", "dependent", "dependent",
+                                                 "mismatch", "match"]
+    assert "failed at [1]" in rep.results[2].reason and "failed at [3]" in rep.results[4].reason

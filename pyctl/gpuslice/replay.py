@@ -406,10 +406,13 @@ class Replayer:
 def replay(calls: Sequence[t.TraceCall], impl: Implemented | None, dev_prefix: str = "/dev/",
            trace_name: str = "", dry_run: bool = False) -> Report:
     """Replay calls in order; with dry_run only plan. Unimplemented calls are still
-    issued (later calls may depend on what they do), but are not judged."""
+    issued (later calls may depend on what they do), but are not judged. A call that
+    fails differently from the trace on an object whose allocation already failed in
+    the replay is 'dependent', so that mismatches name root causes."""
     report = Report(trace_name)
     steps = plan(calls, impl)
     r = None if dry_run else Replayer(dev_prefix)
+    broken: dict[int, int] = {}  # recorded handle -> index of the alloc that failed in replay
     try:
         for c, s in zip(calls, steps):
             if c.kind == "uvm":
@@ -423,9 +426,16 @@ def replay(calls: Sequence[t.TraceCall], impl: Implemented | None, dev_prefix: s
             got, note = r.run_call(c)
             if s.category is not None:
                 report.results.append(Result(c.index, s.name, s.category, exp_s, fmt_outcome(got), s.reason))
-            else:
-                cat: Category = "match" if got == expected else "mismatch"
-                report.results.append(Result(c.index, s.name, cat, exp_s, fmt_outcome(got), note))
+                continue
+            dep = _target_handles(c) & set(broken)
+            cat: Category = "match" if got == expected else "mismatch"
+            if cat == "mismatch" and dep:
+                # only the first failure is reported as a mismatch, not its consequences
+                cat = "dependent"
+                note = "acts on " + ", ".join(f"{h:#x} (failed at [{broken[h]}])" for h in sorted(dep))
+            if cat != "match" and c.nr == abi.NV_ESC_RM_ALLOC and c.arg_in is not None and expected[1] == abi.NV_OK:
+                broken.setdefault(t.decode_alloc(c.arg_in).h_new, c.index)
+            report.results.append(Result(c.index, s.name, cat, exp_s, fmt_outcome(got), note))
     finally:
         if r is not None:
             r.close()
