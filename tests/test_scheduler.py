@@ -263,6 +263,20 @@ def test_rmgate_orders_batches_and_releases() -> None:
     assert not gate.disabled and rm.log[-1][1] is False and set(rm.log[-1][2]) == {c.pair for c in b}
 
 
+def test_rmgate_enable_first_order() -> None:
+    rm = FakeRm()
+    gate = RmGate(rm, RecGuard(rm), enable_first=True)  # type: ignore[arg-type]
+    a = {Channel(0, 1, h) for h in range(3)}
+    b = {Channel(0, 2, h) for h in range(3)}
+    gate.apply(0, a)
+    rm.log.clear()
+    gate.apply(0, b)  # swap: a enabled first, then b disabled
+    assert [d for _g, d, _c in rm.log] == [False, True]
+    assert gate.disabled == b
+    gate.release_all()
+    assert not gate.disabled
+
+
 def test_rmgate_forgets_vanished_channels() -> None:
     rm = FakeRm(gone={(1, 5)})
     guard = RecGuard(rm)

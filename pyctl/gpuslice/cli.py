@@ -520,10 +520,13 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.option("--rt-priority", type=click.IntRange(0, 99), default=10, show_default=True,
               help="SCHED_FIFO priority so slot switches happen on time (0 = normal scheduling; "
               "ignored without CAP_SYS_NICE).")
+@click.option("--switch-order", type=click.Choice(["disable-first", "enable-first"]), default="disable-first",
+              show_default=True, help="At a slot switch: disable the outgoing instance first (slots stay "
+              "exclusive) or enable the incoming one first (no idle gap; they overlap for about one RM call).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: str, status_file: str,
-           watchdog: bool, duration: int | None, rt_priority: int, verbose: int) -> None:
+           watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
     from .gate import RmGate, Watchdog
@@ -567,7 +570,7 @@ def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: 
             cleanups.append(wd.close)
         rm = RmClient(ctl).open()
         cleanups.append(rm.close)
-        gate = RmGate(rm, wd)
+        gate = RmGate(rm, wd, enable_first=switch_order == "enable-first")
         src = _make_source(ctx, source, preload_sock)
         cleanups.append(src.close)
         prb = _make_probe(probe)
