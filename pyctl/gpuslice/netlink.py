@@ -9,10 +9,12 @@ Attributes travel as their Python names without prefix, lower case (``mem_limit`
 from __future__ import annotations
 
 import errno
+import functools
 import select
 from typing import Any, Iterable
 
-from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, genlmsg, nla
+# pyroute2 is imported lazily (msg_class()): it is a large package, and the constants
+# below are needed by processes that never open a netlink socket (sources, workloads).
 
 FAMILY = "gpuslice"
 VERSION = 1
@@ -90,15 +92,26 @@ EVENT_NAMES = {v: k[len("GPUSLICE_EV_"):].lower() for k, v in EVENTS.items()}
 OBJ_KIND_NAMES = {v: k[len("GPUSLICE_OBJ_"):].lower() for k, v in OBJ_KINDS.items()}
 
 
-class GsMsg(genlmsg):  # type: ignore[misc]
-    """A gpuslice generic netlink message (genlmsghdr + attributes)."""
+@functools.cache
+def msg_class() -> Any:
+    """The pyroute2 message class of the family (genlmsghdr + attributes)."""
+    from pyroute2.netlink import genlmsg, nla
 
-    prefix = "GPUSLICE_A_"
-    nla_map = tuple((name, typ) for name, typ in ATTRS)
-
-    class pids(nla):  # type: ignore[misc]
+    class GsMsg(genlmsg):  # type: ignore[misc]
         prefix = "GPUSLICE_A_"
-        nla_map = tuple((name, typ if typ != "pids" else "none") for name, typ in ATTRS)
+        nla_map = tuple((name, typ) for name, typ in ATTRS)
+
+        class pids(nla):  # type: ignore[misc]
+            prefix = "GPUSLICE_A_"
+            nla_map = tuple((name, typ if typ != "pids" else "none") for name, typ in ATTRS)
+
+    return GsMsg
+
+
+def __getattr__(name: str) -> Any:  # gpuslice.netlink.GsMsg, created on first use
+    if name == "GsMsg":
+        return msg_class()
+    raise AttributeError(name)
 
 
 def attr_name(key: str) -> str:
@@ -109,9 +122,9 @@ def attr_name(key: str) -> str:
     return full
 
 
-def build(cmd: int, attrs: dict[str, Any]) -> GsMsg:
+def build(cmd: int, attrs: dict[str, Any]) -> Any:
     """A message for ``cmd`` with ``attrs`` (short names); None values are left out."""
-    msg = GsMsg()
+    msg = msg_class()()
     msg["cmd"] = cmd
     msg["version"] = VERSION
     msg["attrs"] = [[attr_name(k), v] for k, v in attrs.items() if v is not None]
@@ -145,7 +158,7 @@ class GpusliceNetlink:
 
         self.sock = GenericNetlinkSocket()
         try:
-            self.sock.bind(FAMILY, GsMsg)
+            self.sock.bind(FAMILY, msg_class())
         except Exception as e:  # pyroute2 raises NetlinkError / OSError subclasses
             self.sock.close()
             code = getattr(e, "code", 0) or getattr(e, "errno", 0) or errno.ENOENT
@@ -162,6 +175,8 @@ class GpusliceNetlink:
         self.close()
 
     def _request(self, cmd: int, attrs: dict[str, Any], dump: bool = False) -> list[dict[str, Any]]:
+        from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST
+
         msg = build(cmd, attrs)
         flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else NLM_F_ACK)
         try:

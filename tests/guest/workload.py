@@ -127,7 +127,7 @@ class Daemon:
         except OSError:
             return ""
 
-    def status(self, timeout: float = 20.0) -> dict:
+    def status(self, timeout: float = 60.0) -> dict:
         """The daemon's latest report (waits for the first)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -143,7 +143,7 @@ class Daemon:
                 time.sleep(0.05)
         raise TimeoutError(f"daemon wrote no status; its log: {self.log_tail()}")
 
-    def wait_periods(self, gpu: int = 0, min_periods: int = 3, timeout: float = 30.0) -> dict:
+    def wait_periods(self, gpu: int = 0, min_periods: int = 3, timeout: float = 90.0) -> dict:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             try:
