@@ -230,7 +230,8 @@ class Report:
         """Unimplemented calls grouped by what is missing ('class 0x..', 'ctrl 0x..')."""
         out: dict[str, int] = {}
         for r in self.by("unimplemented"):
-            key = f"{r.reason} {r.name}"
+            # "ctrl 0x20801303 RM_CONTROL(NV2080_...)", or just "ctrl 0x2080012f" when unnamed
+            key = r.reason if "(CTRL_0x" in r.name or "(CLASS_0x" in r.name else f"{r.reason} {r.name}"
             out[key] = out.get(key, 0) + 1
         return out
 
