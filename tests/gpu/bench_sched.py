@@ -173,12 +173,13 @@ class Bench:
         st = self.daemon.stop()
         self.pause_all()
         toggles.append((t1, None))  # type: ignore[arg-type]
-        ph = {"phase": f"{policy}-{period}", "kind": "policy", "policy": policy, "period_ms": period,
+        ph = {"phase": f"{policy}-{period}-{self.daemon.order}", "kind": "policy", "policy": policy,
+              "period_ms": period, "order": self.daemon.order,
               "members": members, "bursty": bursty, "t0": t0, "t1": t1, "toggles": toggles,
               "status": samples, "final_status": st}
         self.res["phases"].append(ph)
         for row in self.analyse_policy(ph):
-            self.log(f"{policy} {period}ms" + (f" d {'busy' if row['d_busy'] else 'idle'}" if bursty else "")
+            self.log(f"{row['policy']} {period}ms" + (f" d {'busy' if row['d_busy'] else 'idle'}" if bursty else "")
                      + " (prelim): " + " ".join(f"{n} {100 * row['target'].get(n, 0):.1f}/{100 * row['achieved'][n]:.1f}"
                                                for n in members) + f"  total {row['total']:.3f}")
         if st:
@@ -207,7 +208,9 @@ class Bench:
             tgt = sc.target_shares(ph["policy"], members, set(running))
             span = sum(b - a for a, b in wins)
             ach = {n: sum(sc.count(self.ws[n].times(), a, b) for a, b in wins) / span / alone[n] for n in members}
-            rows.append({"policy": ph["policy"], "period_ms": ph["period_ms"], "d_busy": d_busy if bursty else None,
+            rows.append({"policy": ph["policy"] + ("" if ph.get("order", "disable-first") == "disable-first"
+                                                   else " (" + ph["order"] + ")"),
+                         "period_ms": ph["period_ms"], "d_busy": d_busy if bursty else None,
                          "running": running, "seconds": span, "target": tgt, "achieved": ach,
                          "total": sum(ach[n] for n in running), "native_total": self.native_total(running, ph["t0"]),
                          "switch_latency_ns": st.get("switch_latency_ns"), "rm_call_ns": st.get("rm_call_ns"),
@@ -427,6 +430,7 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=20, help="kills per signal")
     ap.add_argument("--periods", default="20,50,100")
     ap.add_argument("--policies", default="fixed,weight,equal,burst")
+    ap.add_argument("--orders", default="disable-first", help="gpuctl daemon --switch-order values to run")
     ap.add_argument("--quick", action="store_true", help="half-length phases")
     ap.add_argument("--budget", type=float, default=470, help="seconds; later phases are cut short to fit")
     a = ap.parse_args()
@@ -460,14 +464,17 @@ def main() -> int:
             b.native(names, b.dur(5.0))
         b.alone("after-native", 2.0)
         for period in [int(x) for x in a.periods.split(",")]:
-            for pol in a.policies.split(","):
-                if left() < 60 + 3 * a.kills:
-                    b.log(f"time budget: skipping {pol} {period} ms")
-                    continue
-                guarded(f"{pol} {period} ms", b.policy, pol, period,
-                        (3 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
-                        (3 * BURST_S if POLICY_SETS[pol][1] else 5.0))
+            for order in a.orders.split(","):
+                b.daemon.order = order
+                for pol in a.policies.split(","):
+                    if left() < 60 + 3 * a.kills:
+                        b.log(f"time budget: skipping {pol} {period} ms {order}")
+                        continue
+                    guarded(f"{pol} {period} ms {order}", b.policy, pol, period,
+                            (3 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
+                            (3 * BURST_S if POLICY_SETS[pol][1] else 5.0))
             b.alone(f"after-{period}ms", 2.0)
+        b.daemon.order = "disable-first"
         if a.kills:
             guarded("crash", b.crash, a.kills, lambda: left() > 15)
     finally:
