@@ -800,4 +800,20 @@ struct nv2080_ctrl_gr_get_tpc_mask_params {	/* 24 */
 	nv_u32 tpc_mask;
 };
 
+/* ctrl2080/ctrl2080bus.h, ctrl0080/ctrl0080gpu.h (tests/standin) */
+#define NV2080_CTRL_CMD_BUS_GET_PCI_INFO		0x20801801
+struct nv2080_ctrl_bus_get_pci_info_params {	/* 16 */
+	nv_u32 pci_device_id;		/* (device << 16) | vendor */
+	nv_u32 pci_sub_system_id;
+	nv_u32 pci_revision_id;
+	nv_u32 pci_ext_device_id;
+};
+
+#define NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE	0x800289
+#define NV0080_CTRL_GPU_VIRTUALIZATION_MODE_NONE	0
+struct nv0080_ctrl_gpu_get_virtualization_mode_params {	/* 8 */
+	nv_u32 virtualization_mode;
+	nv_u8 is_grid_build;
+};
+
 #endif /* GPUSLICE_NVRM_ABI_H */

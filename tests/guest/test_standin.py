@@ -446,3 +446,30 @@ def test_name_string_and_ctx_buffer(sess: nvstub.Session) -> None:
         assert nvstub.rm_control(sess.ctl, sess.client, sess.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE,
                                  q) == want
     assert abi.GR_CTX_BUFFER_SIZE.unpack(q.raw)[1] == 0  # a refused query reports no size
+
+
+def test_identity_controls(sess: nvstub.Session) -> None:
+    """PCI identity, virtualization mode and GR masks agree with what CARD_INFO reports."""
+    buf = bytearray(abi.CARD_INFO.size * abi.NV_MAX_DEVICES)
+    assert nvstub.ioctl(sess.ctl, abi.IOCTL_CARD_INFO, buf) == 0
+    card = abi.CARD_INFO.unpack_from(buf, 0)
+    vendor, device = card[5], card[6]
+    p = ctypes.create_string_buffer(abi.BUS_PCI_INFO.size)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.subdevice, abi.NV2080_CTRL_CMD_BUS_GET_PCI_INFO,
+                             p) == abi.NV_OK
+    assert abi.BUS_PCI_INFO.unpack(p.raw)[0] == (device << 16) | vendor
+    v = ctypes.create_string_buffer(abi.VIRTUALIZATION_MODE.size)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.device, abi.NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE,
+                             v) == abi.NV_OK
+    g = ctypes.create_string_buffer(abi.GR_GET_GPC_MASK.size)
+    assert nvstub.rm_control(sess.ctl, sess.client, sess.subdevice, abi.NV2080_CTRL_CMD_GR_GET_GPC_MASK,
+                             g) == abi.NV_OK
+    gpc_mask = abi.GR_GET_GPC_MASK.unpack(g.raw)[2]
+    assert gpc_mask != 0
+    ngpc = gpc_mask.bit_length()
+    for gpc, want in [(0, abi.NV_OK), (ngpc - 1, abi.NV_OK), (ngpc, abi.NV_ERR_INVALID_ARGUMENT)]:
+        t = ctypes.create_string_buffer(abi.GR_GET_TPC_MASK.pack(0, 0, gpc, 0), abi.GR_GET_TPC_MASK.size)
+        assert nvstub.rm_control(sess.ctl, sess.client, sess.subdevice, abi.NV2080_CTRL_CMD_GR_GET_TPC_MASK,
+                                 t) == want
+        if want == abi.NV_OK:
+            assert abi.GR_GET_TPC_MASK.unpack(t.raw)[3] != 0

@@ -21,6 +21,9 @@
 
 #define NVSTUB_MAX_GPUS	8
 #define NVSTUB_FIRST_SLOT	6
+#define NVSTUB_PCI_VENDOR	0x10de
+#define NVSTUB_PCI_DEVICE	0x2330	/* H100 SXM5 80GB */
+#define NVSTUB_PCI_REVISION	0xa1
 
 /* RM's gpuId of simulated GPU i: (domain << 16) | (bus << 8) | slot, as in the traces */
 static inline u32 nvstub_gpu_id(unsigned int i)

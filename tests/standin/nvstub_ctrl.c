@@ -182,7 +182,7 @@ static u32 nvstub_ctrl_arch_info(struct nvstub_ctrl_ctx *ctx, void *params)
 
 	p->architecture = NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100;
 	p->implementation = NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GH100;
-	p->revision = 0xa1;
+	p->revision = NVSTUB_PCI_REVISION;
 	p->sub_revision = 0;
 	return NV_OK;
 }
@@ -376,6 +376,28 @@ static u32 nvstub_ctrl_tpc_mask(struct nvstub_ctrl_ctx *ctx, void *params)
 	return NV_OK;
 }
 
+/* ctrl2080bus.h GET_PCI_INFO: the identity CARD_INFO reports. */
+static u32 nvstub_ctrl_pci_info(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_bus_get_pci_info_params *p = params;
+
+	p->pci_device_id = (NVSTUB_PCI_DEVICE << 16) | NVSTUB_PCI_VENDOR;
+	p->pci_sub_system_id = 0;
+	p->pci_revision_id = NVSTUB_PCI_REVISION;
+	p->pci_ext_device_id = NVSTUB_PCI_DEVICE;
+	return NV_OK;
+}
+
+/* ctrl0080gpu.h GET_VIRTUALIZATION_MODE: a bare-metal, non-GRID driver. */
+static u32 nvstub_ctrl_virt_mode(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv0080_ctrl_gpu_get_virtualization_mode_params *p = params;
+
+	p->virtualization_mode = NV0080_CTRL_GPU_VIRTUALIZATION_MODE_NONE;
+	p->is_grid_build = 0;
+	return NV_OK;
+}
+
 static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
@@ -427,6 +449,10 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	  sizeof(struct nv2080_ctrl_gr_get_gpc_mask_params), nvstub_ctrl_gpc_mask },
 	{ NV2080_CTRL_CMD_GR_GET_TPC_MASK, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_gr_get_tpc_mask_params), nvstub_ctrl_tpc_mask },
+	{ NV2080_CTRL_CMD_BUS_GET_PCI_INFO, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_bus_get_pci_info_params), nvstub_ctrl_pci_info },
+	{ NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE, NV01_DEVICE_0,
+	  sizeof(struct nv0080_ctrl_gpu_get_virtualization_mode_params), nvstub_ctrl_virt_mode },
 	{ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, NV01_DEVICE_0,
 	  sizeof(struct nv0080_ctrl_fifo_get_channellist_params),
 	  nvstub_ctrl_channellist },

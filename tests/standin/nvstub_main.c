@@ -163,8 +163,8 @@ static int nvstub_card_info(void *arg, u32 size)
 		ci[i].pci_info.bus = 0;
 		ci[i].pci_info.slot = NVSTUB_FIRST_SLOT + i;	/* 0000:00:06.0 in the traces */
 		ci[i].pci_info.function = 0;
-		ci[i].pci_info.vendor_id = 0x10de;
-		ci[i].pci_info.device_id = 0x2330;	/* H100 SXM5 80GB */
+		ci[i].pci_info.vendor_id = NVSTUB_PCI_VENDOR;
+		ci[i].pci_info.device_id = NVSTUB_PCI_DEVICE;
 		ci[i].gpu_id = nvstub_gpu_id(i);
 		ci[i].interrupt_line = 41;
 		ci[i].reg_address = 0x102000000000ULL + (u64)i * 0x1000000000ULL;
