@@ -81,7 +81,7 @@ class NvmlProbe:
         self._handles: dict[int, object] = {}
         self._gpus: set[int] = set()
         self._lock = threading.Lock()
-        self._thread = None
+        self._thread: threading.Thread | None = None
         if thread:
             self._thread = threading.Thread(target=self._loop, name="nvml-probe", daemon=True)
 
