@@ -30,10 +30,10 @@ def so(tmp_path_factory):
 class Proc:
     """A process of an instance: one client with a device and a subdevice."""
 
-    def __init__(self, core, rm, file_id=1, pid=100):
-        self.core, self.rm, self.file_id, self.pid = core, rm, file_id, pid
+    def __init__(self, core, rm, file_id=1, pid=100, ns_pid=0):
+        self.core, self.rm, self.file_id, self.pid, self.ns_pid = core, rm, file_id, pid, ns_pid
         arg = cs.alloc_arg(0, 0, 0, abi.NV01_ROOT_CLIENT)
-        assert core.call(ALLOC, arg, rm.alloc, file_id=file_id, pid=pid).verdict == cs.GS_PASS
+        assert core.call(ALLOC, arg, rm.alloc, file_id=file_id, pid=pid, ns_pid=ns_pid).verdict == cs.GS_PASS
         self.client = struct.unpack_from("<I", arg, 8)[0]
         self.next = 0x100
         self.alloc(self.client, abi.NV01_DEVICE_0, DEV)
@@ -43,7 +43,7 @@ class Proc:
         if handle is None:
             handle = self.next = self.next + 1
         arg = cs.alloc_arg(client or self.client, parent, handle, klass, cs.addr(params) if params else 0)
-        r = self.core.call(ALLOC, arg, self.rm.alloc, file_id=self.file_id, pid=self.pid)
+        r = self.core.call(ALLOC, arg, self.rm.alloc, file_id=self.file_id, pid=self.pid, ns_pid=self.ns_pid)
         return r, handle, arg
 
     def mem(self, size, parent=DEV):
@@ -55,9 +55,10 @@ class Proc:
         arg = cs.free_arg(self.client, parent, handle)
         return self.core.call(FREE, arg, self.rm.ok(12), file_id=self.file_id, pid=self.pid)
 
-    def control(self, obj, cmd, params=None, size=0, client=None):
+    def control(self, obj, cmd, params=None, size=0, client=None, driver=None):
         arg = cs.control_arg(client or self.client, obj, cmd, cs.addr(params) if params else 0, size)
-        r = self.core.call(CONTROL, arg, self.rm.control, file_id=self.file_id, pid=self.pid)
+        r = self.core.call(CONTROL, arg, driver or self.rm.control, file_id=self.file_id, pid=self.pid,
+                           ns_pid=self.ns_pid)
         return r, arg
 
 
@@ -256,6 +257,149 @@ def test_fb_info_free_capped_by_physical_free(env):
     struct.pack_into("<III", fp, 0, 1, 0x16, 0)
     p.control(SUB, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, fp, abi.FB_GET_INFO_V2_SIZE)
     assert struct.unpack_from("<I", fp, 8)[0] == 1000
+
+
+# ---- virtualized process lists (GPU_GET_PIDS, GPU_GET_PID_INFO) ----
+
+GET_PIDS, GET_PID_INFO = 0x2080018D, 0x2080018E
+PIDS_SIZE = 12 + 4 * 950
+PID_INFO_SIZE = 8 + 72 * 200
+NO_PARTITION = 0xFFFFFFFF
+
+
+def rm_reply(params, fill, status=0):
+    """A driver that writes a crafted reply into the parameter block, then status."""
+    def drv(arg):
+        fill(params)
+        struct.pack_into("<I", arg, 28, status)
+        return 0
+    return drv
+
+
+def pids_reply(pids):
+    def fill(b):
+        struct.pack_into("<I", b, 8, len(pids))
+        for i, pid in enumerate(pids):
+            struct.pack_into("<I", b, 12 + 4 * i, pid)
+    return fill
+
+
+def pid_info_entry(b, i, pid, index=0, result=0, mem=(0,) * 6, ci=NO_PARTITION, gi=NO_PARTITION):
+    struct.pack_into("<III4x6QII", b, 8 + 72 * i, pid, index, result, *mem, ci, gi)
+
+
+def pid_info_at(b, i):
+    v = struct.unpack_from("<III4x6QII", b, 8 + 72 * i)
+    return {"pid": v[0], "index": v[1], "result": v[2], "mem": v[3:9], "ci": v[9], "gi": v[10]}
+
+
+def test_get_pids_lists_only_this_instance(env):
+    core, rm = env
+    a = Proc(core, rm, file_id=1, pid=10)
+    Proc(core, rm, file_id=2, pid=20)
+    b = ctypes.create_string_buffer(PIDS_SIZE)
+    struct.pack_into("<II", b, 0, 0, abi.NV20_SUBDEVICE_0)
+    r, _ = a.control(SUB, GET_PIDS, b, PIDS_SIZE, driver=rm_reply(b, pids_reply([555, 10, 777, 20, 888])))
+    assert (r.verdict, r.status) == (cs.GS_PASS, 0)
+    count = struct.unpack_from("<I", b, 8)[0]
+    assert count == 2
+    assert list(struct.unpack_from("<5I", b, 12)) == [10, 20, 0, 0, 0]  # no stale foreign pid behind
+    assert struct.unpack_from("<II", b, 0) == (0, abi.NV20_SUBDEVICE_0)  # the request is left alone
+
+
+def test_get_pids_caller_own_pid_kept_and_failures_untouched(env):
+    core, rm = env
+    a = Proc(core, rm, file_id=1, pid=10)
+    b = ctypes.create_string_buffer(PIDS_SIZE)
+    a.control(SUB, GET_PIDS, b, PIDS_SIZE, driver=rm_reply(b, pids_reply([10])))
+    assert struct.unpack_from("<II", b, 8) == (1, 10)
+    # RM failed: its reply is not touched
+    b = ctypes.create_string_buffer(PIDS_SIZE)
+    r, _ = a.control(SUB, GET_PIDS, b, PIDS_SIZE,
+                     driver=rm_reply(b, pids_reply([555]), status=abi.NV_ERR_INVALID_ARGUMENT))
+    assert r.status == abi.NV_ERR_INVALID_ARGUMENT and struct.unpack_from("<II", b, 8) == (1, 555)
+    # a short block: only the pids that fit are looked at, nothing is written past it
+    b = ctypes.create_string_buffer(PIDS_SIZE)
+    r, _ = a.control(SUB, GET_PIDS, b, 16, driver=rm_reply(b, pids_reply([555, 666])))
+    assert r.verdict == cs.GS_PASS
+    assert struct.unpack_from("<III", b, 8) == (0, 0, 666)
+
+
+def test_get_pid_info_foreign_pid_answered_like_an_unknown_pid(env):
+    core, rm = env
+    a = Proc(core, rm, file_id=1, pid=10)
+    Proc(core, rm, file_id=2, pid=20)
+    b = ctypes.create_string_buffer(PID_INFO_SIZE)
+
+    def fill(b):
+        struct.pack_into("<I", b, 0, 5)
+        pid_info_entry(b, 0, 10, mem=(GiB, 0, 0, 0, 0, 0))        # the caller (PyTorch's OOM path)
+        pid_info_entry(b, 1, 20, mem=(2 * GiB, 1, 0, 0, 0, 0))    # another process of the instance
+        pid_info_entry(b, 2, 555, mem=(3 * GiB, 5, 6, 0, 0, 0), ci=1, gi=2)  # another container's
+        pid_info_entry(b, 3, 555, index=7, result=abi.NV_ERR_INVALID_ARGUMENT)  # bad index: RM's
+        pid_info_entry(b, 4, 0, result=abi.NV_ERR_INVALID_ARGUMENT)
+    r, _ = a.control(SUB, GET_PID_INFO, b, PID_INFO_SIZE, driver=rm_reply(b, fill))
+    assert (r.verdict, r.status) == (cs.GS_PASS, 0)
+    e = [pid_info_at(b, i) for i in range(5)]
+    assert e[0]["mem"][0] == GiB and e[0]["result"] == 0
+    assert e[1]["mem"][:2] == (2 * GiB, 1)
+    assert e[2] == {"pid": 555, "index": 0, "result": 0, "mem": (0,) * 6, "ci": NO_PARTITION,
+                    "gi": NO_PARTITION}
+    assert e[3]["result"] == abi.NV_ERR_INVALID_ARGUMENT and e[3]["index"] == 7
+    assert e[4]["result"] == abi.NV_ERR_INVALID_ARGUMENT
+    assert struct.unpack_from("<I", b, 0)[0] == 5
+
+
+def test_process_lists_compare_namespace_pids(env):
+    """In a pid namespace RM names processes by their pid there: the core compares the pid
+    the caller has in its namespace (gs_call.ns_pid), not the host pid."""
+    core, rm = env
+    a = Proc(core, rm, file_id=1, pid=5000, ns_pid=7)
+    b = ctypes.create_string_buffer(PIDS_SIZE)
+    a.control(SUB, GET_PIDS, b, PIDS_SIZE, driver=rm_reply(b, pids_reply([7, 5000, 8])))
+    assert struct.unpack_from("<III", b, 8) == (1, 7, 0)
+    b = ctypes.create_string_buffer(PID_INFO_SIZE)
+
+    def fill(b):
+        struct.pack_into("<I", b, 0, 2)
+        pid_info_entry(b, 0, 7, mem=(GiB, 0, 0, 0, 0, 0))
+        pid_info_entry(b, 1, 5000, mem=(GiB, 0, 0, 0, 0, 0))
+    a.control(SUB, GET_PID_INFO, b, PID_INFO_SIZE, driver=rm_reply(b, fill))
+    assert pid_info_at(b, 0)["mem"][0] == GiB and pid_info_at(b, 1)["mem"][0] == 0
+
+
+def test_objects_take_the_gpu_of_their_device(env):
+    """RM objects made on nvidiactl (minor 255) are on the GPU their device names
+    (NV0080_ALLOC_PARAMETERS.deviceId); without a device above them they keep 255."""
+    core, rm = env
+    arg = cs.alloc_arg(0, 0, 0, abi.NV01_ROOT_CLIENT)
+    core.call(ALLOC, arg, rm.alloc, minor=255)
+    client = struct.unpack_from("<I", arg, 8)[0]
+    dev_params = ctypes.create_string_buffer(56)
+    struct.pack_into("<I", dev_params, 0, 1)
+    tsg_params = ctypes.create_string_buffer(64)
+    struct.pack_into("<I", tsg_params, 12, 1)
+    for parent, h, klass, prm in ((client, 0xD1, abi.NV01_DEVICE_0, dev_params),
+                                  (client, 0xD0, abi.NV01_DEVICE_0, None),  # no params: device 0
+                                  (0xD1, 0xE1, abi.NV20_SUBDEVICE_0, None),
+                                  (0xD1, 0xF1, abi.KEPLER_CHANNEL_GROUP_A, tsg_params),
+                                  (0xF1, 0xF2, abi.HOPPER_CHANNEL_GPFIFO_A, None),
+                                  (0xD0, 0xF3, abi.KEPLER_CHANNEL_GROUP_A, tsg_params),
+                                  (client, 0xC1, 0xCB33, None)):
+        a = cs.alloc_arg(client, parent, h, klass, cs.addr(prm) if prm else 0)
+        assert core.call(ALLOC, a, rm.alloc, minor=255).verdict == cs.GS_PASS
+    gpu = {o["handle"]: o["gpu"] for o in core.objects()}
+    assert gpu == {client: 255, 0xD1: 1, 0xD0: 0, 0xE1: 1, 0xF1: 1, 0xF2: 1, 0xF3: 0, 0xC1: 255}
+    ev = [e for e in core.events() if e["type"] in (cs.EV_TSG_NEW, cs.EV_CHANNEL_NEW)]
+    assert [(e["handle"], e["gpu"]) for e in ev] == [(0xF1, 1), (0xF2, 1), (0xF3, 0)]
+    # memory, counted or refused, is on its device's GPU too
+    small, big = cs.mem_params(MiB), cs.mem_params(2 * GiB)
+    a = cs.alloc_arg(client, 0xD1, 0x99, abi.NV01_MEMORY_LOCAL_USER, cs.addr(small))
+    core.call(ALLOC, a, rm.alloc, minor=255)
+    assert {o["handle"]: o["gpu"] for o in core.objects()}[0x99] == 1
+    a = cs.alloc_arg(client, 0xD1, 0x9A, abi.NV01_MEMORY_LOCAL_USER, cs.addr(big))
+    assert core.call(ALLOC, a, rm.alloc, minor=255).refusal == cs.GS_REFUSE_QUOTA
+    assert [e["gpu"] for e in core.events() if e["type"] == cs.EV_ALLOC_REFUSED] == [1]
 
 
 # ---- filter ----

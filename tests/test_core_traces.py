@@ -228,3 +228,43 @@ def test_trace_with_a_small_limit_refuses_cleanly(so):
         assert core.stats()["used"] <= 256 * MiB + 2 * MiB  # RM's padding at most
     assert core.stats()["refused_quota"] >= 1
     core.close()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_objects_get_their_device_gpu_not_the_nvidiactl_minor(so, name):
+    """CUDA allocates on nvidiactl (minor 255): TSGs and channels are on the GPU of their
+    device ancestor (NV0080_ALLOC_PARAMETERS.deviceId, 0 on the one-GPU H100 host)."""
+    calls = cs.read_trace(name)
+    dev_ids = {struct.unpack_from("<I", tc.pin)[0] for tc in calls
+               if tc.nr == abi.NV_ESC_RM_ALLOC and struct.unpack_from("<I", tc.inb, 12)[0] == abi.NV01_DEVICE_0
+               and len(tc.pin) >= 4}
+    assert dev_ids == {0}
+    assert any(tc.kind == cs.GS_FILE_CTL for tc in calls)
+    core = cs.Core(so, 80 * GiB)
+    rp = cs.Replayer(core)
+    objs = []
+    for tc in calls:
+        rp.replay(tc)
+        if tc.nr == abi.NV_ESC_RM_ALLOC and struct.unpack_from("<I", tc.inb, 12)[0] in (
+                abi.NV01_DEVICE_0, abi.HOPPER_CHANNEL_GPFIFO_A):
+            objs = core.objects()  # the table at the last device or channel allocation
+    ev = core.events()
+    new = [e for e in ev if e["type"] in (cs.EV_TSG_NEW, cs.EV_CHANNEL_NEW)]
+    if name != "nvidia-smi-q.log.gz":
+        assert new
+    assert all(e["gpu"] == 0 for e in new)
+    devices = [o for o in objs if o["klass"] == abi.NV01_DEVICE_0]
+    assert devices and all(o["gpu"] == 0 for o in devices)
+    # everything below a device is on GPU 0; what has no device above (clients, and objects
+    # allocated right under a client such as NV_CONFIDENTIAL_COMPUTE) keeps 255
+    by = {(o["client"], o["handle"]): o for o in objs}
+    for o in objs:
+        up, below_device = o, False
+        while up["parent"] and (up["client"], up["parent"]) in by:
+            up = by[(up["client"], up["parent"])]
+            below_device |= up["klass"] == abi.NV01_DEVICE_0
+        want = 0 if below_device or o["klass"] == abi.NV01_DEVICE_0 else 255
+        assert o["gpu"] == want, o
+    assert sum(o["kind"] in (cs.OBJ_TSG, cs.OBJ_CHANNEL, cs.OBJ_MEMORY) for o in objs) == \
+        sum(o["gpu"] == 0 and o["kind"] in (cs.OBJ_TSG, cs.OBJ_CHANNEL, cs.OBJ_MEMORY) for o in objs)
+    core.close()

@@ -391,6 +391,7 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 {
 	struct nvos64_params *p = c->arg;
 	struct gs_object o;
+	struct gs_obj *ob;
 
 	if (c->priv[0]) {
 		gs_quota_post(in, c, io, p, q);
@@ -410,6 +411,19 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	} else {
 		o.client = p->h_root;
 		o.parent = p->h_object_parent;
+		o.gpu = gs_obj_gpu(in, o.client, o.parent, c->gpu_minor);
+	}
+	/*
+	 * A device names its GPU: NV0080_ALLOC_PARAMETERS.deviceId, 0 without
+	 * parameters (RM: externalClassId - NV01_DEVICE_0). This is RM's device
+	 * instance, not the /dev/nvidia<N> minor: both are 0 on a one-GPU host, but
+	 * on several GPUs instances follow RM's attach order and minors the PCI
+	 * probe order (NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2 maps one to the other).
+	 */
+	if (o.klass == NV01_DEVICE_0) {
+		o.gpu = 0;
+		if (p->p_alloc_parms && (!io || gs_read_u32(io, p->p_alloc_parms, &o.gpu)))
+			o.gpu = c->gpu_minor;
 	}
 	/* engine type from the allocation parameters (nvrm_abi.h) */
 	if (o.obj_kind == GPUSLICE_OBJ_TSG && p->p_alloc_parms && io)
@@ -423,7 +437,9 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 		if (tsg && tsg->o.obj_kind == GPUSLICE_OBJ_TSG)
 			o.engine = tsg->o.engine;
 	}
-	gs_obj_add(in, &o, NULL, q);
+	ob = gs_obj_add(in, &o, NULL, q);
+	if (ob && o.obj_kind == GPUSLICE_OBJ_CLIENT)
+		ob->ns_pid = c->ns_pid ? c->ns_pid : c->pid;
 }
 
 static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
@@ -470,7 +486,7 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
 	o.obj_kind = GPUSLICE_OBJ_OTHER;
 	o.file_id = c->file_id;
 	o.pid = c->pid;
-	o.gpu = c->gpu_minor;
+	o.gpu = gs_obj_gpu(in, p->h_root, p->h_object_parent, c->gpu_minor);
 	o.client = p->h_root;
 	o.handle = p->h_object_new;
 	o.parent = p->h_object_parent;

@@ -67,6 +67,12 @@ struct gs_call {
 	nv_u32 arg_size;	/* NV_IOC_SIZE(req), 0 for UVM */
 	nv_u64 file_id;		/* identifies the open file; RM ties clients to it */
 	nv_u32 pid;
+	/*
+	 * The caller's pid as its own pid namespace sees it (task_tgid_vnr();
+	 * getpid() in user space), which is how RM writes pids into replies
+	 * (GPU_GET_PIDS, GPU_GET_PID_INFO). 0: the same as pid.
+	 */
+	nv_u32 ns_pid;
 	/* filled by the core, read by the glue (tracing) */
 	nv_u32 escape;		/* NV_IOC_NR(req); the whole req for UVM */
 	nv_u32 what;		/* class for RM_ALLOC, cmd for RM_CONTROL, else 0 */

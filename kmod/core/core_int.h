@@ -25,6 +25,7 @@ struct gs_obj {
 	struct gs_object o;
 	struct gs_mem *mem;	/* video memory, NULL for the rest */
 	nv_u32 nchild;		/* tracked objects whose parent this is */
+	nv_u32 ns_pid;		/* clients: gs_call.ns_pid of the caller that made it */
 };
 
 struct gs_inst {
@@ -64,6 +65,8 @@ void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
 void gs_obj_free_all(struct gs_inst *in);
 int gs_is_client(struct gs_inst *in, nv_handle client);
+int gs_ns_pid_has_client(struct gs_inst *in, nv_u32 ns_pid);
+nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32 dflt);
 nv_u32 gs_obj_kind(nv_u32 klass);
 
 /* quota.c */

@@ -395,6 +395,34 @@ struct nv2080_ctrl_fb_get_info_v2_params {	/* 1028 bytes */
 	struct nv2080_ctrl_fb_info fb_info_list[NV2080_CTRL_FB_INFO_MAX_LIST_SIZE];
 };
 
+/* ctrl2080/ctrl2080gpu.h: processes using the GPU */
+#define NV2080_CTRL_CMD_GPU_GET_PIDS			0x2080018d
+#define NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT		950
+struct nv2080_ctrl_gpu_get_pids_params {	/* 3812 bytes */
+	nv_u32 id_type;
+	nv_u32 id;
+	nv_u32 pid_tbl_count;
+	nv_u32 pid_tbl[NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT];
+};
+
+#define NV2080_CTRL_CMD_GPU_GET_PID_INFO		0x2080018e
+#define NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT		200
+#define NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE 0
+#define NV2080_CTRL_GPU_PARTITION_ID_INVALID		0xffffffff
+struct nv2080_ctrl_gpu_pid_info {		/* 72 bytes */
+	nv_u32 pid;
+	nv_u32 index;
+	nv_u32 result;
+	nv_u64 data[6] NV_ALIGN8;	/* VIDEO_MEMORY_USAGE: private, shared owned/duped, protected x3 */
+	nv_u32 compute_instance_id;	/* smcSubscription */
+	nv_u32 gpu_instance_id;
+};
+
+struct nv2080_ctrl_gpu_get_pid_info_params {	/* 14408 bytes */
+	nv_u32 pid_info_list_count;
+	struct nv2080_ctrl_gpu_pid_info pid_info_list[NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT] NV_ALIGN8;
+};
+
 /* ctrl2080/ctrl2080fifo.h */
 #define NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS		0x2080110b
 #define NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES	64

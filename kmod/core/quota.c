@@ -40,8 +40,8 @@ int gs_vidmem_class(nv_u32 klass)
 
 #define GS_SIZE_OFF	64	/* offsetof(struct nv_memory_allocation_params, size) */
 
-static void gs_refused_event(struct gs_call *c, const struct nvos64_params *p,
-			     nv_u64 size, struct gs_evq *q)
+static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
+			     const struct nvos64_params *p, nv_u64 size, struct gs_evq *q)
 {
 	struct gs_event ev;
 
@@ -49,7 +49,7 @@ static void gs_refused_event(struct gs_call *c, const struct nvos64_params *p,
 	ev.type = GPUSLICE_EV_ALLOC_REFUSED;
 	ev.obj_kind = GPUSLICE_OBJ_MEMORY;
 	ev.pid = c->pid;
-	ev.gpu = c->gpu_minor;
+	ev.gpu = gs_obj_gpu(in, p->h_root, p->h_object_parent, c->gpu_minor);
 	ev.client = p->h_root;
 	ev.handle = p->h_object_new;
 	ev.parent = p->h_object_parent;
@@ -79,7 +79,7 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 		c->status = NV_ERR_NO_MEMORY;
 		p->status = c->status;
 		in->nr_refused_quota++;
-		gs_refused_event(c, p, size, q);
+		gs_refused_event(in, c, p, size, q);
 		return GS_REPLY;
 	}
 	in->reserved += size;
@@ -121,7 +121,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	o.obj_kind = GPUSLICE_OBJ_MEMORY;
 	o.file_id = c->file_id;
 	o.pid = c->pid;
-	o.gpu = c->gpu_minor;
+	o.gpu = gs_obj_gpu(in, p->h_root, p->h_object_parent, c->gpu_minor);
 	o.client = p->h_root;
 	o.handle = p->h_object_new;
 	o.parent = p->h_object_parent;

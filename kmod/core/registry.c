@@ -66,6 +66,19 @@ static int gs_pid_has_client(struct gs_inst *in, nv_u32 pid)
 	return 0;
 }
 
+/* does a live client belong to the process RM's replies call ns_pid? */
+int gs_ns_pid_has_client(struct gs_inst *in, nv_u32 ns_pid)
+{
+	struct gs_obj *ob;
+	int i;
+
+	for (i = 0; i < GS_HASH_SIZE; i++)
+		for (ob = in->hash[i]; ob; ob = ob->next)
+			if (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT && ob->ns_pid == ns_pid)
+				return 1;
+	return 0;
+}
+
 static void gs_obj_event(struct gs_evq *q, const struct gs_object *o, nv_u32 type)
 {
 	struct gs_event ev;
@@ -163,6 +176,31 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
 	else if (o->obj_kind == GPUSLICE_OBJ_CHANNEL)
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_CHANNEL_NEW);
 	return ob;
+}
+
+/*
+ * The GPU of a new object under parent: the device instance (deviceId of
+ * NV0080_ALLOC_PARAMETERS) of its nearest NV01_DEVICE_0 ancestor. CUDA makes
+ * its RM calls on nvidiactl, whose minor (255) names no GPU; subdevices,
+ * TSGs, channels and memory all hang below a device. Without a tracked device
+ * ancestor the glue's minor (dflt) stays.
+ */
+nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32 dflt)
+{
+	int depth;
+
+	for (depth = 0; depth < GS_MAX_DEPTH && parent; depth++) {
+		const struct gs_obj *up = gs_obj_find(in, client, parent);
+
+		if (!up)
+			break;
+		if (up->o.klass == NV01_DEVICE_0)
+			return up->o.gpu;
+		if (up->o.parent == up->o.handle)
+			break;
+		parent = up->o.parent;
+	}
+	return dflt;
 }
 
 /* is ob (handle) or one of its ancestors within its client equal to handle? */

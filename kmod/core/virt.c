@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * virt.c - replies rewritten so that an instance sees its own memory.
+ * virt.c - replies rewritten so that an instance sees its own memory and
+ * its own processes.
  *
  * cuMemGetInfo / cudaMemGetInfo / torch.cuda.mem_get_info read total and free
  * from NV2080_CTRL_CMD_FB_GET_INFO_V2 (ctrl2080fb.h): in the traces CUDA asks
@@ -10,6 +11,99 @@
  * becomes min(real free, limit - used), never more than the GPU really has.
  */
 #include "core_int.h"
+
+/*
+ * Processes: NV2080_CTRL_CMD_GPU_GET_PIDS lists every process with a client on
+ * the GPU and NV2080_CTRL_CMD_GPU_GET_PID_INFO gives any pid's video memory
+ * (NVML's running-processes calls; PyTorch's out-of-memory message asks for
+ * its own pid). An instance sees only its own processes: GET_PIDS keeps the
+ * pids of the instance's live clients and the caller's own; GET_PID_INFO
+ * answers for any other pid as RM does for a pid without clients
+ * (gpuFindClientInfoWithPidIterator(): result NV_OK, data zero, both
+ * partition ids invalid).
+ *
+ * RM writes pids as the caller's pid namespace sees them (pid_vnr(), and
+ * leaves out processes that namespace cannot see), so what is compared is
+ * gs_call.ns_pid of the caller against the ns_pid each client was made with:
+ * right as long as an instance's processes share one pid namespace (a
+ * container). A glue that leaves ns_pid 0 compares gs_call.pid, which is
+ * right only in the initial pid namespace (the preload passes getpid()).
+ */
+static int gs_virt_pid_mine(struct gs_inst *in, const struct gs_call *c, nv_u32 pid)
+{
+	if (pid == (c->ns_pid ? c->ns_pid : c->pid))
+		return 1;
+	return gs_ns_pid_has_client(in, pid);
+}
+
+static void gs_virt_get_pids(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			     const struct nvos54_params *p)
+{
+	struct nv2080_ctrl_gpu_get_pids_params *gp;
+	nv_u32 i, n, kept = 0, len, head = 3 * sizeof(nv_u32);
+
+	if (p->params_size < head)
+		return;
+	gp = gs_zalloc(sizeof(*gp));
+	if (!gp)
+		return;
+	len = p->params_size < sizeof(*gp) ? p->params_size : sizeof(*gp);
+	if (io->read(io->ctx, p->params, gp, len))
+		goto out;
+	n = gp->pid_tbl_count;
+	if (n > (len - head) / sizeof(nv_u32))
+		n = (len - head) / sizeof(nv_u32);
+	for (i = 0; i < n; i++)
+		if (gs_virt_pid_mine(in, c, gp->pid_tbl[i]))
+			gp->pid_tbl[kept++] = gp->pid_tbl[i];
+	if (kept == gp->pid_tbl_count)
+		goto out;
+	for (i = kept; i < n; i++)
+		gp->pid_tbl[i] = 0;
+	gp->pid_tbl_count = kept;
+	io->write(io->ctx, p->params, gp, len);
+	c->priv[1] = 1;
+out:
+	gs_free(gp);
+}
+
+static void gs_virt_get_pid_info(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				 const struct nvos54_params *p)
+{
+	struct nv2080_ctrl_gpu_get_pid_info_params *gp;
+	const nv_u32 head = 8;	/* offsetof(pid_info_list) */
+	nv_u32 i, n, len, hidden = 0;
+
+	if (p->params_size < head)
+		return;
+	gp = gs_zalloc(sizeof(*gp));
+	if (!gp)
+		return;
+	len = p->params_size < sizeof(*gp) ? p->params_size : sizeof(*gp);
+	if (io->read(io->ctx, p->params, gp, len))
+		goto out;
+	n = gp->pid_info_list_count;
+	if (n > (len - head) / sizeof(gp->pid_info_list[0]))
+		n = (len - head) / sizeof(gp->pid_info_list[0]);
+	for (i = 0; i < n; i++) {
+		struct nv2080_ctrl_gpu_pid_info *e = &gp->pid_info_list[i];
+
+		if (e->index != NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE || !e->pid ||
+		    gs_virt_pid_mine(in, c, e->pid))
+			continue;
+		e->result = NV_OK;
+		memset(e->data, 0, sizeof(e->data));
+		e->compute_instance_id = NV2080_CTRL_GPU_PARTITION_ID_INVALID;
+		e->gpu_instance_id = NV2080_CTRL_GPU_PARTITION_ID_INVALID;
+		hidden++;
+	}
+	if (!hidden)
+		goto out;
+	io->write(io->ctx, p->params, gp, len);
+	c->priv[1] = 1;
+out:
+	gs_free(gp);
+}
 
 static nv_u32 gs_min_kib(nv_u32 real, nv_u64 bytes)
 {
@@ -26,9 +120,17 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 	nv_u64 room = in->used < in->limit ? in->limit - in->used : 0;
 	nv_u32 i, n, len;
 
-	if (!io || p->cmd != NV2080_CTRL_CMD_FB_GET_INFO_V2 || p->status != NV_OK)
+	if (!io || p->status != NV_OK || !p->params)
 		return;
-	if (p->params_size < sizeof(nv_u32) || !p->params)
+	if (p->cmd == NV2080_CTRL_CMD_GPU_GET_PIDS) {
+		gs_virt_get_pids(in, c, io, p);
+		return;
+	}
+	if (p->cmd == NV2080_CTRL_CMD_GPU_GET_PID_INFO) {
+		gs_virt_get_pid_info(in, c, io, p);
+		return;
+	}
+	if (p->cmd != NV2080_CTRL_CMD_FB_GET_INFO_V2 || p->params_size < sizeof(nv_u32))
 		return;
 	fp = gs_zalloc(sizeof(*fp));
 	if (!fp)

@@ -105,6 +105,8 @@ class Core:
         lib.t_objects.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
         lib.t_events.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
         lib.t_set_bad.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+        lib.t_set_ns_pid.argtypes = [ctypes.c_uint32]
+        lib.t_set_ns_pid(0)
         for f in ("t_escape_name", "t_class_name", "t_refusal_name"):
             getattr(lib, f).restype = ctypes.c_char_p
         self.inst = lib.t_new(limit)
@@ -122,8 +124,9 @@ class Core:
         self.lib.t_set_flags(self.inst, flags)
 
     def call(self, req: int, arg: bytearray, driver=None, *, kind=GS_FILE_CTL, minor=0,
-             file_id=1, pid=100, ret=0, arg_size=None) -> Result:
+             file_id=1, pid=100, ret=0, arg_size=None, ns_pid=0) -> Result:
         """gs_pre; if PASS, driver(arg) plays RM (mutates arg, returns ret), then gs_post."""
+        self.lib.t_set_ns_pid(ns_pid)
         n = len(arg)
         buf = (ctypes.c_char * max(n, 1)).from_buffer(arg) if n else None
         out = (ctypes.c_int32 * 4)()
@@ -270,6 +273,14 @@ class TraceCall:
             return GS_FILE_UVM
         return GS_FILE_GPU
 
+    @property
+    def minor(self) -> int:
+        """The file's minor, as the glues pass it: 255 for nvidiactl, N for /dev/nvidiaN."""
+        if self.kind == GS_FILE_CTL:
+            return 255
+        tail = self.path.rsplit("nvidia", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
 
 def read_trace(name: str) -> list[TraceCall]:
     calls = []
@@ -316,5 +327,5 @@ class Replayer:
                 ctypes.memmove(pbuf, tc.pout, len(tc.pout))
             return tc.ret
 
-        r = self.core.call(tc.req, arg, driver, kind=tc.kind, file_id=tc.fd, pid=tc.pid)
+        r = self.core.call(tc.req, arg, driver, kind=tc.kind, minor=tc.minor, file_id=tc.fd, pid=tc.pid)
         return Replayed(tc, r, bytes(pbuf.raw) if pbuf is not None else b"", bytes(arg))

@@ -15,6 +15,7 @@ static struct gs_event t_events_buf[T_MAX_EVENTS];
 static int t_nevents;
 static pthread_mutex_t t_ev_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t t_bad_lo, t_bad_hi;
+static uint32_t t_ns_pid;	/* gs_call.ns_pid of the next calls */
 
 static void t_event(void *ctx, const struct gs_event *ev)
 {
@@ -48,6 +49,11 @@ static int t_write(void *ctx, nv_u64 uaddr, const void *src, nv_u32 len)
 }
 
 static const struct gs_io t_io = { .read = t_read, .write = t_write };
+
+void t_set_ns_pid(uint32_t ns_pid)
+{
+	t_ns_pid = ns_pid;
+}
 
 void t_set_bad(uint64_t lo, uint64_t hi)
 {
@@ -90,6 +96,7 @@ struct gs_call *t_pre(struct gs_inst *in, int kind, uint32_t minor, uint32_t req
 	c->arg_size = arg_size;
 	c->file_id = file_id;
 	c->pid = pid;
+	c->ns_pid = t_ns_pid;
 	out[0] = gs_pre(in, c, &t_io);
 	out[1] = (int32_t)c->status;
 	out[2] = c->err;
