@@ -308,6 +308,7 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 		err = EFAULT;
 		goto out;
 	}
+	gs_report_poll();	/* a controller that came up late gets the live objects first */
 	memset(&c, 0, sizeof(c));
 	c.kind = (st & 0xff) == GS_TAG_CTL ? GS_FILE_CTL : GS_FILE_GPU;
 	c.gpu_minor = (st >> 8) & 0xff;

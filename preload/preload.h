@@ -19,13 +19,15 @@ struct gs_preload {
 	pthread_mutex_t sock_lock;
 	int sock;		/* -1: not connected */
 	pid_t owner;		/* the process the state belongs to (not a vfork child) */
-	nv_u64 next_try_ns;	/* no reconnect before this */
+	nv_u64 next_try_ns;	/* no connect or liveness check before this (__atomic outside sock_lock) */
 };
 
 extern struct gs_preload gs_pl;
 
 int gs_parse_size(const char *s, nv_u64 *out);
 void gs_report_event(void *ctx, const struct gs_event *ev);
+/* from the ioctl path: connect / check the controller's socket, at most once a second */
+void gs_report_poll(void);
 void gs_report_refusal(const struct gs_call *c);
 void gs_report_stats(void);
 

@@ -9,8 +9,16 @@
  *    "size":0,"status":0,"cmd":0}
  *
  * No socket, or a controller that stops reading: the events are dropped and the
- * workload goes on (sends never block; a failed connect is retried at most once
- * a second). GPUSLICE_DEBUG copies them to stderr.
+ * workload goes on (sends never block). GPUSLICE_DEBUG copies them to stderr.
+ *
+ * A controller started or restarted after the workload still learns its
+ * objects: every connect first sends the live TSGs and channels as TSG_NEW /
+ * CHANNEL_NEW (a snapshot of the registry), then the events that follow. At
+ * most once a second, from the ioctl path (gs_report_poll()) and from events,
+ * an unconnected library tries to connect and a connected one checks that the
+ * controller did not go away. A send that fails or is short closes the
+ * connection: the controller forgets that connection's processes, and the next
+ * connect's snapshot gives them back, so a lost event is never a lasting error.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -19,7 +27,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../uapi/gpuslice.h"	/* via -I../kmod/core */
 #include "preload.h"
+
+#define GS_RETRY_NS	1000000000ull	/* connect / liveness check at most once a second */
 
 int gs_parse_size(const char *s, nv_u64 *out)
 {
@@ -62,35 +73,164 @@ int gs_parse_size(const char *s, nv_u64 *out)
 	return 0;
 }
 
+static int gs_format_event(char *line, int size, const struct gs_event *ev)
+{
+	int n;
+
+	n = snprintf(line, size,
+		     "{\"event\":%u,\"name\":\"%s\",\"pid\":%u,\"client\":%u,\"handle\":%u,"
+		     "\"parent\":%u,\"class\":%u,\"engine\":%u,\"gpu\":%u,\"obj_kind\":%u,"
+		     "\"size\":%llu,\"status\":%u,\"cmd\":%u}\n",
+		     ev->type, gs_pl.name, ev->pid, ev->client, ev->handle, ev->parent,
+		     ev->klass, ev->engine, ev->gpu, ev->obj_kind,
+		     (unsigned long long)ev->size, ev->status, ev->cmd);
+	return n > 0 && n < size ? n : 0;
+}
+
+static void gs_sock_close_locked(nv_u64 now)
+{
+	close(gs_pl.sock);
+	gs_pl.sock = -1;
+	/* give the controller time to see this connection end before the next one */
+	__atomic_store_n(&gs_pl.next_try_ns, now + GS_RETRY_NS, __ATOMIC_RELAXED);
+}
+
+/* all of it or the connection goes: half a line would garble the stream */
+static int gs_send_locked(const char *buf, size_t len)
+{
+	ssize_t n;
+
+	if (gs_pl.sock < 0)
+		return -1;
+	n = send(gs_pl.sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n == (ssize_t)len)
+		return 0;
+	gs_sock_close_locked(gs_now_ns());
+	return -1;
+}
+
+/* the live TSGs and channels, TSGs first, as NEW events */
+struct gs_snap {
+	char *buf;
+	size_t len, cap;
+	nv_u32 kind;
+	int failed;
+};
+
+static int gs_snap_cb(void *ctx, const struct gs_object *o)
+{
+	struct gs_snap *sn = ctx;
+	struct gs_event ev;
+	char line[512];
+	int n;
+
+	if (o->obj_kind != sn->kind)
+		return 0;
+	memset(&ev, 0, sizeof(ev));
+	ev.type = o->obj_kind == GPUSLICE_OBJ_TSG ? GPUSLICE_EV_TSG_NEW : GPUSLICE_EV_CHANNEL_NEW;
+	ev.obj_kind = o->obj_kind;
+	ev.pid = o->pid;
+	ev.gpu = o->gpu;
+	ev.client = o->client;
+	ev.handle = o->handle;
+	ev.parent = o->parent;
+	ev.klass = o->klass;
+	ev.engine = o->engine;
+	n = gs_format_event(line, sizeof(line), &ev);
+	if (!n)
+		return 0;
+	if (sn->len + n > sn->cap) {
+		size_t cap = sn->cap ? sn->cap * 2 : 8192;
+		char *b = realloc(sn->buf, cap);
+
+		if (!b) {
+			sn->failed = 1;
+			return 1;
+		}
+		sn->buf = b;
+		sn->cap = cap;
+	}
+	memcpy(sn->buf + sn->len, line, n);
+	sn->len += n;
+	return 0;
+}
+
+/* under sock_lock: connect, then the snapshot before anything else */
+static void gs_connect_locked(nv_u64 now)
+{
+	struct gs_snap sn = { 0 };
+	struct sockaddr_un sa;
+
+	__atomic_store_n(&gs_pl.next_try_ns, now + GS_RETRY_NS, __ATOMIC_RELAXED);
+	gs_pl.sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (gs_pl.sock < 0)
+		return;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", gs_pl.sock_path);
+	if (connect(gs_pl.sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(gs_pl.sock);
+		gs_pl.sock = -1;
+		return;
+	}
+	/* the core lock is taken under sock_lock, never the other way round */
+	sn.kind = GPUSLICE_OBJ_TSG;
+	gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
+	sn.kind = GPUSLICE_OBJ_CHANNEL;
+	if (!sn.failed)
+		gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
+	if (sn.failed)
+		gs_sock_close_locked(now);
+	else if (sn.len)
+		gs_send_locked(sn.buf, sn.len);
+	free(sn.buf);
+	if (gs_pl.debug && gs_pl.sock >= 0)
+		fprintf(stderr, "gpuslice: connected to %s, %zu bytes of live objects sent\n",
+			gs_pl.sock_path, sn.len);
+}
+
+/* has the controller closed its end? (it never writes: EOF or an error) */
+static int gs_peer_gone_locked(void)
+{
+	char b;
+	ssize_t n = recv(gs_pl.sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+void gs_report_poll(void)
+{
+	nv_u64 now;
+
+	if (!gs_pl.sock_path[0])
+		return;
+	now = gs_now_ns();
+	if (now < __atomic_load_n(&gs_pl.next_try_ns, __ATOMIC_RELAXED))
+		return;
+	if (pthread_mutex_trylock(&gs_pl.sock_lock))
+		return;		/* another thread is at it */
+	if (now >= gs_pl.next_try_ns) {
+		if (gs_pl.sock >= 0 && gs_peer_gone_locked())
+			gs_sock_close_locked(now);
+		if (gs_pl.sock < 0 && now >= gs_pl.next_try_ns)
+			gs_connect_locked(now);
+		else
+			__atomic_store_n(&gs_pl.next_try_ns, now + GS_RETRY_NS, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&gs_pl.sock_lock);
+}
+
 static void gs_send_line(const char *line, int len)
 {
-	struct sockaddr_un sa;
 	nv_u64 now;
 
 	pthread_mutex_lock(&gs_pl.sock_lock);
 	if (gs_pl.sock < 0) {
 		now = gs_now_ns();
-		if (now < gs_pl.next_try_ns)
-			goto out;
-		gs_pl.next_try_ns = now + 1000000000ull;
-		gs_pl.sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (gs_pl.sock < 0)
-			goto out;
-		memset(&sa, 0, sizeof(sa));
-		sa.sun_family = AF_UNIX;
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", gs_pl.sock_path);
-		if (connect(gs_pl.sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-			close(gs_pl.sock);
-			gs_pl.sock = -1;
-			goto out;
-		}
+		if (now >= gs_pl.next_try_ns)
+			gs_connect_locked(now);	/* the snapshot already shows this event */
 	}
-	if (send(gs_pl.sock, line, len, MSG_NOSIGNAL | MSG_DONTWAIT) != len &&
-	    errno != EAGAIN && errno != EWOULDBLOCK) {
-		close(gs_pl.sock);
-		gs_pl.sock = -1;
-	}
-out:
+	gs_send_locked(line, len);
 	pthread_mutex_unlock(&gs_pl.sock_lock);
 }
 
@@ -99,14 +239,8 @@ void gs_report_event(void *ctx, const struct gs_event *ev)
 	char line[512];
 	int n;
 
-	n = snprintf(line, sizeof(line),
-		     "{\"event\":%u,\"name\":\"%s\",\"pid\":%u,\"client\":%u,\"handle\":%u,"
-		     "\"parent\":%u,\"class\":%u,\"engine\":%u,\"gpu\":%u,\"obj_kind\":%u,"
-		     "\"size\":%llu,\"status\":%u,\"cmd\":%u}\n",
-		     ev->type, gs_pl.name, ev->pid, ev->client, ev->handle, ev->parent,
-		     ev->klass, ev->engine, ev->gpu, ev->obj_kind,
-		     (unsigned long long)ev->size, ev->status, ev->cmd);
-	if (n <= 0 || n >= (int)sizeof(line))
+	n = gs_format_event(line, sizeof(line), ev);
+	if (!n)
 		return;
 	if (gs_pl.debug)
 		fprintf(stderr, "gpuslice: %s", line);

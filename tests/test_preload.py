@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,133 @@ def test_size_suffixes(built, tmp_path):
                       ("2T", 2 << 40), ("1KB", 1024)):
         _, stats, _, _ = run_client(built, tmp_path, limit=text)
         assert stats["limit"] == val, text
+
+
+class Server:
+    """A controller's socket that records each connection's lines; stop() is a daemon exit."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(4)
+        self.sock.settimeout(0.1)
+        self.lock = threading.Lock()
+        self.conns: list[list[dict]] = []
+        self.open: list[socket.socket] = []
+        self.stopping = False
+        self.t = threading.Thread(target=self.accept, daemon=True)
+        self.t.start()
+
+    def accept(self):
+        while not self.stopping:
+            try:
+                c, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with self.lock:
+                self.conns.append([])
+                self.open.append(c)
+                lines = self.conns[-1]
+            threading.Thread(target=self.read, args=(c, lines), daemon=True).start()
+
+    def read(self, c, lines):
+        buf = b""
+        while True:
+            try:
+                b = c.recv(65536)
+            except OSError:
+                return
+            if not b:
+                return
+            buf += b
+            *done, buf = buf.split(b"\n")
+            with self.lock:
+                lines.extend(json.loads(x) for x in done if x.strip())
+
+    def wait(self, cond, what, timeout=30.0):
+        """Bounded wait for cond(conns) (the library retries once a second)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                snap = [list(x) for x in self.conns]
+            if cond(snap):
+                return snap
+            time.sleep(0.05)
+        raise AssertionError(f"no {what}: {snap}")
+
+    def stop(self):
+        self.stopping = True
+        self.t.join()
+        with self.lock:
+            for c in self.open:
+                c.shutdown(socket.SHUT_RDWR)
+                c.close()
+        self.sock.close()
+        self.path.unlink()
+
+
+def channels(lines):
+    return [e for e in lines if e["event"] == 3]
+
+
+def start_serving(built, tmp_path, sock):
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+        "GPUSLICE_INSTANCE": "box1",
+        "GPUSLICE_SOCKET": str(sock),
+    })
+    p = subprocess.Popen([str(built / "client"), str(built / "dev"), "serve"], env=env, text=True,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline().split() == ["ready", "1"]
+    return p
+
+
+def check_snapshot(lines, n_chan=2):
+    """A connection starts with the live objects: the TSG, then its channels, on GPU 0."""
+    head = lines[: 1 + n_chan]
+    assert [e["event"] for e in head] == [1] + [3] * n_chan
+    tsg = head[0]
+    assert tsg["class"] == 0xA06C and tsg["engine"] == 1
+    assert all(e["parent"] == tsg["handle"] and e["class"] == 0xC86F for e in head[1:])
+    assert all(e["gpu"] == 0 and e["name"] == "box1" for e in head)  # not 255 (nvidiactl)
+
+
+def test_preload_late_controller_gets_live_channels_first(built, tmp_path):
+    sock = tmp_path / "late.sock"
+    p = start_serving(built, tmp_path, sock)  # no controller yet: the channels are made unseen
+    try:
+        srv = Server(sock)
+        snap = srv.wait(lambda c: c and len(channels(c[0])) >= 2, "snapshot")
+        check_snapshot(snap[0])
+        p.stdin.write("chan\n")
+        p.stdin.flush()
+        new = int(p.stdout.readline().split()[1], 0)
+        snap = srv.wait(lambda c: any(e["handle"] == new for e in channels(c[0])), "new channel")
+        assert [e["handle"] for e in channels(snap[0])][-1] == new  # after the snapshot
+        assert len(snap) == 1
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    snap = srv.wait(lambda c: sum(e["event"] == 4 for e in c[0]) == 3, "channel deletions")
+    srv.stop()
+
+
+def test_preload_restarted_controller_gets_live_channels_again(built, tmp_path):
+    sock = tmp_path / "restart.sock"
+    first = Server(sock)
+    p = start_serving(built, tmp_path, sock)
+    try:
+        snap = first.wait(lambda c: c and len(channels(c[0])) >= 2, "channels")
+        assert [e["event"] for e in snap[0] if e["event"] in (1, 3)] == [1, 3, 3]
+        assert all(e["gpu"] == 0 for e in snap[0] if e["event"] in (1, 3))
+        first.stop()  # the daemon goes away and comes back: nothing new happens in the workload
+        second = Server(sock)
+        snap = second.wait(lambda c: c and len(channels(c[0])) >= 2, "snapshot after restart")
+        check_snapshot(snap[0])
+        assert len(channels(snap[0])) == 2  # once each
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    second.stop()

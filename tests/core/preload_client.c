@@ -4,11 +4,15 @@
  * files of mockrm.c, under LD_PRELOAD="libgpuslice.so libmockrm.so". Prints
  * "key value" lines for tests/test_preload.py.
  *
- *   preload_client DIR   (DIR holds files named nvidiactl and nvidia0)
+ *   preload_client DIR         (DIR holds files named nvidiactl and nvidia0)
+ *   preload_client DIR serve   a CUDA-like context (device 0, a TSG, two channels),
+ *                              "ready", then cheap controls until stdin closes;
+ *                              each line "chan" on stdin adds a channel ("chan_done")
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -119,6 +123,45 @@ static void *worker(void *unused)
 	return NULL;
 }
 
+/* a context that lives until stdin closes, for a controller that comes and goes */
+static int serve(void)
+{
+	struct nv0080_alloc_params dp;
+	struct nv_channel_group_alloc_params tp = { .engine_type = 1 };
+	struct nv_channel_alloc_params_head cp;
+	nv_handle ch = 0x5c000031;
+	nv_u32 total, free_kib;
+	char line[64];
+	int ret;
+
+	memset(&dp, 0, sizeof(dp));
+	memset(&cp, 0, sizeof(cp));
+	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, &dp, &ret);
+	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
+	rm_alloc(client, DEV, 0x5c000030, KEPLER_CHANNEL_GROUP_A, &tp, &ret);
+	rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
+	rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
+	printf("ready 1\n");
+	fflush(stdout);
+	for (;;) {
+		struct pollfd pfd = { .fd = 0, .events = POLLIN };
+
+		fb_info(&total, &free_kib);	/* the ioctl path retries the controller */
+		if (poll(&pfd, 1, 20) <= 0)
+			continue;
+		if (!fgets(line, sizeof(line), stdin))
+			break;
+		if (!strncmp(line, "chan", 4)) {
+			rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
+			printf("chan_done 0x%x\n", ch - 1);
+			fflush(stdout);
+		}
+	}
+	close(ctl);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	char path[512];
@@ -135,6 +178,8 @@ int main(int argc, char **argv)
 	gpu = open(path, O_RDWR);
 	if (ctl < 0 || gpu < 0)
 		return 3;
+	if (argc > 2 && !strcmp(argv[2], "serve"))
+		return serve();
 
 	st = rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
 	printf("client_status %u client 0x%x\n", st, client);
