@@ -245,17 +245,18 @@ class RecGuard:
         pass
 
 
-def test_rmgate_orders_batches_and_releases() -> None:
+@pytest.mark.parametrize("enable_first,want", [(False, [True, False, False]), (True, [False, False, True])])
+def test_rmgate_orders_batches_and_releases(enable_first: bool, want: list[bool]) -> None:
     rm = FakeRm()
     guard = RecGuard(rm)
-    gate = RmGate(rm, guard)  # type: ignore[arg-type]
+    gate = RmGate(rm, guard, enable_first=enable_first)  # type: ignore[arg-type]
     a = {Channel(0, 1, h) for h in range(100)}
     b = {Channel(0, 2, h) for h in range(10)}
     assert gate.apply(0, a) == 2  # 100 channels: 64 + 36
     assert guard.known == a and guard.order == ["announce@0"]  # told before the first disable
     rm.log.clear()
-    gate.apply(0, b)  # swap: b disabled first, then a enabled
-    assert [d for _g, d, _c in rm.log] == [True, False, False]
+    gate.apply(0, b)  # swap: b disabled and a enabled (two calls for a's 100), in that order
+    assert [d for _g, d, _c in rm.log] == want
     assert gate.disabled == b
     gate.apply(0, b)  # no change, no call
     assert len(rm.log) == 3

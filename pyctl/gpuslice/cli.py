@@ -520,9 +520,11 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.option("--rt-priority", type=click.IntRange(0, 99), default=10, show_default=True,
               help="SCHED_FIFO priority so slot switches happen on time (0 = normal scheduling; "
               "ignored without CAP_SYS_NICE).")
-@click.option("--switch-order", type=click.Choice(["disable-first", "enable-first"]), default="disable-first",
-              show_default=True, help="At a slot switch: disable the outgoing instance first (slots stay "
-              "exclusive) or enable the incoming one first (no idle gap; they overlap for about one RM call).")
+@click.option("--switch-order", type=click.Choice(["disable-first", "enable-first"]), default="enable-first",
+              show_default=True, help="At a slot switch: enable the incoming instance first (no idle gap; they "
+              "overlap for about one RM call, at each slot's start and end alike, so shares stay unbiased: "
+              "met 2 points at 50 ms on the H100) or disable the outgoing one first (slots stay exclusive; "
+              "every slot loses one call, ~0.75 ms on the H100).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: str, status_file: str,

@@ -88,32 +88,38 @@ class RmGate:
         return failed
 
     def apply(self, gpu: int, target: set[Channel]) -> int:
-        """Make exactly ``target`` disabled among this GPU's channels. Outgoing channels
-        are disabled before incoming ones are enabled (unless ``enable_first``). Returns
-        RM calls issued."""
+        """Make exactly ``target`` disabled among this GPU's channels: incoming channels
+        are enabled before outgoing ones are disabled if ``enable_first``, else after.
+        Returns RM calls issued."""
         before = self.stats.calls
         cur = {c for c in self.disabled if c.gpu == gpu}
         to_disable = {c for c in target if c.gpu == gpu} - cur
         to_enable = cur - target
-        if to_enable and self.enable_first:
-            failed = self._switch(gpu, to_enable, False)
-            self.disabled -= to_enable - failed
-            self.stats.enabled_total += len(to_enable)
-            to_enable = set()
-        if to_disable:
-            new = to_disable - self.announced
-            if new and self.guard is not None:
-                self.guard.announce(new)
-            self.announced |= new
-            self.disabled |= to_disable
-            failed = self._switch(gpu, to_disable, True)
-            self.disabled -= failed
-            self.stats.disabled_total += len(to_disable)
-        if to_enable:
-            failed = self._switch(gpu, to_enable, False)
-            self.disabled -= to_enable - failed
-            self.stats.enabled_total += len(to_enable)
+        if self.enable_first:
+            self._enable(gpu, to_enable)
+            self._disable(gpu, to_disable)
+        else:
+            self._disable(gpu, to_disable)
+            self._enable(gpu, to_enable)
         return self.stats.calls - before
+
+    def _disable(self, gpu: int, chans: set[Channel]) -> None:
+        if not chans:
+            return
+        new = chans - self.announced
+        if new and self.guard is not None:
+            self.guard.announce(new)  # the watchdog knows before RM does
+        self.announced |= new
+        self.disabled |= chans  # before the call: an interruption can only over-report
+        self.disabled -= self._switch(gpu, chans, True)
+        self.stats.disabled_total += len(chans)
+
+    def _enable(self, gpu: int, chans: set[Channel]) -> None:
+        if not chans:
+            return
+        failed = self._switch(gpu, chans, False)
+        self.disabled -= chans - failed
+        self.stats.enabled_total += len(chans)
 
     def enable_all(self, chans: Iterable[Channel]) -> None:
         """Re-enable ``chans`` whatever we think their state is (daemon start)."""

@@ -50,23 +50,60 @@ class GateLike(Protocol):
 
 
 @dataclass
-class GpuTimeline:
-    gpu: int
+class Plan:
+    """One period of one GPU: who gets what, and the slots."""
+
     policy: str = st.DEFAULT_POLICY
     period_ns: int = st.DEFAULT_PERIOD_NS
-    period_start: int = 0
     slots: list[Slot] = field(default_factory=list)
-    idx: int = 0  # next slot to apply; == len(slots) -> next period
     shares: dict[str, float] = field(default_factory=dict)
     members: list[str] = field(default_factory=list)
     ungated: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
+
+
+@dataclass
+class GpuTimeline:
+    gpu: int
+    period_start: int = 0
+    plan: Plan = field(default_factory=Plan)
+    next_plan: Plan | None = None  # made during the last slot, so a period starts on time
+    idx: int = 0  # next slot to apply; == len(plan.slots) -> next period
     periods: int = 0
 
+    # the current plan's fields, for readers
+    @property
+    def policy(self) -> str:
+        return self.plan.policy
+
+    @property
+    def period_ns(self) -> int:
+        return self.plan.period_ns
+
+    @property
+    def slots(self) -> list[Slot]:
+        return self.plan.slots
+
+    @property
+    def shares(self) -> dict[str, float]:
+        return self.plan.shares
+
+    @property
+    def members(self) -> list[str]:
+        return self.plan.members
+
+    @property
+    def ungated(self) -> set[str]:
+        return self.plan.ungated
+
+    @property
+    def active(self) -> set[str]:
+        return self.plan.active
+
     def next_boundary(self) -> int:
-        if self.idx < len(self.slots):
-            return self.period_start + self.slots[self.idx].start_ns
-        return self.period_start + self.period_ns
+        if self.idx < len(self.plan.slots):
+            return self.period_start + self.plan.slots[self.idx].start_ns
+        return self.period_start + self.plan.period_ns
 
 
 def timeslice_us(policy: str, weight: int, weights: list[int]) -> int:
@@ -103,6 +140,7 @@ class Scheduler:
         self._last_status = 0
         self.started = False
         self.stopping = False
+        self.wake_bias_ns = 0
 
     # --- configuration ---
     def reload_state(self, force: bool = False) -> bool:
@@ -209,22 +247,27 @@ class Scheduler:
         self.chans = new
 
     def _plan(self, tl: GpuTimeline, now: int) -> None:
-        self._refresh(now)
-        gp = self.state.policy_of(tl.gpu)
-        tl.policy, tl.period_ns = gp.policy, gp.period_ns
-        claims = self.state.claims(tl.gpu)
-        mine = {c.name: {ch for ch in self.chans.get(c.name, set()) if ch.gpu == tl.gpu} for c in claims}
-        try:
-            tl.active = self.probe.active(mine)
-        except OSError as e:
-            log.warning("activity probe: %s", e)
-            tl.active = {n for n, cs in mine.items() if cs}
-        tl.shares = compute_shares(tl.policy, claims, tl.active)
-        tl.members = [c.name for c in claims]
-        tl.ungated = {n for n in tl.members if n not in tl.active} if tl.policy in WORK_CONSERVING else set()
-        tl.slots = slot_plan({n: s for n, s in tl.shares.items() if s > 0}, tl.period_ns, order=tl.members)
+        """Start a new period of ``tl`` now (new timelines)."""
+        tl.plan = self._make_plan(tl.gpu, now)
+        tl.next_plan = None
         tl.idx = 0
         tl.periods += 1
+
+    def _make_plan(self, gpu: int, now: int) -> Plan:
+        self._refresh(now)
+        gp = self.state.policy_of(gpu)
+        claims = self.state.claims(gpu)
+        mine = {c.name: {ch for ch in self.chans.get(c.name, set()) if ch.gpu == gpu} for c in claims}
+        try:
+            active = self.probe.active(mine)
+        except OSError as e:
+            log.warning("activity probe: %s", e)
+            active = {n for n, cs in mine.items() if cs}
+        shares = compute_shares(gp.policy, claims, active)
+        members = [c.name for c in claims]
+        ungated = {n for n in members if n not in active} if gp.policy in WORK_CONSERVING else set()
+        slots = slot_plan({n: s for n, s in shares.items() if s > 0}, gp.period_ns, order=members)
+        return Plan(gp.policy, gp.period_ns, slots, shares, members, ungated, active)
 
     def target_disabled(self, tl: GpuTimeline, owner: str | None) -> set[Channel]:
         out: set[Channel] = set()
@@ -235,12 +278,15 @@ class Scheduler:
         return out
 
     def _boundary(self, tl: GpuTimeline, now: int) -> None:
-        if tl.idx >= len(tl.slots):
-            nxt = tl.period_start + tl.period_ns
+        if tl.idx >= len(tl.plan.slots):
+            nxt = tl.period_start + tl.plan.period_ns
             # fell behind by more than a period (stopped, overloaded): restart the timeline
-            tl.period_start = nxt if now - nxt < tl.period_ns else now
-            self._plan(tl, now)
-        slot = tl.slots[tl.idx]
+            tl.period_start = nxt if now - nxt < tl.plan.period_ns else now
+            tl.plan = tl.next_plan or self._make_plan(tl.gpu, now)
+            tl.next_plan = None
+            tl.idx = 0
+            tl.periods += 1
+        slot = tl.plan.slots[tl.idx]
         due = tl.period_start + slot.start_ns
         calls = self.gate.apply(tl.gpu, self.target_disabled(tl, slot.name))
         if calls:
@@ -248,6 +294,9 @@ class Scheduler:
             self.rm_calls += calls
             self.latencies_ns.append(self.clock() - due)
         tl.idx += 1
+        if tl.idx >= len(tl.plan.slots):
+            # plan the next period now, during the last slot, not at its first boundary
+            tl.next_plan = self._make_plan(tl.gpu, self.clock())
 
     def step(self) -> int:
         """Handle every boundary that is due; return ns until the next one."""
@@ -269,7 +318,10 @@ class Scheduler:
         return max(0, min(tl.next_boundary() for tl in self.timelines.values()) - self.clock())
 
     def run(self, should_stop: Callable[[], bool], until_ns: int | None = None) -> None:
-        """Loop until ``should_stop()`` (checked after every wake-up) or ``until_ns``."""
+        """Loop until ``should_stop()`` (checked after every wake-up) or ``until_ns``.
+
+        Sleeps end ``wake_bias_ns`` early: an average of how late past sleeps ended
+        (timer slack, scheduling delay), so that slot switches happen on time."""
         if not self.started:
             self.start()
         while not should_stop():
@@ -278,8 +330,17 @@ class Scheduler:
             wait = self.step()
             if until_ns is not None:
                 wait = min(wait, max(0, until_ns - self.clock()))
-            if wait > 0:
+            if wait <= 0:
+                continue
+            sleep = wait - self.wake_bias_ns
+            if sleep < 50_000:  # too close for the bias: just wait for it
                 self._wait(wait / 1e9)
+                continue
+            target = self.clock() + sleep
+            self._wait(sleep / 1e9)
+            late = self.clock() - target
+            if late >= 0:
+                self.wake_bias_ns = min(2_000_000, int(0.9 * self.wake_bias_ns + 0.1 * late))
 
     def _wait(self, seconds: float) -> None:
         if self.wake_fd is None:
@@ -311,6 +372,7 @@ class Scheduler:
             "switches": self.switches,
             "rm_calls": self.rm_calls,
             "disabled_now": len(self.gate.disabled),
+            "wake_bias_ns": self.wake_bias_ns,
             "switch_latency_ns": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None},
             # duration of each FIFO_DISABLE_CHANNELS call (disable / re-enable), as the daemon saw it
             "rm_call_ns": {"disable": dist(getattr(stats, "disable_ns", None)),
