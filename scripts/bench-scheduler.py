@@ -42,14 +42,15 @@ SCENARIOS = [
 
 
 def run(policy: str, insts: list[tuple[str, int, float | None]], busy: str, period_ms: int, windows: int,
-        window: int, tmp: str) -> None:
+        window: int, tmp: str, extra: list[str]) -> None:
     st = S.State(instances={n: S.Instance(n, [0], 1 << 30, weight=w, share=f) for n, w, f in insts},
                  gpus={0: S.GpuPolicy(policy, period_ms * 1_000_000)})
     path = os.path.join(tmp, f"state-{policy}.json")
     S.save(st, path)
     target = compute_shares(policy, [Claim(n, w, f) for n, w, f in insts], set(busy))
+    target = {n: (t if n in busy else 0.0) for n, t in target.items()}  # an idle one's slot stays idle
     loads = [Workload.start(n, busy=n in busy) for n, _w, _f in insts]
-    d = Daemon(path, os.path.join(tmp, "status.json"))
+    d = Daemon(path, os.path.join(tmp, "status.json"), *extra)
     try:
         d.wait_periods(min_periods=3)
         results = [measure(d, loads, periods=window) for _ in range(windows)]
@@ -60,7 +61,7 @@ def run(policy: str, insts: list[tuple[str, int, float | None]], busy: str, peri
             w.stop()
     label = ", ".join(f"{n}(w={w}{'' if f is None else f' f={f:.0%}'}{'' if n in busy else ' idle'})"
                       for n, w, f in insts)
-    print(f"\n## {policy}, period {period_ms} ms: {label}")
+    print(f"\n## {policy}, period {period_ms} ms: {label} {' '.join(extra)}".rstrip())
     print(f"{'instance':<10}{'target':>8}" + "".join(f"{'win' + str(i + 1):>8}" for i in range(windows))
           + f"{'max err':>9}")
     for n, _w, _f in insts:
@@ -69,9 +70,9 @@ def run(policy: str, insts: list[tuple[str, int, float | None]], busy: str, peri
         print(f"{n:<10}{target[n] * 100:>7.1f}%" + "".join(f"{a * 100:>7.1f}%" for a in ach) + f"{err * 100:>7.1f}pp")
     print(f"{'total':<10}{sum(target.values()) * 100:>7.1f}%" + "".join(f"{r[1] * 100:>7.1f}%" for r in results))
     lat = rep.get("switch_latency_ns", {})
-    print(f"slot switches {rep.get('switches')}, RM calls {rep.get('rm_calls')}, switch latency "
-          f"p50 {lat.get('p50', 0) / 1e3:.0f} us, p99 {lat.get('p99', 0) / 1e3:.0f} us, "
-          f"max {lat.get('max', 0) / 1e3:.0f} us")
+    print(f"slot switches {rep.get('switches')}, RM calls {rep.get('rm_calls')}, slot boundary to gating done: "
+          f"p50 {(lat.get('p50') or 0) / 1e3:.0f} us, p99 {(lat.get('p99') or 0) / 1e3:.0f} us, "
+          f"max {(lat.get('max') or 0) / 1e3:.0f} us; wake bias {(rep.get('wake_bias_ns') or 0) / 1e3:.0f} us")
 
 
 def main() -> int:
@@ -80,6 +81,7 @@ def main() -> int:
     ap.add_argument("--windows", type=int, default=3, help="measurement windows per scenario (default 3)")
     ap.add_argument("--window", type=int, default=10, help="periods per window (default 10)")
     ap.add_argument("--only", help="run only scenarios of this policy")
+    ap.add_argument("--daemon-arg", action="append", default=[], help="extra gpuctl daemon argument (repeatable)")
     args = ap.parse_args()
     if not os.path.exists("/proc/nvstub/engine"):
         print("bench-scheduler: nvstub stand-in not loaded (run in the guest after insmod)", file=sys.stderr)
@@ -91,7 +93,7 @@ def main() -> int:
         for policy, insts, busy in SCENARIOS:
             if args.only and policy != args.only:
                 continue
-            run(policy, insts, busy, args.period_ms, args.windows, args.window, tmp)
+            run(policy, insts, busy, args.period_ms, args.windows, args.window, tmp, args.daemon_arg)
     return 0
 
 

@@ -31,10 +31,12 @@ for w in ws:
     w.stop()
 PY
 echo "== tests"
-timeout 900 .venv/bin/python -m pytest -q -p no:cacheprovider tests/guest/test_scheduler.py -rfE "$@" 2>&1
+timeout 1000 .venv/bin/python -m pytest -q -p no:cacheprovider tests/guest/test_scheduler.py -rfE "$@" 2>&1
 rc=$?
 echo "== bench"
-timeout 400 .venv/bin/python scripts/bench-scheduler.py | tee docs/scheduler-bench.txt
+{ timeout 300 .venv/bin/python scripts/bench-scheduler.py --windows 2
+  timeout 100 .venv/bin/python scripts/bench-scheduler.py --windows 2 --only weight --daemon-arg=--switch-order=disable-first \
+    | grep -v '^#'; } | tee docs/scheduler-bench.txt
 echo "== with the interposer"
 if [[ -f kmod/gpuslice.ko ]] && insmod kmod/gpuslice.ko allow_test_escapes=1; then
     timeout 300 .venv/bin/python -m pytest -q -p no:cacheprovider tests/guest/test_gpuctl_kernel.py -rfE 2>&1 | tail -60

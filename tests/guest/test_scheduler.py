@@ -34,7 +34,10 @@ def write_state(path: Path, policy: str, insts: list[tuple[str, int, float | Non
 
 
 def target(policy: str, insts: list[tuple[str, int, float | None]], busy: set[str]) -> dict[str, float]:
-    return compute_shares(policy, [Claim(n, w, f) for n, w, f in insts], busy)
+    """What each workload should execute: its share, or 0 when it has no work (under fixed
+    and weight its slot then stays idle, which the other workloads' shares show)."""
+    shares = compute_shares(policy, [Claim(n, w, f) for n, w, f in insts], busy)
+    return {n: (s if n in busy else 0.0) for n, s in shares.items()}
 
 
 class Rig:
