@@ -390,3 +390,20 @@ def test_preload_line_format_of_report_c(tmp_path) -> None:
         c.close()
     finally:
         src.close()
+
+
+def test_watchdog_process_handshake_and_eof(tmp_path) -> None:
+    """The watchdog says ready before the daemon gates; at EOF it tries to re-enable what
+    it was told about (here it cannot open the missing node, and says so)."""
+    from gpuslice.gate import Watchdog
+
+    w = Watchdog(str(tmp_path / "nvidiactl"), ready_timeout=30)
+    assert w.proc is not None and w.proc.poll() is None  # ready, waiting on its pipe
+    w.announce({Channel(0, 1, 2)})
+    proc = w.proc
+    w.close()
+    assert proc.returncode == 1  # told about a channel, could not reach RM
+    w2 = Watchdog(str(tmp_path / "nvidiactl"), ready_timeout=30)
+    proc2 = w2.proc
+    w2.close()
+    assert proc2 is not None and proc2.returncode == 0  # nothing to re-enable

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import subprocess
 import sys
 import time
@@ -163,18 +164,26 @@ class RmGate:
 class Watchdog:
     """Client side of the watchdog process (python -m gpuslice.watchdog)."""
 
-    def __init__(self, ctl_path: str, python: str = sys.executable) -> None:
+    def __init__(self, ctl_path: str, python: str = sys.executable, ready_timeout: float = 60.0) -> None:
         self.ctl_path = ctl_path
         self.python = python
+        self.ready_timeout = ready_timeout
         self.known: set[Channel] = set()
         self.proc: subprocess.Popen[bytes] | None = None
         self._spawn()
 
     def _spawn(self) -> None:
+        """Start the watchdog and wait until it has its own RM client open (it prints
+        "ready"), so that it can act at once however soon the daemon dies."""
         self.proc = subprocess.Popen(
             [self.python, "-m", "gpuslice.watchdog", "--ctl", self.ctl_path],
-            stdin=subprocess.PIPE, start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, close_fds=True,
         )
+        assert self.proc.stdout is not None
+        ready = select.select([self.proc.stdout], [], [], self.ready_timeout)[0]
+        line = self.proc.stdout.readline() if ready else b""
+        if line.strip() != b"ready":
+            log.warning("watchdog %d not ready (%r); going on without waiting", self.proc.pid, line)
         if self.known:
             self._write("add", self.known)
 

@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         logging.error("cannot open %s: %s", args.ctl, e)
         rm = None  # type: ignore[assignment]
+    sys.stdout.write("ready\n")  # the daemon waits for this before it gates anything
+    sys.stdout.flush()
     for line in sys.stdin.buffer:
         try:
             d = json.loads(line)
@@ -52,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if rm is None:
         rm = RmClient(args.ctl)
-        rm.open()
+        try:
+            rm.open()
+        except OSError as e:
+            logging.error("daemon gone, but cannot open %s to re-enable %d channel(s): %s", args.ctl, len(chans), e)
+            return 1
     by_gpu: dict[int, list[tuple[int, int]]] = {}
     for g, c, h in chans:
         by_gpu.setdefault(g, []).append((c, h))
