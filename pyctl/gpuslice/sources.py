@@ -9,7 +9,10 @@ reported a channel:
 * NetlinkSource - OBJECT_GET dump at start (and every ``resync_s``), EVENT multicast after;
 * PreloadSource - a unix stream socket (default /run/gpuslice/preload.sock) on which
   preloaded processes write newline-delimited JSON events; a closed connection drops
-  that connection's objects (the process is gone);
+  that connection's objects (the process is gone, or it reconnects). Each connection
+  starts with the process's live TSGs and channels as TSG_NEW / CHANNEL_NEW, so a
+  daemon (re)started after its workloads learns them; a NEW may repeat a known object.
+  ``gpu`` is the device instance of the object's RM device (0 on one GPU), not 255;
 * NvstubSource  - the stand-in driver's /proc/nvstub/engine (guest tests); a channel
   belongs to the instance named by its process's GPUSLICE_INSTANCE environment variable.
 """
