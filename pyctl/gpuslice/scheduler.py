@@ -282,6 +282,9 @@ class Scheduler:
             nxt = tl.period_start + tl.plan.period_ns
             # fell behind by more than a period (stopped, overloaded): restart the timeline
             tl.period_start = nxt if now - nxt < tl.plan.period_ns else now
+            if tl.next_plan is not None and not self._fixed_state and st.file_stamp(self.state_path) != self._stamp:
+                tl.next_plan = None  # configuration changed since it was planned: a change applies within a period
+                self._refreshed_at = -1
             tl.plan = tl.next_plan or self._make_plan(tl.gpu, now)
             tl.next_plan = None
             tl.idx = 0
