@@ -210,6 +210,8 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		.req = cmd,
 		.file_id = gf->id,
 		.pid = current->tgid,
+		/* pids as the caller's pid namespace sees them: what RM reports */
+		.ns_pid = task_tgid_vnr(current),
 		.escape = _IOC_NR(cmd),
 	};
 	long ret;
