@@ -109,10 +109,11 @@ def test_idle_periods_are_redistributed(rig: Rig, policy: str) -> None:
     d = rig.daemon()
     d.wait_periods(min_periods=3)
     assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "b", "c"}))
-    loads[1].busy(False)  # b goes idle; its backlog (30 ms) drains
+    loads[1].stop()  # b goes idle: its process ends, a new one that submits nothing takes its place
+    loads[1] = Workload.start("b", busy=False)
     time.sleep(3 * PERIOD_MS / 1000)
     assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "c"}))
-    loads[1].busy(True)
+    loads[1].busy(True)  # and has work again: a slot within two periods
     time.sleep(2 * PERIOD_MS / 1000)
     assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "b", "c"}))
 

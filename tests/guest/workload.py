@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO / "pyctl"))
 
 ENGINE = "/proc/nvstub/engine"
 MS = 1_000_000
+FOREVER_NS = 3600 * 1000 * MS
 
 
 def engine() -> dict[tuple[int, int], dict[str, int]]:
@@ -55,6 +56,13 @@ def _main() -> None:
     _tsg, ch = s.tsg_channel()
     print(f"ready {s.client} {ch}", flush=True)
     key = (s.client, ch)
+    if "--forever" in sys.argv:
+        # one huge submit: never runs dry and costs no CPU (polling starved the guest).
+        # Idle = a process that never submits (Workload.start(busy=False)); SIGUSR1 makes it busy.
+        while True:
+            if busy["on"] and engine()[key]["pending_ns"] < FOREVER_NS // 2:
+                nvstub.submit(s.ctl, s.client, ch, FOREVER_NS)
+            signal.pause()
     while True:
         if busy["on"]:
             pending = engine()[key]["pending_ns"]
@@ -71,9 +79,13 @@ class Workload:
     channel: int
 
     @classmethod
-    def start(cls, name: str, busy: bool = True, depth_ms: float = 30, dev: str | None = None) -> "Workload":
+    def start(cls, name: str, busy: bool = True, depth_ms: float = 30, dev: str | None = None,
+              forever: bool = True) -> "Workload":
+        """forever: one huge submit (idle = stop it and start a non-busy one); else keep
+        --depth ms topped up by polling (SIGUSR2 idles it; costs CPU)."""
         env = {**os.environ, "GPUSLICE_INSTANCE": name}
         args = [sys.executable, __file__, "--depth", str(depth_ms)] + ([] if busy else ["--idle"])
+        args += ["--forever"] if forever else []
         args += ["--dev", dev] if dev else []
         p = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
         assert p.stdout is not None
@@ -193,7 +205,8 @@ def measure(daemon: Daemon, loads: list[Workload], periods: int = 10, gpu: int =
     t1 = time.monotonic_ns()
     e1 = engine()
     wall = t1 - t0
-    shares = {w.name: (e1[w.key]["executed_ns"] - e0[w.key]["executed_ns"]) / wall for w in loads}
+    shares = {w.name: (e1.get(w.key, {}).get("executed_ns", 0) - e0.get(w.key, {}).get("executed_ns", 0)) / wall
+              for w in loads}
     return shares, sum(shares.values())
 
 
