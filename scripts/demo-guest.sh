@@ -24,7 +24,7 @@ for inst in web batch; do
     step "PyTorch's recorded H100 session (1 GiB tensor) replayed through '$inst', nodes bind-mounted at /dev/nvidia*"
     unshare -m bash -c "
         for n in nvidiactl nvidia0 nvidia-uvm; do mount --bind /dev/gpuslice/$inst/\$n /dev/\$n; done
-        $PY -m gpuslice.replay ../shared/traces/torch-matmul.log.gz" | tail -n 12 || true
+        $PY -m gpuslice.replay ../shared/traces/torch-matmul.log.gz" | grep -E '^trace |mismatch' || true
 done
 echo "(through 'batch' the 1 GiB allocation is refused with NV_ERR_NO_MEMORY, as RM itself refuses)"
 
@@ -61,7 +61,7 @@ step "gpuctl status"
 gpuctl instance show batch
 
 step "scheduler on the stand-in's simulated engine (weight policy 1:3, then burst)"
-$PY scripts/bench-scheduler.py --only weight --windows 1 || true
+$PY scripts/bench-scheduler.py --only weight --windows 2 || true
 
 step "unload"
 rmmod gpuslice
