@@ -6,8 +6,8 @@
 For each scenario (policy, instances with weights/shares, which are busy) it starts one
 simulated workload per instance, runs `gpuctl daemon --source nvstub --probe nvstub`,
 and prints per instance the target share and the achieved share (executed_ns of the
-stand-in engine / wall time over WINDOW whole periods, aligned to the daemon's period
-starts), the total engine utilisation, and the daemon's slot-switch latency (from a
+stand-in engine over WINDOW whole periods, aligned to the daemon's period starts, as a
+fraction of what the engine executes for them ungated), the total engine utilisation, and the daemon's slot-switch latency (from a
 slot boundary to the end of its FIFO_DISABLE_CHANNELS calls). Figures, no asserts.
 """
 
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "guest"))
 sys.path.insert(0, str(REPO / "pyctl"))
 
-from workload import Daemon, Workload, measure  # noqa: E402
+from workload import Daemon, Workload, measure, native_utilisation  # noqa: E402
 
 from gpuslice import state as S  # noqa: E402
 from gpuslice.policy import Claim, compute_shares  # noqa: E402
@@ -50,10 +50,12 @@ def run(policy: str, insts: list[tuple[str, int, float | None]], busy: str, peri
     target = compute_shares(policy, [Claim(n, w, f) for n, w, f in insts], set(busy))
     target = {n: (t if n in busy else 0.0) for n, t in target.items()}  # an idle one's slot stays idle
     loads = [Workload.start(n, busy=n in busy) for n, _w, _f in insts]
+    u0 = max(0.05, native_utilisation(loads, 1.0))
     d = Daemon(path, os.path.join(tmp, "status.json"), *extra)
     try:
-        d.wait_periods(min_periods=3)
-        results = [measure(d, loads, periods=window) for _ in range(windows)]
+        d.wait_periods(min_periods=10)
+        raw = [measure(d, loads, periods=window) for _ in range(windows)]
+        results = [({n: v / u0 for n, v in r[0].items()}, r[1]) for r in raw]
         rep = d.status()
     finally:
         d.stop()
@@ -68,7 +70,9 @@ def run(policy: str, insts: list[tuple[str, int, float | None]], busy: str, peri
         ach = [r[0][n] for r in results]
         err = max(abs(a - target[n]) for a in ach)
         print(f"{n:<10}{target[n] * 100:>7.1f}%" + "".join(f"{a * 100:>7.1f}%" for a in ach) + f"{err * 100:>7.1f}pp")
-    print(f"{'total':<10}{sum(target.values()) * 100:>7.1f}%" + "".join(f"{r[1] * 100:>7.1f}%" for r in results))
+    print(f"{'total':<10}{sum(target.values()) * 100:>7.1f}%" + "".join(f"{r[1] / u0 * 100:>7.1f}%" for r in results))
+    print(f"engine utilisation (executed / wall): ungated {u0 * 100:.1f}%, gated "
+          + ", ".join(f"{r[1] * 100:.1f}%" for r in raw))
     lat = rep.get("switch_latency_ns", {})
     print(f"slot switches {rep.get('switches')}, RM calls {rep.get('rm_calls')}, slot boundary to gating done: "
           f"p50 {(lat.get('p50') or 0) / 1e3:.0f} us, p99 {(lat.get('p99') or 0) / 1e3:.0f} us, "
@@ -88,7 +92,9 @@ def main() -> int:
         return 2
     print(f"# gpuctl scheduler on the nvstub stand-in, {time.strftime('%Y-%m-%d %H:%M:%S')}, "
           f"kernel {os.uname().release}, {os.cpu_count()} CPUs")
-    print("# achieved = stand-in executed_ns / wall time over each window of whole periods")
+    print("# achieved = executed_ns over a window of whole periods / what the engine executed for the same")
+    print("# workloads in as long with nobody gating (under QEMU/TCG the stand-in's engine delivers only")
+    print("# 85-90% of wall time even ungated); 'engine utilisation' gives the raw fractions of wall time")
     with tempfile.TemporaryDirectory() as tmp:
         for policy, insts, busy in SCENARIOS:
             if args.only and policy != args.only:

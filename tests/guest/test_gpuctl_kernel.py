@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from workload import REPO, Daemon, Workload, engine, measure
+from workload import REPO, Daemon, Workload, engine, measure, native_utilisation
 
 def _test_escapes() -> bool:
     try:
@@ -50,12 +50,13 @@ def test_cli_drives_the_module_and_daemon_uses_netlink_source(tmp_path: Path) ->
         lst = json.loads(gpuctl(state, "instance", "list", "--json").stdout)
         kern = {i["name"]: i["kernel"] for i in lst}
         assert kern[a]["weight"] == 1 and kern[b]["weight"] == 3
+        u0 = max(0.05, native_utilisation(loads))  # what the engine delivers ungated (TCG overhead)
         d = Daemon(str(state), str(tmp_path / "status.json"), source="netlink", kernel="yes")
-        rep = d.wait_periods(min_periods=3)
+        rep = d.wait_periods(min_periods=10)
         insts = rep["gpus"]["0"]["instances"]
         assert insts[a]["channels"] == 1 and insts[b]["channels"] == 1  # from the module, not /proc
-        got, _ = measure(d, loads)
-        assert abs(got[a] - 0.25) <= 0.03 and abs(got[b] - 0.75) <= 0.03, got
+        got = {n: v / u0 for n, v in measure(d, loads)[0].items()}
+        assert abs(got[a] - 0.25) <= 0.03 and abs(got[b] - 0.75) <= 0.03, (got, u0)
         # a channel created after the daemon started arrives by EVENT multicast
         late = Workload.start(a, dev=f"/dev/gpuslice/{a}")
         loads.append(late)

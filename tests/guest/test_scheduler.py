@@ -3,7 +3,9 @@
 Workloads are separate processes (tests/guest/workload.py) that keep their channel busy
 with NVSTUB submits; the daemon runs as its own process (`gpuctl daemon --source nvstub
 --probe nvstub`), gating them with FIFO_DISABLE_CHANNELS from its own RM client.
-Achieved share = executed_ns delta / wall time over 10 whole periods.
+Achieved share = executed_ns delta over 10 whole periods / what the engine delivers in
+that time with nobody gating (measured before the daemon starts: under QEMU/TCG the
+stand-in's engine thread executes only ~85-90% of wall time even ungated).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from workload import Daemon, Workload, engine, measure, next_boundary, sleep_until
+from workload import Daemon, Workload, engine, measure, native_utilisation, next_boundary, sleep_until
 
 from gpuslice import state as S
 from gpuslice.policy import Claim, compute_shares
@@ -46,10 +48,20 @@ class Rig:
         self.state = tmp / "state.json"
         self.loads: list[Workload] = []
         self.daemons: list[Daemon] = []
+        self.u0 = 1.0
 
     def start_loads(self, names: list[str], idle: set[str] = frozenset()) -> list[Workload]:  # type: ignore[assignment]
         self.loads = [Workload.start(n, busy=n not in idle) for n in names]
         return self.loads
+
+    def native(self) -> float:
+        """The engine's ungated utilisation with the busy workloads (before any daemon)."""
+        self.u0 = max(0.05, native_utilisation(self.loads))
+        return self.u0
+
+    def measure(self, d: Daemon) -> dict[str, float]:
+        got, _total = measure(d, self.loads)
+        return {n: v / self.u0 for n, v in got.items()}
 
     def daemon(self, *extra: str) -> Daemon:
         d = Daemon(str(self.state), str(self.tmp / "status.json"), *extra)
@@ -93,11 +105,11 @@ SCENARIOS = [
 @pytest.mark.parametrize("policy,insts,busy", SCENARIOS, ids=[f"{p}-{len(i)}-{''.join(sorted(b))}" for p, i, b in SCENARIOS])
 def test_achieved_shares(rig: Rig, policy, insts, busy) -> None:
     write_state(rig.state, policy, insts)
-    loads = rig.start_loads([n for n, _w, _f in insts], idle={n for n, _w, _f in insts} - busy)
+    rig.start_loads([n for n, _w, _f in insts], idle={n for n, _w, _f in insts} - busy)
+    rig.native()
     d = rig.daemon()
-    d.wait_periods(min_periods=3)
-    got, _total = measure(d, loads, periods=10)
-    assert_shares(got, target(policy, insts, busy))
+    d.wait_periods(min_periods=10)
+    assert_shares(rig.measure(d), target(policy, insts, busy))
 
 
 @pytest.mark.parametrize("policy", ["equal", "burst"])
@@ -106,25 +118,27 @@ def test_idle_periods_are_redistributed(rig: Rig, policy: str) -> None:
     insts = [("a", 1, None), ("b", 3, None), ("c", 2, None)]
     write_state(rig.state, policy, insts)
     loads = rig.start_loads(["a", "b", "c"])
+    rig.native()
     d = rig.daemon()
-    d.wait_periods(min_periods=3)
-    assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "b", "c"}))
+    d.wait_periods(min_periods=10)
+    assert_shares(rig.measure(d), target(policy, insts, {"a", "b", "c"}))
     loads[1].stop()  # b goes idle: its process ends, a new one that submits nothing takes its place
     loads[1] = Workload.start("b", busy=False)
     time.sleep(3 * PERIOD_MS / 1000)
-    assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "c"}))
+    assert_shares(rig.measure(d), target(policy, insts, {"a", "c"}))
     loads[1].busy(True)  # and has work again: a slot within two periods
     time.sleep(2 * PERIOD_MS / 1000)
-    assert_shares(measure(d, loads)[0], target(policy, insts, {"a", "b", "c"}))
+    assert_shares(rig.measure(d), target(policy, insts, {"a", "b", "c"}))
 
 
 def test_live_weight_and_policy_change_within_one_period(rig: Rig) -> None:
     insts = [("a", 1, None), ("b", 1, None)]
     write_state(rig.state, "weight", insts)
     loads = rig.start_loads(["a", "b"])
+    u0 = rig.native()
     d = rig.daemon()
-    d.wait_periods(min_periods=3)
-    assert_shares(measure(d, loads)[0], {"a": 0.5, "b": 0.5})
+    d.wait_periods(min_periods=10)
+    assert_shares(rig.measure(d), {"a": 0.5, "b": 0.5})
     # change the weight just after a period start: the next start (< 1 period later) applies it
     for policy, new, want in [("weight", [("a", 1, None), ("b", 3, None)], {"a": 0.25, "b": 0.75}),
                               ("fixed", [("a", 1, 0.6), ("b", 1, 0.2)], {"a": 0.6, "b": 0.2})]:
@@ -136,7 +150,7 @@ def test_live_weight_and_policy_change_within_one_period(rig: Rig) -> None:
         e0 = {w.name: w.executed() for w in loads}
         sleep_until(b + 11 * period)
         wall = time.monotonic_ns() - t0
-        got = {w.name: (w.executed() - e0[w.name]) / wall for w in loads}
+        got = {w.name: (w.executed() - e0[w.name]) / wall / u0 for w in loads}
         assert_shares(got, want)
 
 

@@ -210,5 +210,18 @@ def measure(daemon: Daemon, loads: list[Workload], periods: int = 10, gpu: int =
     return shares, sum(shares.values())
 
 
+def native_utilisation(loads: list[Workload], seconds: float = 0.5) -> float:
+    """Fraction of wall time the stand-in's engine executes for ``loads`` with nobody
+    gating them. Under QEMU/TCG it is well below 1 (the engine thread's own overhead), so
+    shares are compared as fractions of it: of the time the engine can deliver."""
+    e0 = engine()
+    t0 = time.monotonic_ns()
+    time.sleep(seconds)
+    e1 = engine()
+    wall = time.monotonic_ns() - t0
+    return sum(e1.get(w.key, {}).get("executed_ns", 0) - e0.get(w.key, {}).get("executed_ns", 0)
+               for w in loads) / wall
+
+
 if __name__ == "__main__":
     _main()
