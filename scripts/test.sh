@@ -15,7 +15,7 @@ host_rc=0
 
 echo "== guest tests (QEMU, stand-in driver)"
 guest_rc=0
-bash scripts/vm.sh -- bash scripts/guest-tests.sh || guest_rc=$?
+bash scripts/vm.sh --timeout 3000 -- bash scripts/guest-tests.sh -rfE || guest_rc=$?
 
 echo "== host rc=$host_rc guest rc=$guest_rc"
 [ "$host_rc" -eq 0 ] && [ "$guest_rc" -eq 0 ]
