@@ -37,9 +37,11 @@ load() {  # load KO ARGS...
     fi
 }
 
+# Exported: tests that reload the modules (test_interposer_load.py) reload them so.
+export NVSTUB_ARGS="${NVSTUB_ARGS-fb_mib=81559}" GPUSLICE_ARGS="${GPUSLICE_ARGS:-}"
 if [[ -f "$STANDIN_KO" ]]; then
     # shellcheck disable=SC2086
-    load "$STANDIN_KO" ${NVSTUB_ARGS-fb_mib=81559}
+    load "$STANDIN_KO" $NVSTUB_ARGS
     udevadm settle 2>/dev/null || true
 else
     echo "guest-tests: $STANDIN_KO not built: stand-in tests will skip" >&2
