@@ -87,6 +87,7 @@ def main() -> int:
     ap.add_argument("--only", help="run only scenarios of this policy")
     ap.add_argument("--daemon-arg", action="append", default=[], help="extra gpuctl daemon argument (repeatable)")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a timeout must not lose the output
     if not os.path.exists("/proc/nvstub/engine"):
         print("bench-scheduler: nvstub stand-in not loaded (run in the guest after insmod)", file=sys.stderr)
         return 2

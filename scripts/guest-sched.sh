@@ -10,7 +10,7 @@ echo "== tests"
 timeout 1000 .venv/bin/python -m pytest -q -p no:cacheprovider tests/guest/test_scheduler.py -rfE "$@" 2>&1
 rc=$?
 echo "== bench"
-{ timeout 300 .venv/bin/python scripts/bench-scheduler.py --windows 2
+{ timeout 600 .venv/bin/python scripts/bench-scheduler.py --windows 2
   [[ -n "${SCHED_BENCH_ORDERS:-}" ]] && timeout 100 .venv/bin/python scripts/bench-scheduler.py --windows 2 \
     --only weight --daemon-arg=--switch-order=disable-first | grep -v '^#'; } | tee docs/scheduler-bench.txt
 echo "== with the interposer"
