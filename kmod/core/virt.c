@@ -36,20 +36,37 @@ static int gs_virt_pid_mine(struct gs_inst *in, const struct gs_call *c, nv_u32 
 	return gs_ns_pid_has_client(in, pid);
 }
 
+/*
+ * The caller's control params, at most size bytes, in a zeroed buffer; NULL if
+ * the block is shorter than head, memory is short or the block is unreadable.
+ */
+static void *gs_virt_read(const struct gs_io *io, const struct nvos54_params *p,
+			  nv_u32 size, nv_u32 head, nv_u32 *len)
+{
+	void *buf;
+
+	if (p->params_size < head)
+		return NULL;
+	buf = gs_zalloc(size);
+	if (!buf)
+		return NULL;
+	*len = p->params_size < size ? p->params_size : size;
+	if (io->read(io->ctx, p->params, buf, *len)) {
+		gs_free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
 static void gs_virt_get_pids(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			     const struct nvos54_params *p)
 {
 	struct nv2080_ctrl_gpu_get_pids_params *gp;
 	nv_u32 i, n, kept = 0, len, head = 3 * sizeof(nv_u32);
 
-	if (p->params_size < head)
-		return;
-	gp = gs_zalloc(sizeof(*gp));
+	gp = gs_virt_read(io, p, sizeof(*gp), head, &len);
 	if (!gp)
 		return;
-	len = p->params_size < sizeof(*gp) ? p->params_size : sizeof(*gp);
-	if (io->read(io->ctx, p->params, gp, len))
-		goto out;
 	n = gp->pid_tbl_count;
 	if (n > (len - head) / sizeof(nv_u32))
 		n = (len - head) / sizeof(nv_u32);
@@ -74,14 +91,9 @@ static void gs_virt_get_pid_info(struct gs_inst *in, struct gs_call *c, const st
 	const nv_u32 head = 8;	/* offsetof(pid_info_list) */
 	nv_u32 i, n, len, hidden = 0;
 
-	if (p->params_size < head)
-		return;
-	gp = gs_zalloc(sizeof(*gp));
+	gp = gs_virt_read(io, p, sizeof(*gp), head, &len);
 	if (!gp)
 		return;
-	len = p->params_size < sizeof(*gp) ? p->params_size : sizeof(*gp);
-	if (io->read(io->ctx, p->params, gp, len))
-		goto out;
 	n = gp->pid_info_list_count;
 	if (n > (len - head) / sizeof(gp->pid_info_list[0]))
 		n = (len - head) / sizeof(gp->pid_info_list[0]);
@@ -130,14 +142,11 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 		gs_virt_get_pid_info(in, c, io, p);
 		return;
 	}
-	if (p->cmd != NV2080_CTRL_CMD_FB_GET_INFO_V2 || p->params_size < sizeof(nv_u32))
+	if (p->cmd != NV2080_CTRL_CMD_FB_GET_INFO_V2)
 		return;
-	fp = gs_zalloc(sizeof(*fp));
+	fp = gs_virt_read(io, p, sizeof(*fp), sizeof(nv_u32), &len);
 	if (!fp)
 		return;
-	len = p->params_size < sizeof(*fp) ? p->params_size : sizeof(*fp);
-	if (io->read(io->ctx, p->params, fp, len))
-		goto out;
 	n = fp->fb_info_list_size;
 	if (n > (len - sizeof(nv_u32)) / sizeof(fp->fb_info_list[0]))
 		n = (len - sizeof(nv_u32)) / sizeof(fp->fb_info_list[0]);
@@ -160,6 +169,5 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 	}
 	io->write(io->ctx, p->params, fp, len);
 	c->priv[1] = 1;		/* rewritten, for tracing */
-out:
 	gs_free(fp);
 }
