@@ -143,6 +143,25 @@ def test_idle_instances_stay_enabled_under_work_conserving_policy() -> None:
     assert share_of(gate, table, "b", t2 + 80 * MS, t3) == pytest.approx(0.5, abs=0.01)
 
 
+def test_activity_change_reaches_the_plan_within_two_periods() -> None:
+    """The probe is sampled once per period (while the last slot runs) and the plan it
+    feeds starts at the next period: a change of activity reaches the gating within two
+    periods, wherever in a period it happens; status.json records when."""
+    insts = [S.Instance("a", [0], 1), S.Instance("b", [0], 1)]
+    for offset in (1 * MS, 20 * MS, 39 * MS):
+        sched, gate, clock, table, probe = make("equal", insts, active={"a", "b"})
+        run_periods(sched, clock, 3)
+        tl = sched.timelines[0]
+        t_change = tl.period_start + tl.period_ns + offset
+        sched.run(lambda: False, until_ns=t_change)
+        probe.set = {"a"}
+        sched.run(lambda: False, until_ns=t_change + 5 * tl.period_ns)
+        changes = sched.snapshot()["gpus"]["0"]["active_changes"]
+        assert changes[0][1] == ["a", "b"]
+        when, act = changes[-1]
+        assert act == ["a"] and t_change < when <= t_change + 2 * tl.period_ns, (offset, changes)
+
+
 def test_start_reenables_everything_and_close_releases() -> None:
     insts = [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=1)]
     sched, gate, clock, table, _ = make("weight", insts)

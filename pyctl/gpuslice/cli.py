@@ -511,8 +511,11 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "library's socket, or the stand-in's /proc/nvstub/engine (tests). auto: netlink, else nvstub, "
               "else preload.")
 @click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True, help="Socket for --source preload.")
-@click.option("--probe", type=click.Choice(["auto", "nvstub", "nvml", "all"]), default="auto", show_default=True,
-              help="Activity probe for equal/burst. all = every instance with a channel is busy.")
+@click.option("--probe", type=click.Choice(["auto", "nvstub", "cpu", "nvml", "all"]), default="auto", show_default=True,
+              help="Activity probe for equal/burst: cpu = the instance's processes used >= 25% of a CPU in the "
+              "last period (corrected by NVML when present; reacts within a period); nvml = NVML process "
+              "utilisation alone (reacts in seconds); nvstub = the stand-in's engine (tests); all = every "
+              "instance with a channel is busy. auto: nvstub when the stand-in is loaded, else cpu.")
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where to report (every 0.5 s).")
 @click.option("--watchdog/--no-watchdog", default=True, show_default=True,
               help="Run a watchdog process that re-enables channels if the daemon dies (even by SIGKILL).")
@@ -609,16 +612,21 @@ def _make_source(ctx: click.Context, kind: str, preload_sock: str) -> Any:
 
 
 def _make_probe(kind: str) -> Any:
-    from .probes import AllActive, NvmlProbe, NvstubProbe
+    from .probes import AllActive, CpuProbe, NvmlProbe, NvstubProbe
 
     if kind == "nvstub" or (kind == "auto" and os.path.exists(NVSTUB_ENGINE)):
         return NvstubProbe(NVSTUB_ENGINE)
-    if kind in ("nvml", "auto"):
+    nvml = None
+    if kind in ("nvml", "cpu", "auto"):
         try:
-            return NvmlProbe()
+            nvml = NvmlProbe()
         except Exception as e:
             if kind == "nvml":
                 raise GpuctlError(f"NVML not available: {e}") from None
+    if kind == "nvml":
+        return nvml
+    if kind in ("cpu", "auto"):
+        return CpuProbe(nvml=nvml)
     return AllActive()
 
 

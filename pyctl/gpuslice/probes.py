@@ -7,14 +7,26 @@ of its channels had work in that sample:
   grew since the previous sample (guest tests, benchmarks);
 * NvmlProbe   - NVML per-process SM utilisation on a real GPU: any of the instance's
   processes used the SMs since the previous sample. Idle instances are left ungated
-  by the scheduler under work-conserving policies, so their first work shows up here;
+  by the scheduler under work-conserving policies, so their first work shows up here.
+  On an H100 NVML samples a busy process only about twice a second, so it needs a
+  2.5 s hold and reacts seconds late (docs/h100-scheduler.md);
+* CpuProbe    - the CPU time of the instance's processes over the last period (one
+  clock_gettime per process, ns precision), corrected by NVML: a CUDA process with
+  queued or running GPU work is on the CPU (it launches, or spin-waits in a
+  synchronize, also while it is gated), an idle one sleeps. Reacts within one period
+  in both directions. NVML, when present, fixes the two cases the CPU gets wrong:
+  a process busy on the CPU for longer than the NVML hold without one GPU sample is
+  CPU-only work (not active until NVML sees it on the GPU), and a process NVML saw
+  busy on the GPU while it was off the CPU for a whole second (blocking sync) is
+  judged by NVML alone;
 * AllActive   - everyone with a channel is active (no probe available).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Mapping, Protocol
+from collections import deque
+from typing import Callable, Mapping, Protocol
 
 from .sources import Channel, parse_engine
 
@@ -78,6 +90,7 @@ class NvmlProbe:
         self.poll_s = poll_s
         self.lookback_s = lookback_s if lookback_s is not None else hold_s + 1.0
         self._busy_at: dict[int, float] = {}  # pid -> timestamp (s) of its last busy sample
+        self._samples: deque[tuple[int, float]] = deque(maxlen=4096)  # (pid, ts) of busy samples
         self._handles: dict[int, object] = {}
         self._gpus: set[int] = set()
         self._lock = threading.Lock()
@@ -103,8 +116,10 @@ class NvmlProbe:
             with self._lock:
                 for s in samples:
                     if s.smUtil >= self.threshold:
-                        pid = int(s.pid)
-                        self._busy_at[pid] = max(self._busy_at.get(pid, 0.0), int(s.timeStamp) / 1e6)
+                        pid, ts = int(s.pid), int(s.timeStamp) / 1e6
+                        if ts > self._busy_at.get(pid, 0.0):
+                            self._busy_at[pid] = ts
+                            self._samples.append((pid, ts))
 
     def _loop(self) -> None:
         while True:
@@ -114,7 +129,8 @@ class NvmlProbe:
                 pass
             time.sleep(self.poll_s)
 
-    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+    def watch(self, chans: Mapping[str, set[Channel]]) -> None:
+        """Sample the GPUs of these channels from now on (the first time: at once)."""
         gpus = {c.gpu for cs in chans.values() for c in cs}
         with self._lock:
             new = gpus - self._gpus
@@ -123,8 +139,115 @@ class NvmlProbe:
             self.sample()  # a GPU seen for the first time (or no thread): ask now
         if self._thread is not None and not self._thread.is_alive():
             self._thread.start()
-        now = time.time()
+
+    def busy_pids(self, now: float) -> set[int]:
+        """Processes with a busy sample within the hold."""
         with self._lock:
-            busy_pids = {p for p, t in self._busy_at.items() if now - t <= self.hold_s}
+            busy = {p for p, t in self._busy_at.items() if now - t <= self.hold_s}
             self._busy_at = {p: t for p, t in self._busy_at.items() if now - t <= 60}
+        return busy
+
+    def busy_samples(self, since: float) -> list[tuple[int, float]]:
+        """(pid, timestamp) of every busy sample newer than ``since``."""
+        with self._lock:
+            return [(p, t) for p, t in self._samples if t > since]
+
+    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+        self.watch(chans)
+        busy_pids = self.busy_pids(time.time())
         return {n for n, cs in chans.items() if any(c.pid in busy_pids for c in cs)}
+
+
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU time (user + system, all threads) of process ``pid`` in ns; None if it is gone.
+
+    The process's CPU-time clock (clock_getcpuclockid(3)): clockid = (~pid << 3) | 2,
+    CPUCLOCK_SCHED of the whole thread group (include/linux/posix-timers.h)."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2)
+    except OSError:
+        return None
+
+
+class _Proc:
+    """What CpuProbe remembers of one process."""
+
+    def __init__(self, now: float, cpu: int) -> None:
+        self.at, self.cpu = now, cpu
+        self.busy_since: float | None = None  # start of the current CPU-busy stretch
+        self.idle_since: float | None = now  # start of the current CPU-idle stretch
+        self.low_cpu_gpu = False  # seen busy on the GPU while idle on the CPU: NVML judges it
+
+
+class CpuProbe:
+    """Active = some process of the instance used at least ``threshold`` of a CPU over
+    the last sample interval (one scheduling period), with NVML's two corrections (see
+    the module docstring). ``nvml`` is an NvmlProbe or None (CPU only).
+
+    A process seen for the first time counts as active (it gets a slot in its first
+    period and is judged from its second), so a new workload never waits."""
+
+    def __init__(self, threshold: float = 0.25, nvml: NvmlProbe | None = None,
+                 offcpu_s: float = 1.0, read_cpu: Callable[[int], int | None] = process_cpu_ns,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.threshold = threshold
+        self.nvml = nvml
+        self.offcpu_s = offcpu_s
+        self.read_cpu = read_cpu
+        self.clock = clock
+        self._procs: dict[int, _Proc] = {}
+        self._nvml_seen = 0.0  # newest NVML sample looked at
+
+    def _cpu_busy(self, pid: int, now: float) -> bool | None:
+        cpu = self.read_cpu(pid)
+        if cpu is None:
+            self._procs.pop(pid, None)
+            return None
+        p = self._procs.get(pid)
+        if p is None:
+            self._procs[pid] = _Proc(now, cpu)
+            return True
+        dt = now - p.at
+        if dt <= 0:
+            return p.busy_since is not None
+        busy = (cpu - p.cpu) / 1e9 / dt >= self.threshold
+        p.at, p.cpu = now, cpu
+        if busy and p.busy_since is None:
+            p.busy_since, p.idle_since = now, None
+        elif not busy and p.idle_since is None:
+            p.busy_since, p.idle_since = None, now
+        return busy
+
+    def _learn_from_nvml(self, nvml: NvmlProbe) -> None:
+        """Flag processes NVML saw on the GPU after a second or more off the CPU."""
+        for pid, ts in nvml.busy_samples(self._nvml_seen):
+            self._nvml_seen = max(self._nvml_seen, ts)
+            p = self._procs.get(pid)
+            if p is not None and p.idle_since is not None and ts - p.idle_since >= self.offcpu_s:
+                p.low_cpu_gpu = True
+
+    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+        now = self.clock()
+        nvml_busy: set[int] = set()
+        if self.nvml is not None:
+            self.nvml.watch(chans)
+            self._learn_from_nvml(self.nvml)
+            nvml_busy = self.nvml.busy_pids(now)
+        pids = {c.pid for cs in chans.values() for c in cs if c.pid}
+        busy: set[int] = set()
+        for pid in pids:
+            on_cpu = self._cpu_busy(pid, now)
+            p = self._procs.get(pid)
+            if on_cpu is None or p is None:
+                continue
+            if p.low_cpu_gpu:
+                if pid in nvml_busy:
+                    busy.add(pid)
+            elif on_cpu:
+                cpu_only = (self.nvml is not None and p.busy_since is not None
+                            and now - p.busy_since > self.nvml.hold_s and pid not in nvml_busy)
+                if not cpu_only:
+                    busy.add(pid)
+        for pid in set(self._procs) - pids:
+            del self._procs[pid]
+        return {n for n, cs in chans.items() if any(c.pid in busy for c in cs)}

@@ -70,6 +70,15 @@ class GpuTimeline:
     next_plan: Plan | None = None  # made during the last slot, so a period starts on time
     idx: int = 0  # next slot to apply; == len(plan.slots) -> next period
     periods: int = 0
+    # (period start ns, active names) for every period whose active set differed from the
+    # one before: when a change of activity reached the plan (status.json, benchmarks)
+    active_changes: deque[tuple[int, list[str]]] = field(default_factory=lambda: deque(maxlen=64))
+
+    def started(self) -> None:
+        """A period with a new plan has just started at period_start."""
+        act = sorted(self.plan.active)
+        if not self.active_changes or self.active_changes[-1][1] != act:
+            self.active_changes.append((self.period_start, act))
 
     # the current plan's fields, for readers
     @property
@@ -252,6 +261,7 @@ class Scheduler:
         tl.next_plan = None
         tl.idx = 0
         tl.periods += 1
+        tl.started()
 
     def _make_plan(self, gpu: int, now: int) -> Plan:
         self._refresh(now)
@@ -289,6 +299,7 @@ class Scheduler:
             tl.next_plan = None
             tl.idx = 0
             tl.periods += 1
+            tl.started()
         slot = tl.plan.slots[tl.idx]
         due = tl.period_start + slot.start_ns
         calls = self.gate.apply(tl.gpu, self.target_disabled(tl, slot.name))
@@ -386,6 +397,7 @@ class Scheduler:
                     "period_ns": tl.period_ns,
                     "period_start_ns": tl.period_start,  # CLOCK_MONOTONIC
                     "periods": tl.periods,
+                    "active_changes": [[t, a] for t, a in tl.active_changes],
                     "instances": {
                         n: {"share": tl.shares.get(n, 0.0), "active": n in tl.active, "gated": n not in tl.ungated,
                             "channels": len([c for c in self.chans.get(n, set()) if c.gpu == g])}

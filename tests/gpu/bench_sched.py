@@ -143,8 +143,9 @@ class Bench:
         self.log(f"native {key} (prelim): " + " ".join(f"{n} {v:.3f}" for n, v in norm.items())
                  + f"  total {sum(norm.values()):.3f}")
 
-    def policy(self, policy: str, period: int, seconds: float) -> None:
+    def policy(self, policy: str, period: int, seconds: float, probe: str = "nvml") -> None:
         members, bursty = POLICY_SETS[policy]
+        self.daemon.probe = probe
         self.daemon.write_state(policy, period, members)
         self.run_set({n: "run" for n in members})
         self.daemon.start(members=list(members))
@@ -152,6 +153,7 @@ class Bench:
         t0 = time.monotonic()
         toggles.append((t0, True))
         samples = []
+        changes: dict[int, list[str]] = {}  # the daemon's active_changes, over the whole phase
         nxt = t0 + BURST_S
         if policy == "fixed" and period == 50:
             threading.Thread(target=self.nvml_diag, args=("fixed-50", seconds - 0.5), daemon=True).start()
@@ -165,6 +167,7 @@ class Bench:
             st = self.daemon.read_status()
             if st:
                 g = st.get("gpus", {}).get("0", {})
+                changes.update({int(t): a for t, a in g.get("active_changes", [])})
                 samples.append({"t": now, "switches": st.get("switches"),
                                 "active": sorted(n for n, i in g.get("instances", {}).items() if i.get("active")),
                                 "shares": {n: round(i.get("share", 0), 4) for n, i in g.get("instances", {}).items()}})
@@ -173,8 +176,11 @@ class Bench:
         st = self.daemon.stop()
         self.pause_all()
         toggles.append((t1, None))  # type: ignore[arg-type]
-        ph = {"phase": f"{policy}-{period}-{self.daemon.order}", "kind": "policy", "policy": policy,
-              "period_ms": period, "order": self.daemon.order,
+        if st:
+            changes.update({int(t): a for t, a in st.get("gpus", {}).get("0", {}).get("active_changes", [])})
+        ph = {"phase": f"{policy}-{period}-{self.daemon.order}-{probe}", "kind": "policy", "policy": policy,
+              "period_ms": period, "order": self.daemon.order, "probe": probe,
+              "active_changes": sorted(changes.items()),
               "members": members, "bursty": bursty, "t0": t0, "t1": t1, "toggles": toggles,
               "status": samples, "final_status": st}
         self.res["phases"].append(ph)
@@ -209,7 +215,9 @@ class Bench:
             span = sum(b - a for a, b in wins)
             ach = {n: sum(sc.count(self.ws[n].times(), a, b) for a, b in wins) / span / alone[n] for n in members}
             rows.append({"policy": ph["policy"] + ("" if ph.get("order", "disable-first") == "disable-first"
-                                                   else " (" + ph["order"] + ")"),
+                                                   else " (" + ph["order"] + ")")
+                         + (f" [{ph['probe']}]" if bursty else ""),
+                         "reaction_periods": self.reactions(ph, d_busy) if bursty else None,
                          "period_ms": ph["period_ms"], "d_busy": d_busy if bursty else None,
                          "running": running, "seconds": span, "target": tgt, "achieved": ach,
                          "total": sum(ach[n] for n in running), "native_total": self.native_total(running, ph["t0"]),
@@ -217,6 +225,28 @@ class Bench:
                          "switches": st.get("switches"), "rm_calls": st.get("rm_calls"),
                          "probe_right": self.probe_right(ph, d_busy, running)})
         return rows
+
+    @staticmethod
+    def reactions(ph: dict, d_busy: bool) -> list[float | None]:
+        """For every toggle of d into state ``d_busy`` (the first start excluded): how many
+        periods until the daemon's plan had the right active set (0 if it already had it;
+        None if it never got it before the next toggle), from the daemon's active_changes
+        (period start, active set), CLOCK_MONOTONIC like the toggles."""
+        members, toggles = list(ph["members"]), ph["toggles"]
+        changes = [(t / 1e9, sorted(a)) for t, a in ph.get("active_changes", [])]
+        want = sorted(members if d_busy else [n for n in members if n != "d"])
+        period = ph["period_ms"] / 1e3
+        out: list[float | None] = []
+        for (ta, busy), (tb, _b) in list(zip(toggles, toggles[1:]))[1:]:
+            if busy is None or bool(busy) != d_busy:
+                continue
+            before = [a for t, a in changes if t <= ta]
+            if before and before[-1] == want:
+                out.append(0.0)
+                continue
+            hit = [t for t, a in changes if ta < t < tb and a == want]
+            out.append((hit[0] - ta) / period if hit else None)
+        return out
 
     @staticmethod
     def probe_right(ph: dict, d_busy: bool, running: list[str]) -> float | None:
@@ -377,8 +407,9 @@ class Bench:
                      + f" | {v['total']:.3f} |")
         L.append(f"\n## policies: target / achieved share in % (d: bursty {BURST_S:.0f} s busy / {BURST_S:.0f} s idle in equal, burst)")
         L.append("| policy | period | d | " + " | ".join(SIZES) + " | max abs err (pp) | total | native | total - native (pp) "
-                 "| switch latency p50/p99 (us) | disable call p50/p99/max (us) | enable call p50/p99/max (us) | probe right |")
-        L.append("| --- " * (len(SIZES) + 11) + "|")
+                 "| switch latency p50/p99 (us) | disable call p50/p99/max (us) | enable call p50/p99/max (us) | probe right "
+                 "| reaction to d (periods, each toggle) |")
+        L.append("| --- " * (len(SIZES) + 12) + "|")
 
         def us(d, k):
             return "-" if not d or d.get(k) is None else f"{d[k] / 1e3:.0f}"
@@ -402,7 +433,9 @@ class Bench:
                      + ("-" if nat is None else f"{100 * (row['total'] - nat):+.1f}")
                      + f" | {us(lat, 'p50')}/{us(lat, 'p99')} | {us(dis, 'p50')}/{us(dis, 'p99')}/{us(dis, 'max')}"
                      f" | {us(en, 'p50')}/{us(en, 'p99')}/{us(en, 'max')} | "
-                     + ("-" if row.get("probe_right") is None else f"{100 * row['probe_right']:.0f}%") + " |")
+                     + ("-" if row.get("probe_right") is None else f"{100 * row['probe_right']:.0f}%") + " | "
+                     + ("-" if row.get("reaction_periods") is None else
+                        " ".join("never" if x is None else f"{x:.1f}" for x in row["reaction_periods"]) or "-") + " |")
         if r["crash"]:
             L.append("\n## crash safety (daemon killed while gating a 60% / b 40%, period 50 ms)")
             for sig in ("SIGTERM", "SIGKILL"):
@@ -431,6 +464,8 @@ def main() -> int:
     ap.add_argument("--periods", default="20,50,100")
     ap.add_argument("--policies", default="fixed,weight,equal,burst")
     ap.add_argument("--orders", default="disable-first", help="gpuctl daemon --switch-order values to run")
+    ap.add_argument("--probes", default="nvml", help="gpuctl daemon --probe values to run equal and burst with")
+    ap.add_argument("--no-native", action="store_true", help="skip the native time-slicing phases")
     ap.add_argument("--quick", action="store_true", help="half-length phases")
     ap.add_argument("--budget", type=float, default=470, help="seconds; later phases are cut short to fit")
     a = ap.parse_args()
@@ -460,19 +495,20 @@ def main() -> int:
     try:
         b.start()
         b.alone("first", 2.0)
-        for names in (["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]):
+        for names in ([] if a.no_native else (["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"])):
             b.native(names, b.dur(5.0))
         b.alone("after-native", 2.0)
         for period in [int(x) for x in a.periods.split(",")]:
             for order in a.orders.split(","):
                 b.daemon.order = order
                 for pol in a.policies.split(","):
-                    if left() < 60 + 3 * a.kills:
-                        b.log(f"time budget: skipping {pol} {period} ms {order}")
-                        continue
-                    guarded(f"{pol} {period} ms {order}", b.policy, pol, period,
-                            (3 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
-                            (3 * BURST_S if POLICY_SETS[pol][1] else 5.0))
+                    for probe in (a.probes.split(",") if POLICY_SETS[pol][1] else a.probes.split(",")[:1]):
+                        if left() < 60 + 3 * a.kills:
+                            b.log(f"time budget: skipping {pol} {period} ms {order} {probe}")
+                            continue
+                        guarded(f"{pol} {period} ms {order} {probe}", b.policy, pol, period,
+                                (3 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
+                                (3 * BURST_S if POLICY_SETS[pol][1] else 5.0), probe)
             b.alone(f"after-{period}ms", 2.0)
         b.daemon.order = "disable-first"
         if a.kills:

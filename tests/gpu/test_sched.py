@@ -95,3 +95,38 @@ def test_daemon_killed_mid_gating_workloads_resume(bed, sig):
     finally:
         for w in ws.values():
             w.set("pause")
+
+
+def test_cpu_probe_follows_a_workload_pausing_and_resuming(bed):
+    """Under equal with --probe cpu, the daemon's plan drops a paused workload and takes it
+    back once it runs again, each within a few periods (the figures, per toggle, are in
+    docs/h100-scheduler.md; here loosely: within 10 periods)."""
+    ws, daemon = bed["ws"], bed["daemon"]
+    daemon.probe = "cpu"
+    daemon.write_state("equal", 50, {"a": {}, "b": {}})
+    for w in ws.values():
+        w.set("run")
+    try:
+        daemon.start(members=["a", "b"])
+        time.sleep(1.0)
+        t_pause = time.monotonic_ns()
+        ws["b"].set("pause")
+        time.sleep(1.0)
+        t_run = time.monotonic_ns()
+        ws["b"].set("run")
+        time.sleep(1.0)
+        st = daemon.stop()
+    finally:
+        daemon.probe = "nvml"
+        for w in ws.values():
+            w.set("pause")
+    changes = [(t, set(a)) for t, a in st["gpus"]["0"]["active_changes"]]
+
+    def first(since: int, want: set[str]) -> int | None:
+        hits = [t for t, a in changes if t > since and a == want]
+        return hits[0] - since if hits else None
+
+    period = 50_000_000
+    dt_idle, dt_busy = first(t_pause, {"a"}), first(t_run, {"a", "b"})
+    assert dt_idle is not None and dt_idle <= 10 * period, changes
+    assert dt_busy is not None and dt_busy <= 10 * period, changes

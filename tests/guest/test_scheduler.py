@@ -140,6 +140,39 @@ def test_idle_periods_are_redistributed(rig: Rig, policy: str) -> None:
     assert_shares(rig.measure(d), target(policy, insts, {"a", "b", "c"}))
 
 
+def reaction_ns(d: Daemon, since_ns: int, want, periods: int = 6) -> tuple[int, int]:
+    """Wait ``periods`` periods, then: how long after ``since_ns`` the daemon's plan first
+    had an active set satisfying ``want`` (status.json's active_changes), and the period."""
+    st = d.status()
+    period = st["gpus"]["0"]["period_ns"]
+    sleep_until(since_ns + periods * period)
+    time.sleep(0.6)  # the status file is rewritten every 0.5 s
+    changes = d.status()["gpus"]["0"]["active_changes"]
+    hits = [t for t, act in changes if t > since_ns and want(set(act))]
+    assert hits, f"no plan with the expected active set after the change: {changes}"
+    return hits[0] - since_ns, period
+
+
+def test_activity_reaches_the_plan_within_two_periods(rig: Rig) -> None:
+    """Under equal, a workload going idle leaves the plan's active set, and one getting work
+    joins it, within two periods (the probe is read once per period for the next one)."""
+    insts = [("a", 1, None), ("b", 1, None), ("c", 1, None)]
+    write_state(rig.state, "equal", insts)
+    loads = rig.start_loads(["a", "b", "c"])
+    d = rig.daemon()
+    d.wait_periods(min_periods=5)
+    t_idle = time.monotonic_ns()
+    loads[1].stop()  # b's work ends (its process with it)
+    dt_idle, period = reaction_ns(d, t_idle, lambda act: act == {"a", "c"})
+    loads[1] = Workload.start("b", busy=False)  # a process with a channel and no work
+    time.sleep(3 * period / 1e9)
+    assert "b" not in {n for n, i in d.status()["gpus"]["0"]["instances"].items() if i["active"]}
+    t_busy = time.monotonic_ns()
+    loads[1].busy(True)
+    dt_busy, _ = reaction_ns(d, t_busy, lambda act: act == {"a", "b", "c"})
+    assert dt_idle <= 2 * period and dt_busy <= 2 * period, (dt_idle / period, dt_busy / period)
+
+
 @ACCURACY
 def test_live_weight_and_policy_change_within_one_period(rig: Rig) -> None:
     insts = [("a", 1, None), ("b", 1, None)]

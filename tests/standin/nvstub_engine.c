@@ -12,16 +12,18 @@
  *  - a turn lasts the TSG's timeslice (default 1000 us, SET_TIMESLICE
  *    changes it) or until none of its channels has enabled, pending work;
  *    an idle TSG is skipped (work-conserving);
- *  - the thread sleeps in chunks of at most NVSTUB_CHUNK_NS and after each
- *    chunk charges the measured ktime to the TSG's first runnable channel(s)
- *    and re-checks FIFO_DISABLE_CHANNELS state, preempting a TSG whose
- *    channels were disabled;
+ *  - a turn owns the engine on a continuous timeline: the thread waits in
+ *    chunks of at most NVSTUB_CHUNK_NS and after each chunk charges the wall
+ *    time since the last charge to the TSG's runnable channel(s), in list
+ *    order, so the time the thread spends between chunks is not lost;
+ *  - FIFO_DISABLE_CHANNELS on a channel of the running TSG preempts it at
+ *    once, as the GPU does: the channel is charged up to the moment of the
+ *    disable and the waiting thread is woken to pick the next TSG;
  *  - a turn that overran its timeslice (sleep wake-up latency) carries the
  *    excess into the TSG's next turn, so long-run shares follow the
  *    timeslice ratio (deficit round-robin).
  * /proc/nvstub/engine reports executed and pending time per channel.
  */
-#include <linux/delay.h>
 #include <linux/kthread.h>
 #include <linux/ktime.h>
 #include <linux/sched.h>
@@ -53,6 +55,7 @@ struct nvstub_chan {
 	pid_t pid;
 	u64 executed_ns;
 	u64 pending_ns;
+	u64 disabled_at;	/* ktime of the last disable */
 	bool disabled;
 };
 
@@ -61,6 +64,7 @@ static struct nvstub_tsg *nvstub_running;	/* TSG whose turn it is */
 static struct task_struct *nvstub_engine_task;
 static DECLARE_WAIT_QUEUE_HEAD(nvstub_engine_wq);
 static bool nvstub_engine_kick;
+static bool nvstub_engine_preempt;	/* a channel of nvstub_running was disabled */
 static u32 nvstub_next_chid;
 
 int nvstub_tsg_create(struct nvstub_obj *obj)
@@ -142,9 +146,15 @@ u64 nvstub_tsg_get_timeslice(struct nvstub_tsg *tsg)
 
 void nvstub_chan_set_disabled(struct nvstub_chan *chan, bool disabled)
 {
+	if (disabled && !chan->disabled)
+		chan->disabled_at = ktime_get_ns();
 	chan->disabled = disabled;
-	if (!disabled)
+	if (!disabled) {
 		nvstub_engine_wake();
+	} else if (chan->tsg == nvstub_running) {
+		nvstub_engine_preempt = true;
+		wake_up(&nvstub_engine_wq);
+	}
 }
 
 static struct nvstub_chan *nvstub_tsg_runnable_chan(struct nvstub_tsg *tsg)
@@ -166,21 +176,30 @@ static u64 nvstub_tsg_slice_ns(struct nvstub_tsg *tsg)
 	return max_t(u64, ns, NVSTUB_MIN_TIMESLICE_NS);
 }
 
-/* Charge @ns of execution to the TSG's runnable channels, in list order. */
-static void nvstub_tsg_charge(struct nvstub_tsg *tsg, u64 ns)
+/*
+ * Charge the engine time [@from, @to) to the TSG's channels with pending
+ * work, in list order; a channel disabled inside the interval runs only up to
+ * its disable.
+ */
+static void nvstub_tsg_charge(struct nvstub_tsg *tsg, u64 from, u64 to)
 {
 	struct nvstub_chan *ch;
+	u64 at = from;
 
-	while (ns) {
+	if (!tsg->scheduled)
+		return;
+	list_for_each_entry(ch, &tsg->chans, node) {
+		u64 end = to;
 		u64 part;
 
-		ch = nvstub_tsg_runnable_chan(tsg);
-		if (!ch)
-			return;
-		part = min(ns, ch->pending_ns);
+		if (ch->disabled)
+			end = clamp(ch->disabled_at, from, to);
+		if (!ch->pending_ns || end <= at)
+			continue;
+		part = min(end - at, ch->pending_ns);
 		ch->pending_ns -= part;
 		ch->executed_ns += part;
-		ns -= part;
+		at += part;
 	}
 }
 
@@ -212,30 +231,35 @@ static struct nvstub_tsg *nvstub_pick(u64 *budget)
 	return found;
 }
 
-/* Run one turn of @tsg for at most @budget ns. Called unlocked. */
+/* Run one turn of the picked TSG for at most @budget ns. Called unlocked. */
 static void nvstub_run_turn(u64 budget)
 {
 	struct nvstub_tsg *tsg;
-	u64 used = 0;
+	u64 start = ktime_get_ns();
+	u64 last = start;
 
 	for (;;) {
+		u64 used = last - start;
 		u64 chunk = min(budget - used, (u64)NVSTUB_CHUNK_NS);
-		u64 t0, dt;
+		u64 now;
 		bool stop;
 
-		t0 = ktime_get_ns();
-		usleep_range(div_u64(chunk, NSEC_PER_USEC),
-			     div_u64(chunk, NSEC_PER_USEC) + 20);
-		dt = ktime_get_ns() - t0;
+		wait_event_interruptible_hrtimeout(nvstub_engine_wq,
+						   READ_ONCE(nvstub_engine_preempt) ||
+						   kthread_should_stop(),
+						   ns_to_ktime(chunk));
 
 		mutex_lock(&nvstub_lock);
+		nvstub_engine_preempt = false;
 		tsg = nvstub_running;
 		if (!tsg) {
 			mutex_unlock(&nvstub_lock);
 			return;
 		}
-		nvstub_tsg_charge(tsg, dt);
-		used += dt;
+		now = ktime_get_ns();
+		nvstub_tsg_charge(tsg, last, now);
+		last = now;
+		used = last - start;
 		stop = used >= budget || !nvstub_tsg_runnable_chan(tsg);
 		if (used > budget)
 			tsg->debt_ns = used - budget;
@@ -257,6 +281,7 @@ static int nvstub_engine_thread(void *unused)
 		tsg = nvstub_pick(&budget);
 		nvstub_running = tsg;
 		nvstub_engine_kick = false;
+		nvstub_engine_preempt = false;
 		mutex_unlock(&nvstub_lock);
 		if (!tsg) {
 			wait_event_interruptible_timeout(nvstub_engine_wq,

@@ -1,0 +1,196 @@
+"""Activity probes (pyctl/gpuslice/probes.py): the CPU probe's decisions on scripted CPU
+clocks and NVML samples, and on real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpuslice.probes import CpuProbe, process_cpu_ns
+from gpuslice.sources import Channel
+
+PERIOD = 0.05
+
+
+class FakeNvml:
+    """The two NvmlProbe methods CpuProbe uses, fed by the test."""
+
+    hold_s = 2.5
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[int, float]] = []
+
+    def watch(self, chans) -> None:
+        pass
+
+    def busy_samples(self, since: float) -> list[tuple[int, float]]:
+        return [(p, t) for p, t in self.samples if t > since]
+
+    def busy_pids(self, now: float) -> set[int]:
+        return {p for p, t in self.samples if now - t <= self.hold_s}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.cpu: dict[int, int] = {}
+        self.rate: dict[int, float] = {}  # fraction of a CPU each pid uses
+
+    def advance(self, dt: float = PERIOD) -> None:
+        self.now += dt
+        for pid, r in self.rate.items():
+            self.cpu[pid] = self.cpu.get(pid, 0) + int(r * dt * 1e9)
+
+    def read(self, pid: int) -> int | None:
+        return self.cpu.get(pid)
+
+
+def chans(**pids: int) -> dict[str, set[Channel]]:
+    return {n: {Channel(0, 0xC1000000 + pid, 0x5C000000, pid)} for n, pid in pids.items()}
+
+
+def run(probe: CpuProbe, clk: Clock, periods: int, ch) -> set[str]:
+    got: set[str] = set()
+    for _ in range(periods):
+        clk.advance()
+        got = probe.active(ch)
+    return got
+
+
+def make(nvml=None) -> tuple[CpuProbe, Clock]:
+    clk = Clock()
+    return CpuProbe(threshold=0.25, nvml=nvml, read_cpu=clk.read, clock=lambda: clk.now), clk
+
+
+def test_new_process_is_active_then_judged_by_its_cpu() -> None:
+    probe, clk = make()
+    clk.rate = {1: 1.0, 2: 0.01}
+    ch = chans(a=1, b=2)
+    clk.advance()
+    assert probe.active(ch) == {"a", "b"}  # first sight: both get a slot
+    assert run(probe, clk, 1, ch) == {"a"}  # one period later: b sleeps
+
+
+def test_reacts_within_one_period_both_ways() -> None:
+    probe, clk = make()
+    clk.rate = {1: 1.0, 2: 1.0}
+    ch = chans(a=1, b=2)
+    assert run(probe, clk, 3, ch) == {"a", "b"}
+    clk.rate[2] = 0.02  # b goes idle
+    assert run(probe, clk, 1, ch) == {"a"}
+    clk.rate[2] = 0.9  # and busy again
+    assert run(probe, clk, 1, ch) == {"a", "b"}
+
+
+def test_threshold_is_a_fraction_of_one_cpu_summed_over_threads() -> None:
+    probe, clk = make()
+    clk.rate = {1: 0.24, 2: 0.26, 3: 3.0}
+    assert run(probe, clk, 2, chans(a=1, b=2, c=3)) == {"b", "c"}
+
+
+def test_instance_is_active_if_any_of_its_processes_is() -> None:
+    probe, clk = make()
+    clk.rate = {1: 0.0, 2: 0.5}
+    ch = {"a": {Channel(0, 1, 10, 1), Channel(0, 2, 20, 2)}, "b": {Channel(0, 3, 30, 3)}}
+    clk.rate[3] = 0.0
+    assert run(probe, clk, 2, ch) == {"a"}
+
+
+def test_gone_process_is_not_active_and_forgotten() -> None:
+    probe, clk = make()
+    clk.rate = {1: 1.0}
+    ch = chans(a=1)
+    assert run(probe, clk, 2, ch) == {"a"}
+    del clk.cpu[1], clk.rate[1]
+    assert run(probe, clk, 1, ch) == set()
+    assert probe._procs == {}
+
+
+def test_cpu_only_process_is_dropped_after_the_nvml_hold() -> None:
+    nv = FakeNvml()
+    probe, clk = make(nv)
+    clk.rate = {1: 1.0, 2: 1.0}
+    ch = chans(gpu=1, cpuonly=2)
+    steps = int(nv.hold_s / PERIOD) + 4
+    seen = []
+    for _ in range(steps):
+        clk.advance()
+        nv.samples.append((1, clk.now - 0.01))  # NVML sees pid 1 on the GPU all the time
+        seen.append(probe.active(ch))
+    assert seen[1] == {"gpu", "cpuonly"}  # busy on the CPU: active at first
+    assert seen[-1] == {"gpu"}  # no GPU sample in 2.5 s of CPU work: not a GPU user
+
+
+def test_blocking_sync_process_is_judged_by_nvml() -> None:
+    nv = FakeNvml()
+    probe, clk = make(nv)
+    clk.rate = {1: 0.01}  # off the CPU while its GPU work runs
+    ch = chans(a=1)
+    assert run(probe, clk, 2, ch) == set()
+    run(probe, clk, int(1.0 / PERIOD) + 1, ch)  # off the CPU for a second
+    nv.samples.append((1, clk.now))  # ... yet NVML sees it on the GPU
+    assert run(probe, clk, 1, ch) == {"a"}
+    clk.advance(nv.hold_s + 0.1)  # no sample within the hold: idle
+    assert probe.active(ch) == set()
+
+
+def test_late_nvml_sample_of_a_process_that_just_paused_does_not_flag_it() -> None:
+    """NVML reports a busy sample some time after the fact: a process that paused less than
+    a second before the sample stays CPU-judged (else a paused workload would be held
+    active for the whole NVML hold)."""
+    nv = FakeNvml()
+    probe, clk = make(nv)
+    clk.rate = {1: 1.0}
+    ch = chans(a=1)
+    assert run(probe, clk, 4, ch) == {"a"}
+    clk.rate[1] = 0.0
+    assert run(probe, clk, 1, ch) == set()
+    nv.samples.append((1, clk.now))  # stale busy sample 1 period after the pause
+    assert run(probe, clk, 1, ch) == set()
+    assert not probe._procs[1].low_cpu_gpu
+
+
+def test_process_cpu_ns_of_real_processes() -> None:
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        a0, b0 = process_cpu_ns(spin.pid), process_cpu_ns(sleep.pid)
+        time.sleep(0.5)
+        a1, b1 = process_cpu_ns(spin.pid), process_cpu_ns(sleep.pid)
+        assert a0 is not None and a1 is not None and b0 is not None and b1 is not None
+        assert a1 - a0 > 10 * (b1 - b0 + 1_000_000)  # the spinner ran, the sleeper did not
+        probe = CpuProbe(threshold=0.05)
+        ch = chans(spin=spin.pid, sleep=sleep.pid)
+        probe.active(ch)
+        time.sleep(0.5)
+        assert probe.active(ch) == {"spin"}
+    finally:
+        spin.kill()
+        sleep.kill()
+        spin.wait()
+        sleep.wait()
+    assert process_cpu_ns(spin.pid) is None
+
+
+def test_cli_accepts_the_cpu_probe() -> None:
+    from click.testing import CliRunner
+
+    from gpuslice.cli import main
+
+    r = CliRunner().invoke(main, ["daemon", "--help"])
+    assert r.exit_code == 0 and "cpu" in r.output
+    r = CliRunner().invoke(main, ["daemon", "--probe", "gpu-magic"])
+    assert r.exit_code != 0
+
+
+@pytest.mark.parametrize("kind", ["cpu", "auto"])
+def test_make_probe_cpu_without_nvml(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuslice import cli
+
+    monkeypatch.setattr(cli, "NVSTUB_ENGINE", "/nonexistent")
+    p = cli._make_probe(kind)
+    assert isinstance(p, CpuProbe)
