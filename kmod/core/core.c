@@ -399,20 +399,12 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	}
 	if (p->status != NV_OK)
 		return;
-	memset(&o, 0, sizeof(o));
-	o.obj_kind = gs_obj_kind(p->h_class);
-	o.file_id = c->file_id;
-	o.pid = c->pid;
-	o.gpu = c->gpu_minor;
-	o.handle = p->h_object_new;
-	o.klass = p->h_class;
-	if (o.obj_kind == GPUSLICE_OBJ_CLIENT) {
-		o.client = p->h_object_new;
-	} else {
-		o.client = p->h_root;
-		o.parent = p->h_object_parent;
-		o.gpu = gs_obj_gpu(in, o.client, o.parent, c->gpu_minor);
-	}
+	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
+		gs_obj_init(&o, in, c, GPUSLICE_OBJ_CLIENT, p->h_object_new, 0,
+			    p->h_object_new, p->h_class);
+	else
+		gs_obj_init(&o, in, c, gs_obj_kind(p->h_class), p->h_root,
+			    p->h_object_parent, p->h_object_new, p->h_class);
 	/*
 	 * A device names its GPU: NV0080_ALLOC_PARAMETERS.deviceId, 0 without
 	 * parameters (RM: externalClassId - NV01_DEVICE_0). This is RM's device
@@ -482,15 +474,8 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
 
 	if (p->status != NV_OK)
 		return;
-	memset(&o, 0, sizeof(o));
-	o.obj_kind = GPUSLICE_OBJ_OTHER;
-	o.file_id = c->file_id;
-	o.pid = c->pid;
-	o.gpu = gs_obj_gpu(in, p->h_root, p->h_object_parent, c->gpu_minor);
-	o.client = p->h_root;
-	o.handle = p->h_object_new;
-	o.parent = p->h_object_parent;
-	o.klass = p->h_class;
+	gs_obj_init(&o, in, c, GPUSLICE_OBJ_OTHER, p->h_root, p->h_object_parent,
+		    p->h_object_new, p->h_class);
 	gs_obj_add(in, &o, NULL, q);
 }
 

@@ -67,6 +67,9 @@ void gs_obj_free_all(struct gs_inst *in);
 int gs_is_client(struct gs_inst *in, nv_handle client);
 int gs_ns_pid_has_client(struct gs_inst *in, nv_u32 ns_pid);
 nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32 dflt);
+void gs_obj_init(struct gs_object *o, struct gs_inst *in, const struct gs_call *c,
+		 nv_u32 kind, nv_handle client, nv_handle parent, nv_handle handle,
+		 nv_u32 klass);
 nv_u32 gs_obj_kind(nv_u32 klass);
 
 /* quota.c */

@@ -117,15 +117,8 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 		return;
 	mem->size = size;
 	mem->refs = 1;
-	memset(&o, 0, sizeof(o));
-	o.obj_kind = GPUSLICE_OBJ_MEMORY;
-	o.file_id = c->file_id;
-	o.pid = c->pid;
-	o.gpu = gs_obj_gpu(in, p->h_root, p->h_object_parent, c->gpu_minor);
-	o.client = p->h_root;
-	o.handle = p->h_object_new;
-	o.parent = p->h_object_parent;
-	o.klass = p->h_class;
+	gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, p->h_root, p->h_object_parent,
+		    p->h_object_new, p->h_class);
 	if (!gs_obj_add(in, &o, mem, q)) {
 		gs_free(mem);
 		return;

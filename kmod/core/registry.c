@@ -203,6 +203,26 @@ nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32
 	return dflt;
 }
 
+/*
+ * Fill @o for an object the caller of @c allocated: @handle of class @klass
+ * under @parent in @client, on the GPU its parent chain names (the caller's
+ * GPU when there is no parent, as for a client).
+ */
+void gs_obj_init(struct gs_object *o, struct gs_inst *in, const struct gs_call *c,
+		 nv_u32 kind, nv_handle client, nv_handle parent, nv_handle handle,
+		 nv_u32 klass)
+{
+	memset(o, 0, sizeof(*o));
+	o->obj_kind = kind;
+	o->file_id = c->file_id;
+	o->pid = c->pid;
+	o->client = client;
+	o->parent = parent;
+	o->handle = handle;
+	o->klass = klass;
+	o->gpu = gs_obj_gpu(in, client, parent, c->gpu_minor);
+}
+
 /* is ob (handle) or one of its ancestors within its client equal to handle? */
 static int gs_under(struct gs_inst *in, const struct gs_obj *ob, nv_handle handle)
 {
