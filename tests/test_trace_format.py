@@ -117,13 +117,13 @@ def test_build_stats_groups_by_instance_and_call() -> None:
 
 
 def test_diff_stats_is_the_interval_and_drops_idle_calls() -> None:
-    d = tracefmt.diff_stats(_snapshot(5, 2), _snapshot(3, 2))
+    d = tracefmt.diff(_snapshot(5, 2), _snapshot(3, 2))
     assert set(d) == {K_CTL}
     assert d[K_CTL].count == 2
     assert d[K_CTL].total_ns == 14000
     assert d[K_CTL].drv_ns == 10000
     assert d[K_CTL].hist == {3: 2}
-    new = tracefmt.diff_stats(_snapshot(1, 1), {})
+    new = tracefmt.diff(_snapshot(1, 1), {})
     assert set(new) == {K_CTL, K_B}
 
 
@@ -162,7 +162,7 @@ def test_sched_aggregation_and_record() -> None:
     key = (42, "gpuctl")
     cur = tracefmt.build_sched([(key, (5, 1, 5_000_000, 0))], [(key, 10, 5)])
     prev = tracefmt.build_sched([(key, (2, 0, 2_000_000, 0))], [(key, 10, 2)])
-    d = tracefmt.diff_sched(cur, prev)
+    d = tracefmt.diff(cur, prev)
     assert d[key].count == 3 and d[key].errors == 1 and d[key].hist == {10: 3}
     rec = tracefmt.sched_record("interval", d, "us", 1.0, "T")
     assert rec["procs"][0]["pid"] == 42 and rec["procs"][0]["avg_ns"] == 1_000_000

@@ -183,7 +183,7 @@ def trace_ioctls(bcc: Any, out: Out, interval: float | None, count: int | None, 
         state["prev"], state["cur"] = state["cur"], read_ioctl(b)
 
     def emit(kind: str, seconds: float) -> None:
-        stats = state["cur"] if kind == "totals" else tracefmt.diff_stats(state["cur"], state["prev"])
+        stats = state["cur"] if kind == "totals" else tracefmt.diff(state["cur"], state["prev"])
         stats = tracefmt.filter_stats(stats, instance)
         if kind == "totals":
             stats = {k: v for k, v in stats.items() if v.count}
@@ -211,7 +211,7 @@ def trace_sched(bcc: Any, out: Out, interval: float | None, count: int | None, p
             stats = {k: v for k, v in state["cur"].items() if v.count}
             maxes = state["tmax"]
         else:
-            stats = tracefmt.diff_sched(state["cur"], state["prev"])
+            stats = tracefmt.diff(state["cur"], state["prev"])
             maxes = state["imax"]
         for k, st in stats.items():
             st.max_ns = maxes.get(k, 0)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from . import abi
 
@@ -166,8 +166,19 @@ def build_stats(
     return out
 
 
-def diff_stats(cur: Mapping[CallKey, CallStats], prev: Mapping[CallKey, CallStats]) -> dict[CallKey, CallStats]:
-    """What happened between two cumulative snapshots; keys without calls are dropped."""
+class _Counted(Protocol):
+    count: int
+
+    def minus(self: _S, other: _S) -> _S: ...
+
+
+_S = TypeVar("_S", bound=_Counted)
+_K = TypeVar("_K")
+
+
+def diff(cur: Mapping[_K, _S], prev: Mapping[_K, _S]) -> dict[_K, _S]:
+    """What happened between two cumulative snapshots (call or scheduler stats); keys
+    without calls are dropped."""
     out = {}
     for k, st in cur.items():
         d = st.minus(prev[k]) if k in prev else st
@@ -256,7 +267,7 @@ def format_ioctl(
     return out
 
 
-def format_table(rows: list[tuple[str, ...]], right_from: int) -> list[str]:
+def format_table(rows: Sequence[Sequence[str]], right_from: int) -> list[str]:
     """Columns padded to their widest cell; columns from right_from on are right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
@@ -365,15 +376,6 @@ def build_sched(
     for key, slot, n in hists:
         st = out.setdefault(key, SchedStats())
         st.hist[slot] = st.hist.get(slot, 0) + n
-    return out
-
-
-def diff_sched(cur: Mapping[SchedKey, SchedStats], prev: Mapping[SchedKey, SchedStats]) -> dict[SchedKey, SchedStats]:
-    out = {}
-    for k, st in cur.items():
-        d = st.minus(prev[k]) if k in prev else st
-        if d.count:
-            out[k] = d
     return out
 
 
