@@ -14,11 +14,12 @@ of its channels had work in that sample:
   clock_gettime per process, ns precision), corrected by NVML: a CUDA process with
   queued or running GPU work is on the CPU (it launches, or spin-waits in a
   synchronize, also while it is gated), an idle one sleeps. Reacts within one period
-  in both directions. NVML, when present, fixes the two cases the CPU gets wrong:
-  a process busy on the CPU for longer than the NVML hold without one GPU sample is
-  CPU-only work (not active until NVML sees it on the GPU), and a process NVML saw
-  busy on the GPU while it was off the CPU for a whole second (blocking sync) is
-  judged by NVML alone;
+  in both directions. NVML, when present, covers the case the CPU gets wrong the
+  other way: a process NVML saw busy on the GPU after two seconds off the CPU
+  (blocking sync) is judged by NVML alone from then on. NVML cannot tell CPU-only
+  work from gated GPU work: on an H100 its per-process samples (about every 200 ms)
+  alias with the slot rotation and missed busy, gated processes for seconds, so a
+  "no GPU sample for the NVML hold" rule dropped busy workloads (docs/h100-scheduler.md);
 * AllActive   - everyone with a channel is active (no probe available).
 """
 
@@ -181,14 +182,15 @@ class _Proc:
 
 class CpuProbe:
     """Active = some process of the instance used at least ``threshold`` of a CPU over
-    the last sample interval (one scheduling period), with NVML's two corrections (see
-    the module docstring). ``nvml`` is an NvmlProbe or None (CPU only).
+    the last sample interval (one scheduling period), with NVML's correction for
+    blocking-sync processes (see the module docstring). ``nvml`` is an NvmlProbe or
+    None (CPU only).
 
     A process seen for the first time counts as active (it gets a slot in its first
     period and is judged from its second), so a new workload never waits."""
 
     def __init__(self, threshold: float = 0.25, nvml: NvmlProbe | None = None,
-                 offcpu_s: float = 1.0, read_cpu: Callable[[int], int | None] = process_cpu_ns,
+                 offcpu_s: float = 2.0, read_cpu: Callable[[int], int | None] = process_cpu_ns,
                  clock: Callable[[], float] = time.time) -> None:
         self.threshold = threshold
         self.nvml = nvml
@@ -219,7 +221,7 @@ class CpuProbe:
         return busy
 
     def _learn_from_nvml(self, nvml: NvmlProbe) -> None:
-        """Flag processes NVML saw on the GPU after a second or more off the CPU."""
+        """Flag processes NVML saw on the GPU after ``offcpu_s`` or more off the CPU."""
         for pid, ts in nvml.busy_samples(self._nvml_seen):
             self._nvml_seen = max(self._nvml_seen, ts)
             p = self._procs.get(pid)
@@ -244,10 +246,7 @@ class CpuProbe:
                 if pid in nvml_busy:
                     busy.add(pid)
             elif on_cpu:
-                cpu_only = (self.nvml is not None and p.busy_since is not None
-                            and now - p.busy_since > self.nvml.hold_s and pid not in nvml_busy)
-                if not cpu_only:
-                    busy.add(pid)
+                busy.add(pid)
         for pid in set(self._procs) - pids:
             del self._procs[pid]
         return {n for n, cs in chans.items() if any(c.pid in busy for c in cs)}
