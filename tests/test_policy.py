@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from gpuslice.policy import POLICIES, WORK_CONSERVING, Claim, compute_shares, slot_plan, validate
+from gpuslice.policy import POLICIES, WORK_CONSERVING, Claim, compute_shares, corrected_shares, slot_plan, validate
 
 TOL = 1e-9
 names = st.lists(st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=6, unique=True)
@@ -152,3 +152,48 @@ def test_slot_plan_order_and_idle() -> None:
     assert slot_plan({}, 10) == [slot_plan({}, 10)[0]] and slot_plan({}, 10)[0].name is None
     with pytest.raises(ValueError):
         slot_plan({"a": 1.0}, 0)
+
+
+@st.composite
+def owing(draw: st.DrawFn) -> tuple[dict[str, float], dict[str, float]]:
+    n = draw(st.integers(1, 6))
+    raw = draw(st.lists(st.floats(0.01, 1.0), min_size=n, max_size=n))
+    total = draw(st.floats(0.1, 1.0))
+    shares = {f"i{k}": total * r / sum(raw) for k, r in enumerate(raw)}
+    owed = {k: draw(st.floats(-0.5, 0.5)) for k in shares if draw(st.booleans())}
+    return shares, owed
+
+
+@given(owing())
+def test_corrections_keep_the_total_and_the_limits(so: tuple[dict[str, float], dict[str, float]]) -> None:
+    shares, owed = so
+    out = corrected_shares(shares, owed, limit=0.25)
+    assert set(out) == set(shares)
+    assert sum(out.values()) == pytest.approx(sum(shares.values()), abs=1e-9)
+    for n, s in shares.items():
+        assert s * 0.75 - 1e-9 <= out[n] <= s * 1.25 + 1e-9
+
+
+@given(owing(), st.floats(-0.5, 0.5))
+def test_corrections_pay_differences_only(so: tuple[dict[str, float], dict[str, float]], same: float) -> None:
+    shares, _ = so
+    assert corrected_shares(shares, {}) == shares
+    assert corrected_shares(shares, {n: same for n in shares}) == pytest.approx(shares, abs=1e-12)
+
+
+@given(owing())
+def test_most_owed_slot_never_shrinks(so: tuple[dict[str, float], dict[str, float]]) -> None:
+    shares, owed = so
+    assume(len(shares) >= 2 and owed)
+    out = corrected_shares(shares, owed)
+    top = max(shares, key=lambda n: owed.get(n, 0.0))
+    low = min(shares, key=lambda n: owed.get(n, 0.0))
+    assume(owed.get(top, 0.0) > owed.get(low, 0.0))
+    assert out[top] >= shares[top] - 1e-12
+    assert out[low] <= shares[low] + 1e-12
+
+
+def test_correction_example() -> None:
+    # a's start was 2 ms late in a 40 ms period after an idle slot: paid from the idle slot
+    out = corrected_shares({"a": 0.3, "b": 0.5, "": 0.2}, {"a": 0.05, "": -0.05})
+    assert out == pytest.approx({"a": 0.35, "b": 0.5, "": 0.15})

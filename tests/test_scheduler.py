@@ -162,6 +162,49 @@ def test_activity_change_reaches_the_plan_within_two_periods() -> None:
         assert act == ["a"] and t_change < when <= t_change + 2 * tl.period_ns, (offset, changes)
 
 
+class LateGate(RecGate):
+    """Every switch that starts ``late_for``'s slot lands ``late`` ns after it is due (a
+    daemon that wakes late at one boundary of each period)."""
+
+    def __init__(self, clock: Clock, table: dict[str, set[Channel]], late_for: str, late: int) -> None:
+        super().__init__(clock)
+        self.mine, self.late = table[late_for], late
+
+    def apply(self, gpu: int, target: set[Channel]) -> int:
+        if not (self.mine & target) and self.mine & self.disabled:
+            self.clock.t += self.late
+        return super().apply(gpu, target)
+
+
+@pytest.mark.parametrize("correct", [True, False])
+@pytest.mark.parametrize("policy,insts,want", [
+    ("fixed", [S.Instance("a", [0], 1, share=0.3), S.Instance("b", [0], 1, share=0.5)], {"a": 0.3, "b": 0.5}),
+    ("weight", [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=3)], {"a": 0.25, "b": 0.75}),
+])
+def test_late_switches_are_paid_back(policy, insts, want, correct, monkeypatch) -> None:
+    """A switch into a's slot that is always 2 ms late (of 40) costs a 5 points per period;
+    the scheduler measures it from its own calls' return times and lengthens a's next slot
+    (from the idle remainder under fixed, from b under weight), so the long-run shares hold.
+    Without the correction (correct=False) the loss shows: the test can fail."""
+    import gpuslice.scheduler as sch
+
+    if not correct:
+        monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
+    sched, _gate, clock, table, _ = make(policy, insts)
+    gate = LateGate(clock, table, "a", 2 * MS)
+    sched.gate = gate
+    run_periods(sched, clock, 10)
+    t0 = clock.t
+    sched.run(lambda: False, until_ns=t0 + 100 * 40 * MS)
+    got = {n: share_of(gate, table, n, t0, clock.t) for n in want}
+    if correct:
+        assert got == pytest.approx(want, abs=0.005)
+        owed = sched.snapshot()["gpus"]["0"]["instances"]["a"]["owed_ns"]
+        assert abs(owed) < 3 * MS
+    else:
+        assert got["a"] == pytest.approx(want["a"] - 0.05, abs=0.005)
+
+
 def test_start_reenables_everything_and_close_releases() -> None:
     insts = [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=1)]
     sched, gate, clock, table, _ = make("weight", insts)

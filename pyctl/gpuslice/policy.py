@@ -161,3 +161,39 @@ def slot_plan(shares: Mapping[str, float], period_ns: int, order: Iterable[str] 
     if t < period_ns:
         slots.append(Slot(None, t, period_ns - t))
     return slots
+
+
+def corrected_shares(shares: Mapping[str, float], owed: Mapping[str, float],
+                     limit: float = 0.25) -> dict[str, float]:
+    """Slot lengths for the next period, corrected by what each slot is owed.
+
+    ``owed[n]`` is how much less than its share slot n really got so far, as a fraction
+    of a period (negative: it got more), measured by the scheduler from the moments its
+    own gating calls returned. A late switch gives the outgoing slot the time the
+    incoming one loses; paying it back next period keeps long-run shares on target
+    whatever the daemon's wake-up latency. The scheduler passes the idle remainder of a
+    period as a slot of its own (its owner is nobody), so what a late start costs an
+    instance after the idle slot comes back out of idle time.
+
+    Corrections sum to zero (the total stays what the policy gave: caps and the idle
+    remainder hold on average): owing that every slot shares alike is nobody's.
+    Each correction is at most ``limit`` of the slot's share; slots without a share
+    get none.
+    """
+    names = [n for n, s in shares.items() if s > 0]
+    if len(names) < 2:
+        return dict(shares)
+    want = {n: owed.get(n, 0.0) for n in names}
+    mean = sum(want.values()) / len(names)
+    corr = {n: min(limit * shares[n], max(-limit * shares[n], want[n] - mean)) for n in names}
+    excess = sum(corr.values())
+    side = [n for n in names if (corr[n] > 0) == (excess > 0) and corr[n] != 0]
+    mass = sum(abs(corr[n]) for n in side)
+    if excess and mass:
+        # shrink the side that overshoots: magnitudes only get smaller, so limits hold
+        for n in side:
+            corr[n] -= excess * abs(corr[n]) / mass
+    out = dict(shares)
+    for n in names:
+        out[n] = shares[n] + corr[n]
+    return out

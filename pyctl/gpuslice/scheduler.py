@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from . import state as st
-from .policy import WORK_CONSERVING, Slot, compute_shares, slot_plan
+from .policy import WORK_CONSERVING, Slot, compute_shares, corrected_shares, slot_plan
 from .probes import Probe
 from .netlink import mask_of
 from .sources import Channel, Source
@@ -60,6 +60,8 @@ class Plan:
     members: list[str] = field(default_factory=list)
     ungated: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
+    # what the slots add to (or take from) each share to pay back owed time; "" = idle
+    corr: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -73,12 +75,32 @@ class GpuTimeline:
     # (period start ns, active names) for every period whose active set differed from the
     # one before: when a change of activity reached the plan (status.json, benchmarks)
     active_changes: deque[tuple[int, list[str]]] = field(default_factory=lambda: deque(maxlen=64))
+    # closed-loop slot lengths (policy.corrected_shares): what each slot ("" = idle) is
+    # owed, in fractions of a period, and this period's (slot, planned ns, switch time)
+    owed: dict[str, float] = field(default_factory=dict)
+    switched: list[tuple[str, int, int]] = field(default_factory=list)
 
-    def started(self) -> None:
+    def started(self, prev: Plan) -> None:
         """A period with a new plan has just started at period_start."""
         act = sorted(self.plan.active)
         if not self.active_changes or self.active_changes[-1][1] != act:
             self.active_changes.append((self.period_start, act))
+        if self.plan.shares != prev.shares or self.plan.period_ns != prev.period_ns:
+            self.owed, self.switched = {}, []  # new targets: old debts are void
+        for n, c in self.plan.corr.items():
+            self.owed[n] = self.owed.get(n, 0.0) - c
+
+    def switched_at(self, slot: Slot, t: int) -> None:
+        """Slot ``slot`` began at ``t`` (its gating calls returned). At a period's first
+        slot, the previous period's slots are settled: each is owed its planned length
+        minus the time from its switch to the next."""
+        if slot.start_ns == 0:
+            done = self.switched + [("", 0, t)]
+            for (n, planned, t0), (_n, _p, t1) in zip(done, done[1:]):
+                owe = self.owed.get(n, 0.0) + (planned - (t1 - t0)) / self.plan.period_ns
+                self.owed[n] = max(-0.5, min(0.5, owe))
+            self.switched = []
+        self.switched.append((slot.name or "", slot.length_ns, t))
 
     # the current plan's fields, for readers
     @property
@@ -257,11 +279,12 @@ class Scheduler:
 
     def _plan(self, tl: GpuTimeline, now: int) -> None:
         """Start a new period of ``tl`` now (new timelines)."""
+        prev = tl.plan
         tl.plan = self._make_plan(tl.gpu, now)
         tl.next_plan = None
         tl.idx = 0
         tl.periods += 1
-        tl.started()
+        tl.started(prev)
 
     def _make_plan(self, gpu: int, now: int) -> Plan:
         self._refresh(now)
@@ -276,8 +299,15 @@ class Scheduler:
         shares = compute_shares(gp.policy, claims, active)
         members = [c.name for c in claims]
         ungated = {n for n in members if n not in active} if gp.policy in WORK_CONSERVING else set()
-        slots = slot_plan({n: s for n, s in shares.items() if s > 0}, gp.period_ns, order=members)
-        return Plan(gp.policy, gp.period_ns, slots, shares, members, ungated, active)
+        given = {n: s for n, s in shares.items() if s > 0}
+        if 1.0 - sum(given.values()) > 1e-9:
+            given[""] = 1.0 - sum(given.values())  # the idle remainder, nobody's
+        tl = self.timelines.get(gpu)
+        fixed = corrected_shares(given, tl.owed if tl is not None and tl.plan.shares == shares else {})
+        corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
+        fixed.pop("", None)
+        slots = slot_plan(fixed, gp.period_ns, order=members)
+        return Plan(gp.policy, gp.period_ns, slots, shares, members, ungated, active, corr)
 
     def target_disabled(self, tl: GpuTimeline, owner: str | None) -> set[Channel]:
         out: set[Channel] = set()
@@ -291,22 +321,29 @@ class Scheduler:
         if tl.idx >= len(tl.plan.slots):
             nxt = tl.period_start + tl.plan.period_ns
             # fell behind by more than a period (stopped, overloaded): restart the timeline
-            tl.period_start = nxt if now - nxt < tl.plan.period_ns else now
+            if now - nxt < tl.plan.period_ns:
+                tl.period_start = nxt
+            else:
+                tl.period_start = now
+                tl.owed, tl.switched = {}, []
             if tl.next_plan is not None and not self._fixed_state and st.file_stamp(self.state_path) != self._stamp:
                 tl.next_plan = None  # configuration changed since it was planned: a change applies within a period
                 self._refreshed_at = -1
+            prev = tl.plan
             tl.plan = tl.next_plan or self._make_plan(tl.gpu, now)
             tl.next_plan = None
             tl.idx = 0
             tl.periods += 1
-            tl.started()
+            tl.started(prev)
         slot = tl.plan.slots[tl.idx]
         due = tl.period_start + slot.start_ns
         calls = self.gate.apply(tl.gpu, self.target_disabled(tl, slot.name))
+        t = self.clock()
         if calls:
             self.switches += 1
             self.rm_calls += calls
-            self.latencies_ns.append(self.clock() - due)
+            self.latencies_ns.append(t - due)
+        tl.switched_at(slot, t if calls else due)
         tl.idx += 1
         if tl.idx >= len(tl.plan.slots):
             # plan the next period now, during the last slot, not at its first boundary
@@ -400,6 +437,7 @@ class Scheduler:
                     "active_changes": [[t, a] for t, a in tl.active_changes],
                     "instances": {
                         n: {"share": tl.shares.get(n, 0.0), "active": n in tl.active, "gated": n not in tl.ungated,
+                            "owed_ns": int(tl.owed.get(n, 0.0) * tl.period_ns),
                             "channels": len([c for c in self.chans.get(n, set()) if c.gpu == g])}
                         for n in tl.members
                     },

@@ -22,7 +22,9 @@
  *  - a turn that overran its timeslice (sleep wake-up latency) carries the
  *    excess into the TSG's next turn, so long-run shares follow the
  *    timeslice ratio (deficit round-robin).
- * /proc/nvstub/engine reports executed and pending time per channel.
+ * The thread runs SCHED_FIFO (above the daemon) and mostly sleeps.
+ * /proc/nvstub/engine reports executed, pending and enabled (not disabled by
+ * FIFO_DISABLE_CHANNELS) time per channel.
  */
 #include <linux/kthread.h>
 #include <linux/ktime.h>
@@ -56,6 +58,8 @@ struct nvstub_chan {
 	u64 executed_ns;
 	u64 pending_ns;
 	u64 disabled_at;	/* ktime of the last disable */
+	u64 enabled_at;		/* ktime of the last enable (or of creation) */
+	u64 enabled_ns;		/* time enabled, up to the last disable */
 	bool disabled;
 };
 
@@ -103,6 +107,7 @@ int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj)
 	ch->tsg = tsg_obj->tsg;
 	ch->id = nvstub_next_chid++;
 	ch->pid = task_tgid_nr(current);
+	ch->enabled_at = ktime_get_ns();
 	list_add_tail(&ch->node, &ch->tsg->chans);
 	obj->chan = ch;
 	return 0;
@@ -146,8 +151,14 @@ u64 nvstub_tsg_get_timeslice(struct nvstub_tsg *tsg)
 
 void nvstub_chan_set_disabled(struct nvstub_chan *chan, bool disabled)
 {
-	if (disabled && !chan->disabled)
-		chan->disabled_at = ktime_get_ns();
+	u64 now = ktime_get_ns();
+
+	if (disabled && !chan->disabled) {
+		chan->disabled_at = now;
+		chan->enabled_ns += now - chan->enabled_at;
+	} else if (!disabled && chan->disabled) {
+		chan->enabled_at = now;
+	}
 	chan->disabled = disabled;
 	if (!disabled) {
 		nvstub_engine_wake();
@@ -273,6 +284,12 @@ static void nvstub_run_turn(u64 budget)
 
 static int nvstub_engine_thread(void *unused)
 {
+	/*
+	 * A GPU does not wait for a CPU: run above every user task (the gpuctl
+	 * daemon runs SCHED_FIFO 10), or a preemption and the pick of the next
+	 * TSG would wait until the daemon that disabled the channel sleeps.
+	 */
+	sched_set_fifo(current);
 	while (!kthread_should_stop()) {
 		struct nvstub_tsg *tsg;
 		u64 budget = 0;
@@ -325,10 +342,15 @@ void nvstub_engine_report(struct seq_file *m)
 
 	list_for_each_entry(tsg, &nvstub_tsgs, node) {
 		list_for_each_entry(ch, &tsg->chans, node) {
-			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu\n",
+			u64 enabled = ch->enabled_ns;
+
+			if (!ch->disabled)
+				enabled += ktime_get_ns() - ch->enabled_at;
+			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu enabled_ns=%llu\n",
 				   tsg->obj->client->root.handle, ch->obj->handle,
 				   tsg->obj->handle, ch->pid, ch->executed_ns,
-				   ch->pending_ns, ch->disabled, tsg->timeslice_us);
+				   ch->pending_ns, ch->disabled, tsg->timeslice_us,
+				   enabled);
 		}
 	}
 }
