@@ -261,11 +261,12 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		break;
 	}
 
-	trace_gpuslice_ioctl(inst->id, inst->name, c.pid, c.escape, c.what, c.status,
-			     c.refusal, drv_ns, ktime_get_ns() - t0);
+	trace_gpuslice_ioctl(inst->id, inst->name, c.pid, c.kind, c.escape, c.what,
+			     c.status, c.refusal, drv_ns, ktime_get_ns() - t0);
 	if (c.refusal != GS_REFUSE_NONE)
-		trace_gpuslice_refusal(inst->id, inst->name, c.pid, c.escape, c.what,
-				       c.refusal, c.status, gs_refused_size(inst));
+		trace_gpuslice_refusal(inst->id, inst->name, c.pid, c.kind, c.escape,
+				       c.what, c.refusal, c.status,
+				       gs_refused_size(inst));
 out_free:
 	if (c.arg != stack_arg)
 		kfree(c.arg);

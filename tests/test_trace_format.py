@@ -89,6 +89,33 @@ def test_refusal_names_match_core_h() -> None:
     assert tracefmt.REFUSAL_NAMES == dict(enumerate(names))
 
 
+def test_file_kinds_match_core_h() -> None:
+    text = (REPO / "kmod/core/core.h").read_text()
+    body = re.search(r"enum gs_file_kind\s*\{(.*?)\};", text, re.S)
+    assert body is not None
+    names = re.findall(r"^\s*GS_FILE_(\w+)\s*,", body.group(1), re.M)
+    assert tracefmt.FILE_KINDS == dict(enumerate(names))
+    assert tracefmt.FILE_KINDS[tracefmt.FILE_UVM] == "UVM"
+
+
+def test_uvm_calls_are_named_apart_from_rm_escapes() -> None:
+    # UVM_REGISTER_GPU (37) is also an RM escape number (0x25)
+    uvm = tracefmt.UVM_KEY_BIT | abi.UVM_REGISTER_GPU
+    assert tracefmt.call_name(uvm, 0) == "UVM_REGISTER_GPU"
+    assert tracefmt.call_name(abi.UVM_REGISTER_GPU, 0) != "UVM_REGISTER_GPU"
+    assert tracefmt.call_name(tracefmt.UVM_KEY_BIT | abi.UVM_INITIALIZE, 0) == "UVM_INITIALIZE"
+    assert tracefmt.call_name(tracefmt.UVM_KEY_BIT | 0x77, 0) == "UVM 0x77"
+    # every UVM request fits below the bit
+    assert all(not v & tracefmt.UVM_KEY_BIT for v in abi.UVM_NAMES)
+
+
+def test_bpf_programs_mark_uvm_calls() -> None:
+    from gpuslice import tracebpf
+
+    for prog in (tracebpf.ioctl_program(1000, None, None), tracebpf.refusals_program(None, None)):
+        assert f"file_kind == {tracefmt.FILE_UVM}" in prog and f"|= {tracefmt.UVM_KEY_BIT}u" in prog
+
+
 # ---------------------------------------------------------------- aggregation
 
 K_CTL = ("a", abi.NV_ESC_RM_CONTROL, 0x2080110B)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from . import abi
+from .tracefmt import FILE_UVM, UVM_KEY_BIT
 
 INST_LEN = 32  # GPUSLICE_NAME_MAX
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,31}")
@@ -85,6 +86,8 @@ TRACEPOINT_PROBE(gpuslice, gpuslice_ioctl)
     TP_DATA_LOC_READ_STR(k.inst, inst, INST_LEN);
     %(inst_filter)s
     k.escape = args->escape;
+    if (args->file_kind == %(file_uvm)d)
+        k.escape |= %(uvm_bit)du;
     k.what = args->what;
     if (drv > total)
         drv = total;
@@ -135,6 +138,8 @@ TRACEPOINT_PROBE(gpuslice, gpuslice_refusal)
     ev.inst_id = args->inst_id;
     ev.pid = args->pid;
     ev.escape = args->escape;
+    if (args->file_kind == %(file_uvm)d)
+        ev.escape |= %(uvm_bit)du;
     ev.what = args->what;
     ev.refusal = args->refusal;
     ev.status = args->status;
@@ -232,6 +237,8 @@ def ioctl_program(div: int, instance: str | None, pid: int | None) -> str:
         "div": div,
         "pid_filter": pid_filter_c(pid, "args->pid"),
         "inst_filter": inst_filter_c(instance, "k.inst"),
+        "file_uvm": FILE_UVM,
+        "uvm_bit": UVM_KEY_BIT,
     }
 
 
@@ -240,6 +247,8 @@ def refusals_program(instance: str | None, pid: int | None) -> str:
         "inst_len": INST_LEN,
         "pid_filter": pid_filter_c(pid, "args->pid"),
         "inst_filter": inst_filter_c(instance, "ev.inst"),
+        "file_uvm": FILE_UVM,
+        "uvm_bit": UVM_KEY_BIT,
     }
 
 

@@ -26,6 +26,14 @@ REFUSAL_NAMES: dict[int, str] = {
     7: "UNLISTED",
 }
 
+# enum gs_file_kind (kmod/core/core.h), the tracepoints' file_kind; checked like the above.
+FILE_KINDS: dict[int, str] = {0: "CTL", 1: "GPU", 2: "UVM"}
+FILE_UVM = 2
+# An nvidia-uvm call's escape is its whole request number, and those overlap the RM
+# escapes (UVM_REGISTER_GPU = 37 = 0x25); the bcc programs set this bit in the key's
+# escape of a call on a UVM file, and the names below read it back.
+UVM_KEY_BIT = 1 << 31
+
 # display unit -> (nanoseconds per unit, histogram label as the bcc tools print it)
 UNITS: dict[str, tuple[int, str]] = {
     "ns": (1, "nsecs"),
@@ -40,11 +48,16 @@ STARS = 40
 
 
 def escape_name(escape: int) -> str:
+    if escape & UVM_KEY_BIT:
+        cmd = escape & ~UVM_KEY_BIT
+        return abi.UVM_NAMES.get(cmd, f"UVM 0x{cmd:x}")
     return abi.ESCAPE_NAMES.get(escape, f"0x{escape:x}")
 
 
 def what_name(escape: int, what: int) -> str | None:
     """Class name for RM_ALLOC, control name for RM_CONTROL, hex for unknown; None for 0 elsewhere."""
+    if escape & UVM_KEY_BIT:
+        return f"0x{what:x}" if what else None
     if escape == abi.NV_ESC_RM_ALLOC:
         return abi.CLASS_NAMES.get(what, f"0x{what:04x}")
     if escape == abi.NV_ESC_RM_CONTROL:

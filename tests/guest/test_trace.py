@@ -8,9 +8,11 @@ The tests compare the traced counts with the calls made, exactly.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -88,8 +90,23 @@ class Tracer:
             self.p.wait()
 
 
+def uvm_traffic(inst: Instance) -> None:
+    """UVM_INITIALIZE and UVM_PAGEABLE_MEM_ACCESS (39, the number of RM's
+    NV_ESC_RM_ALLOC_MEMORY) on the instance's nvidia-uvm node."""
+    fd = nvstub.open_node(inst.path("nvidia-uvm"))
+    try:
+        for cmd in (abi.UVM_INITIALIZE, abi.UVM_PAGEABLE_MEM_ACCESS):
+            size, st_off, _fd_off = abi.UVM_PARAMS[cmd]
+            p = ctypes.create_string_buffer(size)
+            assert nvstub.uvm_ioctl(fd, cmd, p) == 0
+            assert struct.unpack_from("<I", p, st_off)[0] == abi.NV_OK
+    finally:
+        os.close(fd)
+
+
 def traffic(inst: Instance, n_ctl: int, n_mem: int, over: int | None) -> None:
     s = session(inst)  # REGISTER_FD, then RM_ALLOC of a client, a device and a subdevice
+    uvm_traffic(inst)
     try:
         for _ in range(n_ctl):
             s.fb_free_kib()
@@ -115,6 +132,8 @@ def expected(n_ctl: int, n_mem: int, refused: int) -> Counter[str]:
         "RM_CONTROL NV2080_CTRL_CMD_FB_GET_INFO_V2": n_ctl,
         "RM_ALLOC NV01_MEMORY_LOCAL_USER": n_mem + refused,
         "RM_FREE": n_mem,
+        "UVM_INITIALIZE": 1,
+        "UVM_PAGEABLE_MEM_ACCESS": 1,
     })
 
 
