@@ -205,6 +205,31 @@ def test_late_switches_are_paid_back(policy, insts, want, correct, monkeypatch) 
         assert got["a"] == pytest.approx(want["a"] - 0.05, abs=0.005)
 
 
+def test_planning_happens_in_a_slot_with_room(monkeypatch) -> None:
+    """Planning the next period costs time (here 10 ms of a 40 ms period): it is done at
+    the start of a slot at least twice that long, so it never delays a switch (with the
+    8 ms idle slot last, planning there would make every period's first switch late)."""
+    import gpuslice.scheduler as sch
+
+    monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
+    insts = [S.Instance("a", [0], 1, share=0.3), S.Instance("b", [0], 1, share=0.5)]
+    sched, gate, clock, table, _ = make("fixed", insts)
+    real = sched._make_plan
+
+    def slow_plan(gpu: int, now: int):
+        clock.t += 10 * MS
+        return real(gpu, now)
+
+    monkeypatch.setattr(sched, "_make_plan", slow_plan)
+    run_periods(sched, clock, 10)
+    t0 = clock.t
+    sched.run(lambda: False, until_ns=t0 + 50 * 40 * MS)
+    assert share_of(gate, table, "a", t0, clock.t) == pytest.approx(0.3, abs=0.005)
+    assert share_of(gate, table, "b", t0, clock.t) == pytest.approx(0.5, abs=0.005)
+    assert sched._planning_slot(sched.timelines[0].plan.slots) == 1  # b's 20 ms slot
+    assert 8 * MS < sched.plan_cost_ns <= 10 * MS
+
+
 def test_start_reenables_everything_and_close_releases() -> None:
     insts = [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=1)]
     sched, gate, clock, table, _ = make("weight", insts)

@@ -169,6 +169,8 @@ class Scheduler:
         self.switches = 0
         self.rm_calls = 0
         self._last_status = 0
+        self.plan_cost_ns = 1_000_000  # running averages, for when to plan and report
+        self.status_cost_ns = 1_000_000
         self.started = False
         self.stopping = False
         self.wake_bias_ns = 0
@@ -345,9 +347,21 @@ class Scheduler:
             self.latencies_ns.append(t - due)
         tl.switched_at(slot, t if calls else due)
         tl.idx += 1
-        if tl.idx >= len(tl.plan.slots):
-            # plan the next period now, during the last slot, not at its first boundary
-            tl.next_plan = self._make_plan(tl.gpu, self.clock())
+        if tl.next_plan is None and tl.idx - 1 == self._planning_slot(tl.plan.slots):
+            # plan the next period now, not at its first boundary: planning reads the
+            # channel source and the probe, which must not delay a switch
+            t0 = self.clock()
+            tl.next_plan = self._make_plan(tl.gpu, t0)
+            self.plan_cost_ns = int(0.8 * self.plan_cost_ns + 0.2 * (self.clock() - t0))
+
+    def _planning_slot(self, slots: list[Slot]) -> int:
+        """The slot at whose start the next period is planned: the last one long enough
+        to plan in (twice the average planning time), else the longest. The later, the
+        fresher the probe's view; a slot too short would make its successor late."""
+        room = [i for i, sl in enumerate(slots) if sl.length_ns >= 2 * self.plan_cost_ns]
+        if room:
+            return room[-1]
+        return max(range(len(slots)), key=lambda i: slots[i].length_ns)
 
     def step(self) -> int:
         """Handle every boundary that is due; return ns until the next one."""
@@ -361,12 +375,22 @@ class Scheduler:
                 guard += 1
                 now = self.clock()
         self._sync_timelines(now)
-        if self.status_path and now - self._last_status > 500_000_000:
+        if self.status_path and self._status_due(now):
             self._last_status = now
             self.write_status()
+            self.status_cost_ns = int(0.8 * self.status_cost_ns + 0.2 * (self.clock() - now))
         if not self.timelines:
             return 50_000_000
         return max(0, min(tl.next_boundary() for tl in self.timelines.values()) - self.clock())
+
+    def _status_due(self, now: int) -> bool:
+        """Every 0.5 s, at a moment with room before the next switch (twice the average
+        time a report takes), so writing it never delays a switch; at the latest every 5 s."""
+        since = now - self._last_status
+        if since < 500_000_000:
+            return False
+        nxt = min((tl.next_boundary() for tl in self.timelines.values()), default=now + 10**9)
+        return nxt - now >= 2 * self.status_cost_ns or since > 5_000_000_000
 
     def run(self, should_stop: Callable[[], bool], until_ns: int | None = None) -> None:
         """Loop until ``should_stop()`` (checked after every wake-up) or ``until_ns``.
