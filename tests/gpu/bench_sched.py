@@ -214,7 +214,7 @@ class Bench:
             tgt = sc.target_shares(ph["policy"], members, set(running))
             span = sum(b - a for a, b in wins)
             ach = {n: sum(sc.count(self.ws[n].times(), a, b) for a, b in wins) / span / alone[n] for n in members}
-            rows.append({"policy": ph["policy"] + ("" if ph.get("order", "disable-first") == "disable-first"
+            rows.append({"policy": ph["policy"] + ("" if ph.get("order", "enable-first") == "enable-first"
                                                    else " (" + ph["order"] + ")")
                          + (f" [{ph['probe']}]" if bursty else ""),
                          "reaction_periods": self.reactions(ph, d_busy) if bursty else None,
@@ -463,8 +463,8 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=20, help="kills per signal")
     ap.add_argument("--periods", default="20,50,100")
     ap.add_argument("--policies", default="fixed,weight,equal,burst")
-    ap.add_argument("--orders", default="disable-first", help="gpuctl daemon --switch-order values to run")
-    ap.add_argument("--probes", default="nvml", help="gpuctl daemon --probe values to run equal and burst with")
+    ap.add_argument("--orders", default="enable-first", help="gpuctl daemon --switch-order values to run")
+    ap.add_argument("--probes", default="cpu", help="gpuctl daemon --probe values to run equal and burst with")
     ap.add_argument("--no-native", action="store_true", help="skip the native time-slicing phases")
     ap.add_argument("--quick", action="store_true", help="half-length phases")
     ap.add_argument("--budget", type=float, default=470, help="seconds; later phases are cut short to fit")
@@ -510,7 +510,7 @@ def main() -> int:
                                 (3 if POLICY_SETS[pol][1] else 1) * BURST_S if a.quick else
                                 (3 * BURST_S if POLICY_SETS[pol][1] else 5.0), probe)
             b.alone(f"after-{period}ms", 2.0)
-        b.daemon.order = "disable-first"
+        b.daemon.order = "enable-first"
         if a.kills:
             guarded("crash", b.crash, a.kills, lambda: left() > 15)
     finally:

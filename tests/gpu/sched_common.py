@@ -242,7 +242,7 @@ while not stop:
 class Daemon:
     """`gpuctl daemon --source preload` with its paths under ``workdir``."""
 
-    def __init__(self, workdir: str, relay: Relay, log, probe: str = "nvml") -> None:
+    def __init__(self, workdir: str, relay: Relay, log, probe: str = "cpu") -> None:
         self.dir = workdir
         self.state = os.path.join(workdir, "state.json")
         self.status = os.path.join(workdir, "status.json")
@@ -253,7 +253,7 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
         self.logf = open(os.path.join(workdir, "daemon.log"), "a")
         self.runs = 0
-        self.order = "disable-first"  # --switch-order
+        self.order = "enable-first"  # --switch-order (the daemon's default)
 
     def write_state(self, policy: str, period_ms: int, members: dict[str, dict]) -> None:
         from gpuslice import state as S
@@ -270,7 +270,7 @@ class Daemon:
         return [sys.executable, "-c", "import sys; from gpuslice.cli import main; main()",
                 "--state", self.state, "--kernel", "no", "daemon", "--source", "preload",
                 "--preload-sock", self.sock, "--probe", self.probe, "--status-file", self.status,
-                *(["--switch-order", self.order] if self.order != "disable-first" else []), "-v"]
+                "--switch-order", self.order, "-v"]
 
     def start(self, members: list[str] = (), timeout: float = 15) -> float:
         """Start, wait for the socket, point the relay at it, wait until the daemon's
@@ -283,8 +283,8 @@ class Daemon:
         env.pop("LD_PRELOAD", None)  # the daemon is not in any instance: its RM client is unfiltered
         self.runs += 1
         c = self.cmd()
-        if self.runs <= 1 or (self.order != "disable-first" and not getattr(self, "_logged_order", False)):
-            self._logged_order = self.order != "disable-first"
+        if self.runs <= 1 or getattr(self, "_logged_order", None) != self.order:
+            self._logged_order = self.order
             self.log("$ PYTHONPATH=" + env["PYTHONPATH"] + " " + " ".join(c[:2]) + " '" + c[2] + "' " + " ".join(c[3:]))
         self.logf.write(f"==== run {self.runs} {time.strftime('%H:%M:%S')}\n")
         self.logf.flush()

@@ -117,7 +117,7 @@ def test_cpu_probe_follows_a_workload_pausing_and_resuming(bed):
         time.sleep(1.0)
         st = daemon.stop()
     finally:
-        daemon.probe = "nvml"
+        daemon.probe = "cpu"
         for w in ws.values():
             w.set("pause")
     changes = [(t, set(a)) for t, a in st["gpus"]["0"]["active_changes"]]
