@@ -59,6 +59,7 @@ struct nvstub_chan {
 	u64 pending_ns;
 	u64 disabled_at;	/* ktime of the last disable */
 	u64 enabled_at;		/* ktime of the last enable (or of creation) */
+	u64 work_at;		/* ktime its pending work last went from 0 to >0 */
 	u64 enabled_ns;		/* time enabled, up to the last disable */
 	bool disabled;
 };
@@ -190,15 +191,15 @@ static u64 nvstub_tsg_slice_ns(struct nvstub_tsg *tsg)
 /*
  * Charge the engine time [@from, @to) to the TSG's channels with pending
  * work, in list order; a channel disabled inside the interval runs only up to
- * its disable.
+ * its disable. Returns the end of what was charged.
  */
-static void nvstub_tsg_charge(struct nvstub_tsg *tsg, u64 from, u64 to)
+static u64 nvstub_tsg_charge(struct nvstub_tsg *tsg, u64 from, u64 to)
 {
 	struct nvstub_chan *ch;
 	u64 at = from;
 
 	if (!tsg->scheduled)
-		return;
+		return at;
 	list_for_each_entry(ch, &tsg->chans, node) {
 		u64 end = to;
 		u64 part;
@@ -212,6 +213,15 @@ static void nvstub_tsg_charge(struct nvstub_tsg *tsg, u64 from, u64 to)
 		ch->executed_ns += part;
 		at += part;
 	}
+	return at;
+}
+
+/* When the TSG's first runnable channel became runnable (enabled, with work). */
+static u64 nvstub_tsg_ready_at(struct nvstub_tsg *tsg)
+{
+	struct nvstub_chan *ch = nvstub_tsg_runnable_chan(tsg);
+
+	return ch ? max(ch->enabled_at, ch->work_at) : 0;
 }
 
 /* Next TSG in round-robin order with runnable work; paying off debts. */
@@ -242,18 +252,21 @@ static struct nvstub_tsg *nvstub_pick(u64 *budget)
 	return found;
 }
 
-/* Run one turn of the picked TSG for at most @budget ns. Called unlocked. */
-static void nvstub_run_turn(u64 budget)
+/*
+ * Run one turn of the picked TSG, from @start, for at most @budget ns. Called
+ * unlocked. Returns when the turn ended: now if its time was up, else when its
+ * last channel stopped (disabled, or out of work), however late the thread saw it.
+ */
+static u64 nvstub_run_turn(u64 start, u64 budget)
 {
 	struct nvstub_tsg *tsg;
-	u64 start = ktime_get_ns();
 	u64 last = start;
 
 	for (;;) {
 		u64 used = last - start;
 		u64 chunk = min(budget - used, (u64)NVSTUB_CHUNK_NS);
-		u64 now;
-		bool stop;
+		u64 now, end;
+		bool stop, runnable;
 
 		wait_event_interruptible_hrtimeout(nvstub_engine_wq,
 						   READ_ONCE(nvstub_engine_preempt) ||
@@ -265,25 +278,35 @@ static void nvstub_run_turn(u64 budget)
 		tsg = nvstub_running;
 		if (!tsg) {
 			mutex_unlock(&nvstub_lock);
-			return;
+			return last;
 		}
 		now = ktime_get_ns();
-		nvstub_tsg_charge(tsg, last, now);
+		end = nvstub_tsg_charge(tsg, last, now);
 		last = now;
 		used = last - start;
-		stop = used >= budget || !nvstub_tsg_runnable_chan(tsg);
+		runnable = nvstub_tsg_runnable_chan(tsg);
+		stop = used >= budget || !runnable;
 		if (used > budget)
 			tsg->debt_ns = used - budget;
 		if (stop)
 			nvstub_running = NULL;
 		mutex_unlock(&nvstub_lock);
 		if (stop || kthread_should_stop())
-			return;
+			return runnable ? last : end;
 	}
 }
 
+/*
+ * The engine goes from one turn to the next without a gap: the next turn
+ * starts where the last one ended, or when the picked TSG became runnable if
+ * that is later (the time the thread spends waking up, picking, or waiting for
+ * nvstub_lock while /proc/nvstub/engine is read is the new turn's, as on a GPU
+ * that does not wait for its driver's thread).
+ */
 static int nvstub_engine_thread(void *unused)
 {
+	u64 turn_end = 0;
+
 	/*
 	 * A GPU does not wait for a CPU: run above every user task (the gpuctl
 	 * daemon runs SCHED_FIFO 10), or a preemption and the pick of the next
@@ -293,12 +316,15 @@ static int nvstub_engine_thread(void *unused)
 	while (!kthread_should_stop()) {
 		struct nvstub_tsg *tsg;
 		u64 budget = 0;
+		u64 start = 0;
 
 		mutex_lock(&nvstub_lock);
 		tsg = nvstub_pick(&budget);
 		nvstub_running = tsg;
 		nvstub_engine_kick = false;
 		nvstub_engine_preempt = false;
+		if (tsg)
+			start = max(turn_end, nvstub_tsg_ready_at(tsg));
 		mutex_unlock(&nvstub_lock);
 		if (!tsg) {
 			wait_event_interruptible_timeout(nvstub_engine_wq,
@@ -307,7 +333,7 @@ static int nvstub_engine_thread(void *unused)
 							 HZ / 10);
 			continue;
 		}
-		nvstub_run_turn(budget);
+		turn_end = nvstub_run_turn(start, budget);
 	}
 	return 0;
 }
@@ -329,6 +355,8 @@ int nvstub_esc_submit(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
 		return 0;
 	}
+	if (!ch->chan->pending_ns && p->work_ns)
+		ch->chan->work_at = ktime_get_ns();
 	ch->chan->pending_ns += p->work_ns;
 	nvstub_engine_wake();
 	p->status = NV_OK;
