@@ -19,6 +19,8 @@
  *  - FIFO_DISABLE_CHANNELS on a channel of the running TSG preempts it at
  *    once, as the GPU does: the channel is charged up to the moment of the
  *    disable and the waiting thread is woken to pick the next TSG;
+ *  - the next turn starts where the last one ended (or when its TSG became
+ *    runnable, if later), not when the thread gets to it;
  *  - a turn that overran its timeslice (sleep wake-up latency) carries the
  *    excess into the TSG's next turn, so long-run shares follow the
  *    timeslice ratio (deficit round-robin).
