@@ -94,8 +94,8 @@ def main() -> int:
     print(f"# gpuctl scheduler on the nvstub stand-in, {time.strftime('%Y-%m-%d %H:%M:%S')}, "
           f"kernel {os.uname().release}, {os.cpu_count()} CPUs")
     print("# achieved = executed_ns over a window of whole periods / what the engine executed for the same")
-    print("# workloads in as long with nobody gating (under QEMU/TCG the stand-in's engine delivers only")
-    print("# 85-90% of wall time even ungated); 'engine utilisation' gives the raw fractions of wall time")
+    print("# workloads in as long with nobody gating (measured just before the daemon starts);")
+    print("# 'engine utilisation' gives the raw fractions of wall time")
     with tempfile.TemporaryDirectory() as tmp:
         for policy, insts, busy in SCENARIOS:
             if args.only and policy != args.only:
