@@ -162,18 +162,22 @@ def test_activity_change_reaches_the_plan_within_two_periods() -> None:
         assert act == ["a"] and t_change < when <= t_change + 2 * tl.period_ns, (offset, changes)
 
 
-class LateGate(RecGate):
-    """Every switch that starts ``late_for``'s slot lands ``late`` ns after it is due (a
-    daemon that wakes late at one boundary of each period)."""
+class LateSched(FakeSched):
+    """Wakes ``late`` ns after every boundary that starts ``late_for``'s slot (a daemon
+    that is late at one boundary of each period)."""
 
-    def __init__(self, clock: Clock, table: dict[str, set[Channel]], late_for: str, late: int) -> None:
-        super().__init__(clock)
-        self.mine, self.late = table[late_for], late
+    late_for = "a"
+    late = 2 * MS
 
-    def apply(self, gpu: int, target: set[Channel]) -> int:
-        if not (self.mine & target) and self.mine & self.disabled:
-            self.clock.t += self.late
-        return super().apply(gpu, target)
+    def _wait(self, seconds: float) -> None:
+        super()._wait(seconds)
+        tl = self.timelines.get(0)
+        if tl is None or self.clock() < tl.next_boundary():
+            return
+        slots = tl.plan.slots
+        nxt = slots[tl.idx].name if tl.idx < len(slots) else (slots[0].name if slots else None)
+        if nxt == self.late_for:
+            self.clock.t += self.late  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("correct", [True, False])
@@ -182,17 +186,16 @@ class LateGate(RecGate):
     ("weight", [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=3)], {"a": 0.25, "b": 0.75}),
 ])
 def test_late_switches_are_paid_back(policy, insts, want, correct, monkeypatch) -> None:
-    """A switch into a's slot that is always 2 ms late (of 40) costs a 5 points per period;
-    the scheduler measures it from its own calls' return times and lengthens a's next slot
+    """A switch into a's slot that always begins 2 ms late (of 40) costs a 5 points per
+    period; the scheduler measures it from when its own calls began and lengthens a's next slot
     (from the idle remainder under fixed, from b under weight), so the long-run shares hold.
     Without the correction (correct=False) the loss shows: the test can fail."""
     import gpuslice.scheduler as sch
 
     if not correct:
         monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
-    sched, _gate, clock, table, _ = make(policy, insts)
-    gate = LateGate(clock, table, "a", 2 * MS)
-    sched.gate = gate
+    sched, gate, clock, table, _ = make(policy, insts)
+    sched.__class__ = LateSched
     run_periods(sched, clock, 10)
     t0 = clock.t
     sched.run(lambda: False, until_ns=t0 + 100 * 40 * MS)

@@ -91,7 +91,7 @@ class GpuTimeline:
             self.owed[n] = self.owed.get(n, 0.0) - c
 
     def switched_at(self, slot: Slot, t: int) -> None:
-        """Slot ``slot`` began at ``t`` (its gating calls returned). At a period's first
+        """Slot ``slot`` began at ``t`` (its gating calls began). At a period's first
         slot, the previous period's slots are settled: each is owed its planned length
         minus the time from its switch to the next."""
         if slot.start_ns == 0:
@@ -339,13 +339,16 @@ class Scheduler:
             tl.started(prev)
         slot = tl.plan.slots[tl.idx]
         due = tl.period_start + slot.start_ns
+        began = self.clock()
         calls = self.gate.apply(tl.gpu, self.target_disabled(tl, slot.name))
-        t = self.clock()
         if calls:
             self.switches += 1
             self.rm_calls += calls
-            self.latencies_ns.append(t - due)
-        tl.switched_at(slot, t if calls else due)
+            self.latencies_ns.append(self.clock() - due)
+        # a slot is settled from when its switch began: how long the calls take depends
+        # on the GPU (an idle predecessor lets the incoming run from its enable, a busy one
+        # only from its disable), how late they began is the daemon's own doing
+        tl.switched_at(slot, began if calls else due)
         tl.idx += 1
         if tl.next_plan is None and tl.idx - 1 == self._planning_slot(tl.plan.slots):
             # plan the next period now, not at its first boundary: planning reads the
