@@ -208,6 +208,56 @@ def test_late_switches_are_paid_back(policy, insts, want, correct, monkeypatch) 
         assert got["a"] == pytest.approx(want["a"] - 0.05, abs=0.005)
 
 
+class TimedGate(RecGate):
+    """Enable-first switches of two calls of ``call`` ns each, with a model of who runs:
+    after a switch the incoming owner runs from its enable if nothing busy runs, else
+    from the outgoing owner's disable (the GPU's behaviour, docs/policies.md)."""
+
+    call = 2 * MS
+
+    def __init__(self, clock: Clock, table: dict[str, set[Channel]], busy: set[str]) -> None:
+        super().__init__(clock)
+        self.owner_of = {c: n for n, cs in table.items() for c in cs}
+        self.busy = busy
+        self.runs: list[tuple[int, str | None]] = []  # (from, who runs)
+        self.incoming_at: int | None = None
+
+    def apply(self, gpu: int, target: set[Channel]) -> int:
+        on = {self.owner_of[c] for c in self.owner_of if c not in target} & self.busy
+        running = self.runs[-1][1] if self.runs else None
+        self.clock.t += self.call
+        self.incoming_at = self.clock.t
+        if running is None or running not in self.busy:
+            self.runs.append((self.clock.t, next(iter(on), None)))
+        self.clock.t += self.call
+        n = super().apply(gpu, target)
+        self.runs.append((self.clock.t, next(iter(on), None)))
+        return n
+
+    def ran(self, name: str, t0: int, t1: int) -> int:
+        total = 0
+        for (ta, who), (tb, _w) in zip(self.runs, self.runs[1:] + [(t1, None)]):
+            if who == name:
+                total += max(0, min(tb, t1) - max(ta, t0))
+        return total
+
+
+def test_slot_after_an_idle_one_is_settled_from_its_enable() -> None:
+    """Under weight with c idle, a follows c's (unused) slot: with enable-first it runs from
+    its enable call, one call before the switch is done. Settled from the enable, that head
+    start is paid back; a and b end up on their 1/6 and 2/6."""
+    insts = [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=2), S.Instance("c", [0], 1, weight=3)]
+    sched, _g, clock, table, _ = make("weight", insts, active={"a", "b"}, period=60 * MS)
+    gate = TimedGate(clock, table, {"a", "b"})
+    sched.gate = gate
+    run_periods(sched, clock, 10, period=60 * MS)
+    t0 = clock.t
+    sched.run(lambda: False, until_ns=t0 + 100 * 60 * MS)
+    span = clock.t - t0
+    assert gate.ran("a", t0, clock.t) / span == pytest.approx(1 / 6, abs=0.005)
+    assert gate.ran("b", t0, clock.t) / span == pytest.approx(2 / 6, abs=0.005)
+
+
 def test_planning_happens_in_a_slot_with_room(monkeypatch) -> None:
     """Planning the next period costs time (here 10 ms of a 40 ms period): it is done at
     the start of a slot at least twice that long, so it never delays a switch (with the
@@ -364,8 +414,14 @@ def test_rmgate_enable_first_order() -> None:
     gate.apply(0, b)  # swap: a enabled first, then b disabled
     assert [d for _g, d, _c in rm.log] == [False, True]
     assert gate.disabled == b
+    # the moment the incoming channels could run: between the enable and the disable
+    assert gate.incoming_at is not None
     gate.release_all()
     assert not gate.disabled
+    late = RmGate(FakeRm(), RecGuard(FakeRm()), enable_first=False)  # type: ignore[arg-type]
+    late.apply(0, a)
+    late.apply(0, b)
+    assert late.incoming_at is None  # disable-first: nothing runs before the last call
 
 
 def test_rmgate_forgets_vanished_channels() -> None:

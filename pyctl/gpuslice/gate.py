@@ -57,6 +57,9 @@ class RmGate:
         self.rm = rm
         self.guard = guard
         self.enable_first = enable_first
+        # after apply(): when the incoming slot's channels were enabled, if they were
+        # enabled before the outgoing ones were disabled (enable-first), else None
+        self.incoming_at: int | None = None
         self.disabled: set[Channel] = set()
         self.announced: set[Channel] = set()
         self.stats = GateStats()
@@ -96,8 +99,11 @@ class RmGate:
         cur = {c for c in self.disabled if c.gpu == gpu}
         to_disable = {c for c in target if c.gpu == gpu} - cur
         to_enable = cur - target
+        self.incoming_at = None
         if self.enable_first:
             self._enable(gpu, to_enable)
+            # the incoming channels may run from here on if nothing else runs
+            self.incoming_at = time.monotonic_ns()
             self._disable(gpu, to_disable)
         else:
             self._disable(gpu, to_disable)

@@ -79,6 +79,7 @@ class GpuTimeline:
     # owed, in fractions of a period, and this period's (slot, planned ns, switch time)
     owed: dict[str, float] = field(default_factory=dict)
     switched: list[tuple[str, int, int]] = field(default_factory=list)
+    last_owner: str | None = None  # the owner of the slot switched to last (None: idle)
 
     def started(self, prev: Plan) -> None:
         """A period with a new plan has just started at period_start."""
@@ -91,7 +92,7 @@ class GpuTimeline:
             self.owed[n] = self.owed.get(n, 0.0) - c
 
     def switched_at(self, slot: Slot, t: int) -> None:
-        """Slot ``slot`` began at ``t`` (its gating calls began). At a period's first
+        """Slot ``slot`` began at ``t`` (when its owner could first run). At a period's first
         slot, the previous period's slots are settled: each is owed its planned length
         minus the time from its switch to the next."""
         if slot.start_ns == 0:
@@ -101,6 +102,7 @@ class GpuTimeline:
                 self.owed[n] = max(-0.5, min(0.5, owe))
             self.switched = []
         self.switched.append((slot.name or "", slot.length_ns, t))
+        self.last_owner = slot.name
 
     # the current plan's fields, for readers
     @property
@@ -339,16 +341,20 @@ class Scheduler:
             tl.started(prev)
         slot = tl.plan.slots[tl.idx]
         due = tl.period_start + slot.start_ns
-        began = self.clock()
         calls = self.gate.apply(tl.gpu, self.target_disabled(tl, slot.name))
+        done = self.clock()
         if calls:
             self.switches += 1
             self.rm_calls += calls
-            self.latencies_ns.append(self.clock() - due)
-        # a slot is settled from when its switch began: how long the calls take depends
-        # on the GPU (an idle predecessor lets the incoming run from its enable, a busy one
-        # only from its disable), how late they began is the daemon's own doing
-        tl.switched_at(slot, began if calls else due)
+            self.latencies_ns.append(done - due)
+        # when the incoming slot really began: after a busy predecessor, once that one was
+        # disabled (all calls done); after an idle one (or the idle remainder), already
+        # once its own channels were enabled, if the gate enabled them first
+        t = done
+        inc = getattr(self.gate, "incoming_at", None)
+        if inc is not None and tl.last_owner not in tl.plan.active:
+            t = inc
+        tl.switched_at(slot, t if calls else due)
         tl.idx += 1
         if tl.next_plan is None and tl.idx - 1 == self._planning_slot(tl.plan.slots):
             # plan the next period now, not at its first boundary: planning reads the
