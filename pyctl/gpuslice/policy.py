@@ -169,7 +169,7 @@ def corrected_shares(shares: Mapping[str, float], owed: Mapping[str, float],
 
     ``owed[n]`` is how much less than its share slot n really got so far, as a fraction
     of a period (negative: it got more), measured by the scheduler from the moments its
-    own gating calls began. A late switch gives the outgoing slot the time the
+    gating let its owner run. A late switch gives the outgoing slot the time the
     incoming one loses; paying it back next period keeps long-run shares on target
     whatever the daemon's wake-up latency. The scheduler passes the idle remainder of a
     period as a slot of its own (its owner is nobody), so what a late start costs an
