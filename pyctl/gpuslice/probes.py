@@ -175,8 +175,7 @@ class _Proc:
 
     def __init__(self, now: float, cpu: int) -> None:
         self.at, self.cpu = now, cpu
-        self.busy_since: float | None = None  # start of the current CPU-busy stretch
-        self.idle_since: float | None = now  # start of the current CPU-idle stretch
+        self.idle_since: float | None = now  # start of the current CPU-idle stretch; None: busy
         self.low_cpu_gpu = False  # seen busy on the GPU while idle on the CPU: NVML judges it
 
 
@@ -211,13 +210,13 @@ class CpuProbe:
             return True
         dt = now - p.at
         if dt <= 0:
-            return p.busy_since is not None
+            return p.idle_since is None
         busy = (cpu - p.cpu) / 1e9 / dt >= self.threshold
         p.at, p.cpu = now, cpu
-        if busy and p.busy_since is None:
-            p.busy_since, p.idle_since = now, None
-        elif not busy and p.idle_since is None:
-            p.busy_since, p.idle_since = None, now
+        if busy:
+            p.idle_since = None
+        elif p.idle_since is None:
+            p.idle_since = now
         return busy
 
     def _learn_from_nvml(self, nvml: NvmlProbe) -> None:

@@ -304,8 +304,9 @@ class Scheduler:
         members = [c.name for c in claims]
         ungated = {n for n in members if n not in active} if gp.policy in WORK_CONSERVING else set()
         given = {n: s for n, s in shares.items() if s > 0}
-        if 1.0 - sum(given.values()) > 1e-9:
-            given[""] = 1.0 - sum(given.values())  # the idle remainder, nobody's
+        idle = 1.0 - sum(given.values())
+        if idle > 1e-9:
+            given[""] = idle  # the idle remainder, nobody's
         tl = self.timelines.get(gpu)
         fixed = corrected_shares(given, tl.owed if tl is not None and tl.plan.shares == shares else {})
         corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
