@@ -4,7 +4,8 @@
  *
  * open() opens the real node (driver.c) in the caller's context and keeps it
  * in private_data; every other operation reaches that real file. ioctls go
- * through ioctl.c (the decision core and fd translation). mmap() hands the
+ * through ioctl.c (the decision core and fd translation). release() hands
+ * the file to the reaper (reaper.c): the real file can outlive it. mmap() hands the
  * vma to the real file: vma->vm_file becomes the real file (vma_set_file()),
  * so faults, munmap and the driver's own vma checks see the driver's file.
  */
@@ -22,6 +23,7 @@
 #include "fops.h"
 #include "instance.h"
 #include "ioctl.h"
+#include "reaper.h"
 
 static atomic64_t gs_next_file_id = ATOMIC64_INIT(0);
 
@@ -64,13 +66,10 @@ err_close:
 static int gs_release(struct inode *inode, struct file *file)
 {
 	struct gs_file *gf = file->private_data;
-	struct gs_instance *inst = gf->node->inst;
 
-	gs_file_closed(inst->core, gf->id);
-	fput(gf->real);
-	gs_proc_detach(inst, gf->tgid);
-	gs_node_close(gf->node);
-	kfree(gf);
+	gs_proc_detach(gf->node->inst, gf->tgid);
+	/* the accounting ends when the real file goes (reaper.c) */
+	gs_reaper_add(gf);
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 #define GPUSLICE_FOPS_H
 
 #include <linux/fs.h>
+#include <linux/list.h>
 #include <linux/types.h>
 
 struct gs_node;
@@ -18,6 +19,7 @@ struct gs_file {
 	u64 id;			/* gs_call.file_id */
 	pid_t tgid;		/* process that opened it (PROC_ATTACH/DETACH) */
 	int timeslice_gen;	/* instance timeslice generation applied on this file */
+	struct list_head reap;	/* on the reaper's list once released (reaper.c) */
 };
 
 extern const struct file_operations gs_fops;

@@ -28,6 +28,7 @@
 #include "fops.h"
 #include "instance.h"
 #include "netlink.h"
+#include "reaper.h"
 
 DEFINE_MUTEX(gs_instances_lock);
 LIST_HEAD(gs_instances);
@@ -331,6 +332,8 @@ int gs_instance_del(const char *name)
 {
 	struct gs_instance *inst;
 
+	/* real files nobody holds any more go first: their nodes are closed then */
+	gs_reaper_flush();
 	mutex_lock(&gs_instances_lock);
 	inst = gs_instance_find(name);
 	if (!inst) {

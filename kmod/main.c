@@ -10,6 +10,7 @@
 #include "fdswap.h"
 #include "instance.h"
 #include "netlink.h"
+#include "reaper.h"
 
 bool gs_passthrough_only;
 module_param_named(passthrough_only, gs_passthrough_only, bool, 0444);
@@ -47,6 +48,7 @@ err_driver:
 static void __exit gs_exit(void)
 {
 	gs_netlink_exit();
+	gs_reaper_exit();
 	gs_instances_exit();
 	gs_fdswap_barrier();
 	gs_driver_exit();
