@@ -252,6 +252,8 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 			break;
 		}
 		ret = gs_call_real(gf, &c, cmd, arg, compat, &drv_ns, &fault);
+		/* the driver ran but the reply is gone: the core assumes it succeeded */
+		c.reply_lost = !ret && fault;
 		if (decode)
 			gs_post(inst->core, &c, &gs_user_io, ret);
 		if (!ret && !fault)

@@ -216,7 +216,7 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
-	if (gs_vidmem_class(p->h_class) > 0)
+	if (gs_counted_class(p->h_class))
 		return gs_quota_pre(in, c, io, p, q);
 	return GS_PASS;
 }
@@ -263,8 +263,10 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 {
 	enum gs_refusal r;
 
-	if (c->kind == GS_FILE_UVM)
-		return GS_PASS;
+	if (c->kind == GS_FILE_UVM) {
+		r = gs_filter_uvm(c->escape);
+		return r == GS_REFUSE_NONE ? GS_PASS : gs_fail(c, r, EPERM);
+	}
 	if (NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
 		return gs_fail(c, GS_REFUSE_ESCAPE, ENOTTY);
 	switch (c->escape) {
@@ -381,30 +383,64 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	}
 	gs_unlock(&in->lock);
 	gs_evq_flush(in, &q);
+	memset(c->checked, 0, sizeof(c->checked));
+	if (c->arg)
+		memcpy(c->checked, c->arg,
+		       c->arg_size < sizeof(c->checked) ? c->arg_size : sizeof(c->checked));
 	return v;
 }
 
 /* ---- gs_post ---- */
 
+/*
+ * The handle of the object a call created: the one the caller asked for
+ * (checked), or, when it left that 0 for RM to choose, the one the reply
+ * names. An RM-chosen handle that is already registered is a reply another
+ * thread rewrote (RM never reuses a live handle): 0, so nothing registered
+ * is replaced by it.
+ */
+static nv_handle gs_new_handle(struct gs_inst *in, nv_handle client, nv_handle asked,
+			       nv_handle replied)
+{
+	if (asked)
+		return asked;
+	if (!replied || gs_obj_find(in, client ? client : replied, replied))
+		return 0;
+	return replied;
+}
+
+/* RM's status for a call whose reply may be lost (c->reply_lost: assume OK) */
+static nv_u32 gs_reply_status(const struct gs_call *c, nv_u32 replied)
+{
+	return c->reply_lost ? NV_OK : replied;
+}
+
 static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			  struct gs_evq *q)
 {
-	struct nvos64_params *p = c->arg;
+	const struct nvos64_params *req = (const void *)c->checked;
+	const struct nvos64_params *rep = c->arg;
+	nv_u32 status = gs_reply_status(c, rep->status);
+	int is_client = gs_obj_kind(req->h_class) == GPUSLICE_OBJ_CLIENT;
 	struct gs_object o;
 	struct gs_obj *ob;
+	nv_handle h;
 
 	if (c->priv[0]) {
-		gs_quota_post(in, c, io, p, q);
+		gs_quota_post(in, c, io, req, status, q);
 		return;
 	}
-	if (p->status != NV_OK)
+	if (status != NV_OK)
 		return;
-	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
-		gs_obj_init(&o, in, c, GPUSLICE_OBJ_CLIENT, p->h_object_new, 0,
-			    p->h_object_new, p->h_class);
+	h = gs_new_handle(in, is_client ? 0 : req->h_root, req->h_object_new,
+			  c->reply_lost ? 0 : rep->h_object_new);
+	if (!h)
+		return;
+	if (is_client)
+		gs_obj_init(&o, in, c, GPUSLICE_OBJ_CLIENT, h, 0, h, req->h_class);
 	else
-		gs_obj_init(&o, in, c, gs_obj_kind(p->h_class), p->h_root,
-			    p->h_object_parent, p->h_object_new, p->h_class);
+		gs_obj_init(&o, in, c, gs_obj_kind(req->h_class), req->h_root,
+			    req->h_object_parent, h, req->h_class);
 	/*
 	 * A device names its GPU: NV0080_ALLOC_PARAMETERS.deviceId, 0 without
 	 * parameters (RM: externalClassId - NV01_DEVICE_0). This is RM's device
@@ -414,14 +450,14 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	 */
 	if (o.klass == NV01_DEVICE_0) {
 		o.gpu = 0;
-		if (p->p_alloc_parms && (!io || gs_read_u32(io, p->p_alloc_parms, &o.gpu)))
+		if (req->p_alloc_parms && (!io || gs_read_u32(io, req->p_alloc_parms, &o.gpu)))
 			o.gpu = c->gpu_minor;
 	}
 	/* engine type from the allocation parameters (nvrm_abi.h) */
-	if (o.obj_kind == GPUSLICE_OBJ_TSG && p->p_alloc_parms && io)
-		gs_read_u32(io, p->p_alloc_parms + 12, &o.engine);
-	else if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && p->p_alloc_parms && io)
-		gs_read_u32(io, p->p_alloc_parms + 128, &o.engine);
+	if (o.obj_kind == GPUSLICE_OBJ_TSG && req->p_alloc_parms && io)
+		gs_read_u32(io, req->p_alloc_parms + 12, &o.engine);
+	else if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && req->p_alloc_parms && io)
+		gs_read_u32(io, req->p_alloc_parms + 128, &o.engine);
 	/* CUDA leaves a channel's engineType 0: it runs on its TSG's engine */
 	if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && !o.engine) {
 		const struct gs_obj *tsg = gs_obj_find(in, o.client, o.parent);
@@ -436,12 +472,17 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 
 static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 {
-	struct nvos55_params *p = c->arg;
+	const struct nvos55_params *p = (const void *)c->checked;
+	const struct nvos55_params *rep = c->arg;
 	struct gs_obj *src;
 	struct gs_object o;
 	struct gs_mem *mem;
+	nv_handle h;
 
-	if (p->status != NV_OK)
+	if (gs_reply_status(c, rep->status) != NV_OK)
+		return;
+	h = gs_new_handle(in, p->h_client, p->h_object, c->reply_lost ? 0 : rep->h_object);
+	if (!h)
 		return;
 	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
 	memset(&o, 0, sizeof(o));
@@ -453,7 +494,7 @@ static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 	o.file_id = c->file_id;
 	o.pid = c->pid;
 	o.client = p->h_client;
-	o.handle = p->h_object;
+	o.handle = h;
 	o.parent = p->h_parent;
 	mem = src ? src->mem : NULL;
 	if (mem) {
@@ -461,21 +502,23 @@ static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 		o.obj_kind = GPUSLICE_OBJ_MEMORY;
 		mem->refs++;
 	}
-	if (!gs_obj_add(in, &o, mem, q) && mem && --mem->refs == 0) {
-		in->used -= mem->size;
-		gs_free(mem);
-	}
+	if (!gs_obj_add(in, &o, mem, q) && mem)
+		gs_mem_put(in, mem);
 }
 
 static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 {
-	struct nvos02_params *p = c->arg;
+	const struct nvos02_params *p = (const void *)c->checked;
+	const struct nvos02_params *rep = c->arg;
 	struct gs_object o;
+	nv_handle h;
 
-	if (p->status != NV_OK)
+	if (gs_reply_status(c, rep->status) != NV_OK)
 		return;
-	gs_obj_init(&o, in, c, GPUSLICE_OBJ_OTHER, p->h_root, p->h_object_parent,
-		    p->h_object_new, p->h_class);
+	h = gs_new_handle(in, p->h_root, p->h_object_new, c->reply_lost ? 0 : rep->h_object_new);
+	if (!h)
+		return;
+	gs_obj_init(&o, in, c, GPUSLICE_OBJ_OTHER, p->h_root, p->h_object_parent, h, p->h_class);
 	gs_obj_add(in, &o, NULL, q);
 }
 
@@ -501,14 +544,16 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 		struct nvos54_params *p = c->arg;
 
 		c->status = p->status;
-		gs_virt_control_post(in, c, io, p);
+		if (!c->reply_lost)
+			gs_virt_control_post(in, c, io, (const void *)c->checked);
 		break;
 	}
 	case NV_ESC_RM_FREE: {
-		struct nvos00_params *p = c->arg;
+		const struct nvos00_params *p = (const void *)c->checked;
 
-		c->status = p->status;
-		if (p->status == NV_OK)
+		c->status = ((struct nvos00_params *)c->arg)->status;
+		/* a lost reply frees nothing: what stays charged is never too little */
+		if (!c->reply_lost && c->status == NV_OK)
 			gs_obj_free_tree(in, p->h_root, p->h_object_old, &q);
 		break;
 	}

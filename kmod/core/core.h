@@ -57,6 +57,9 @@ struct gs_io {
 	void *ctx;
 };
 
+/* bytes of the argument block kept as checked (the largest decoded block) */
+#define GS_CHECKED_WORDS	12
+
 /* one ioctl, from gs_pre() to gs_post() */
 struct gs_call {
 	/* filled by the glue */
@@ -79,9 +82,23 @@ struct gs_call {
 	nv_u32 status;		/* NV status seen in / put into the reply */
 	nv_s32 err;		/* positive errno for GS_FAIL */
 	enum gs_refusal refusal;
+	/*
+	 * Set by the glue: the driver returned 0 but its reply could not be
+	 * read back (a racing thread unmapped or protected the block). The
+	 * core then assumes the call succeeded: it keeps what it charged and
+	 * frees nothing.
+	 */
+	nv_u8 reply_lost;
 	/* private to the core between pre and post */
 	nv_u64 reserved;
 	nv_u64 priv[4];
+	/*
+	 * The block as gs_pre() checked it. User memory can be rewritten by
+	 * another thread at any time, so gs_post() takes what the caller
+	 * asked for (class, handles, parents, sizes) from here and only what
+	 * RM answered (status, handles RM chose) from the reply in arg.
+	 */
+	nv_u64 checked[GS_CHECKED_WORDS];
 };
 
 /* what happened, for the glue to publish (netlink multicast / unix socket) */

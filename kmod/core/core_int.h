@@ -17,6 +17,7 @@
 struct gs_mem {
 	nv_u64 size;
 	nv_u32 refs;
+	int sys;		/* pinned system memory (NV01_MEMORY_SYSTEM) */
 };
 
 struct gs_obj {
@@ -26,6 +27,7 @@ struct gs_obj {
 	struct gs_mem *mem;	/* video memory, NULL for the rest */
 	nv_u32 nchild;		/* tracked objects whose parent this is */
 	nv_u32 ns_pid;		/* clients: gs_call.ns_pid of the caller that made it */
+	nv_u64 orphan[2];	/* clients: video, system bytes charged without a handle */
 };
 
 struct gs_inst {
@@ -36,6 +38,8 @@ struct gs_inst {
 	nv_u64 used;		/* sum of live gs_mem sizes */
 	nv_u64 reserved;	/* sizes of allocations between gs_pre() and gs_post() */
 	nv_u64 peak;
+	nv_u64 sys_used;	/* pinned system memory, capped at limit too */
+	nv_u64 sys_reserved;
 	nv_u64 nr_ioctls;
 	nv_u64 nr_refused_quota;
 	nv_u64 nr_refused_filter;
@@ -74,15 +78,20 @@ nv_u32 gs_obj_kind(nv_u32 klass);
 
 /* quota.c */
 int gs_vidmem_class(nv_u32 klass);	/* 1 counted, -1 refused, 0 not video memory */
+int gs_counted_class(nv_u32 klass);	/* video memory or pinned system memory */
+nv_u64 gs_mem_bound(nv_u32 klass, const struct nv_memory_allocation_params *mp);
 enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			     struct nvos64_params *p, struct gs_evq *q);
 void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-		   struct nvos64_params *p, struct gs_evq *q);
+		   const struct nvos64_params *p, nv_u32 status, struct gs_evq *q);
 void gs_quota_release(struct gs_inst *in, struct gs_call *c);
+void gs_mem_put(struct gs_inst *in, struct gs_mem *mem);
+void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob);
 
 /* filter.c */
 enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);
 enum gs_refusal gs_filter_class(nv_u32 klass);
+enum gs_refusal gs_filter_uvm(nv_u32 cmd);
 enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass);
 enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 				  const struct nvos54_params *p);

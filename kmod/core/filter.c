@@ -272,6 +272,62 @@ enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape)
 	return GS_REFUSE_ESCAPE;
 }
 
+/*
+ * nvidia-uvm: the ioctls gVisor's nvproxy lets a compute/utility container make on
+ * 580 (pkg/sentry/devices/nvproxy/version.go; docs/allowlist.md), which cover all
+ * 15 in the traces (d s t). Each works on the caller's own UVM VA space, which
+ * UVM ties to the file and to the caller's mm (kernel-open/nvidia-uvm/uvm.c).
+ * Refused: the tools/profiler interface (event trackers, counters,
+ * READ/WRITE_PROCESS_MEMORY), UVM_RUN_TEST, MPS registration, system-wide
+ * atomics, POPULATE_PAGEABLE, sparse mappings, access-counter clearing,
+ * device P2P allocation, DISCARD and the pre-UVM8 legacy calls.
+ */
+static const struct {
+	nv_u32 cmd;
+	const char *why;
+} gs_uvm_allowed[] = {
+	{ UVM_INITIALIZE, "dst: binds the VA space to the caller's mm" },
+	{ UVM_DEINITIALIZE, "s: ends it" },
+	{ 23, "dt UVM_CREATE_RANGE_GROUP: bookkeeping in the caller's VA space" },
+	{ 24, "dt UVM_DESTROY_RANGE_GROUP" },
+	{ 25, "dt UVM_REGISTER_GPU_VASPACE: RM VA space of the caller's own client (rmCtrlFd, hClient checked by RM)" },
+	{ 26, "UVM_UNREGISTER_GPU_VASPACE" },
+	{ 27, "dt UVM_REGISTER_CHANNEL: the caller's own channel (RM checks the client)" },
+	{ 28, "UVM_UNREGISTER_CHANNEL" },
+	{ 29, "UVM_ENABLE_PEER_ACCESS: between GPUs the caller registered" },
+	{ 30, "UVM_DISABLE_PEER_ACCESS" },
+	{ 31, "UVM_SET_RANGE_GROUP" },
+	{ 33, "dt UVM_MAP_EXTERNAL_ALLOCATION: maps the caller's own RM memory (cuMemMap)" },
+	{ 34, "dt UVM_FREE" },
+	{ 37, "dt UVM_REGISTER_GPU" },
+	{ 38, "UVM_UNREGISTER_GPU" },
+	{ 39, "dst UVM_PAGEABLE_MEM_ACCESS: a query" },
+	{ 42, "UVM_SET_PREFERRED_LOCATION: managed ranges of the caller" },
+	{ 43, "UVM_UNSET_PREFERRED_LOCATION" },
+	{ 44, "UVM_ENABLE_READ_DUPLICATION" },
+	{ 45, "UVM_DISABLE_READ_DUPLICATION" },
+	{ 46, "UVM_SET_ACCESSED_BY" },
+	{ 47, "UVM_UNSET_ACCESSED_BY" },
+	{ 51, "UVM_MIGRATE: prefetch of the caller's managed memory" },
+	{ 53, "UVM_MIGRATE_RANGE_GROUP" },
+	{ 65, "dt UVM_MAP_DYNAMIC_PARALLELISM_REGION" },
+	{ 66, "UVM_UNMAP_EXTERNAL" },
+	{ 68, "dt UVM_ALLOC_SEMAPHORE_POOL" },
+	{ 72, "dt UVM_VALIDATE_VA_RANGE: a query" },
+	{ 73, "dt UVM_CREATE_EXTERNAL_RANGE" },
+	{ 75, "dt UVM_MM_INITIALIZE" },
+};
+
+enum gs_refusal gs_filter_uvm(nv_u32 cmd)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(gs_uvm_allowed); i++)
+		if (gs_uvm_allowed[i].cmd == cmd)
+			return GS_REFUSE_NONE;
+	return GS_REFUSE_UNLISTED;
+}
+
 enum gs_refusal gs_filter_class(nv_u32 klass)
 {
 	if (gs_vidmem_class(klass) < 0)

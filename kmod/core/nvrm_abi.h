@@ -304,6 +304,24 @@ struct nv_ioctl_wait_open_complete {
 
 /* ---- allocation parameters by class (nvos.h, class/cl*.h) ---- */
 /* NV_MEMORY_ALLOCATION_PARAMS: classes 0x3e, 0x40 ... 128 bytes, size at 64 */
+/*
+ * Page size attributes of NV_MEMORY_ALLOCATION_PARAMS
+ * (src/common/sdk/nvidia/inc/nvos.h): NVOS32_ATTR_PAGE_SIZE is attr bits
+ * 24:23, NVOS32_ATTR2_PAGE_SIZE_HUGE attr2 bits 21:20 ("the default huge
+ * page is 2MB, so a request with _DEFAULT set will always be interpreted as
+ * 2MB"; mem_mgr/mem.c memConstructCommon maps 512MB and 256GB).
+ */
+#define NVOS32_ATTR_PAGE_SIZE_SHIFT		23
+#define NVOS32_ATTR_PAGE_SIZE_DEFAULT		0
+#define NVOS32_ATTR_PAGE_SIZE_4KB		1
+#define NVOS32_ATTR_PAGE_SIZE_BIG		2
+#define NVOS32_ATTR_PAGE_SIZE_HUGE		3
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT	20
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_DEFAULT	0
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB		1
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB	2
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_256GB	3
+
 struct nv_memory_allocation_params {
 	nv_u32 owner;
 	nv_u32 type;

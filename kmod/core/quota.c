@@ -1,25 +1,37 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * quota.c - the video memory limit.
+ * quota.c - the video memory limit, and the cap on pinned system memory.
  *
- * RM_ALLOC of a video memory class reserves the requested size in gs_pre()
- * and is refused the way RM itself refuses (ioctl 0, status NV_ERR_NO_MEMORY)
- * when used + reserved + size would pass the limit. gs_post() turns the
- * reservation into the size RM actually allocated (RM pads some requests:
- * 4 MiB came back as 6 MiB in the traces) or drops it if RM failed. The
- * reservation is what keeps concurrent callers under the limit; the padding
- * RM adds is charged after the fact, so used can pass the limit by at most
- * that padding (2 MiB per allocation seen), and no further allocation passes.
+ * RM_ALLOC of a counted class reserves, in gs_pre(), the most RM can
+ * allocate for the request (gs_mem_bound(): the size rounded up to the
+ * largest page size the attributes allow) and is refused the way RM
+ * itself refuses (ioctl 0, status NV_ERR_NO_MEMORY) when used + reserved +
+ * that bound would pass the limit. So concurrent requests that RM rounds up
+ * (a 4 KiB request with the 512 MiB page attribute takes 512 MiB) never add
+ * up past the limit. gs_post() charges what RM says it allocated (RM writes
+ * the rounded size back: 4224 KiB came back as 6144 KiB in the traces) when
+ * that is at least the size that was checked, and the whole reservation when
+ * the reply is lower or unreadable: the reply is in user memory, and a lower
+ * one can only be another thread's rewrite.
+ *
+ * What this cannot see: a thread that rewrites the request between the check
+ * and the moment RM reads it (RM copies the parameters from user memory
+ * after we did). The limit is then held by reconciling against RM's own
+ * per-process accounting (pyctl/gpuslice/reconcile.py, docs/isolation.md).
  *
  * Which classes hold video memory on 580 (src/nvidia/src/kernel/mem_mgr/):
  * NV01_MEMORY_LOCAL_USER (0x40) is what cuMemAlloc and cuMemCreate use
- * (vidmem.c, NV_MEMORY_ALLOCATION_PARAMS, size at offset 64 in and out).
+ * (video_mem.c, NV_MEMORY_ALLOCATION_PARAMS, size at offset 64 in and out).
  * NV01_MEMORY_LOCAL_PRIVILEGED (0x3f) is privileged; NV01_MEMORY_LOCAL_PHYSICAL
  * (0xc2, phys_mem.c) reports its size only on the way out; NV_MEMORY_FABRIC
  * (0xf8) and NV_MEMORY_MULTICAST_FABRIC (0xfd) allocate for other nodes too;
  * NV01_MEMORY_LIST_FBMEM (0x82) names existing framebuffer pages. None of them
  * appears in the traces: all are refused (gs_vidmem_class() < 0) rather than
  * left uncounted. NV_ESC_RM_VID_HEAP_CONTROL is refused by the escape filter.
+ *
+ * NV01_MEMORY_SYSTEM (0x3e, system_mem.c) pins host pages for the GPU,
+ * outside the container's memory cgroup: it is counted the same way on a
+ * counter of its own, capped at the instance's memory limit too.
  */
 #include "core_int.h"
 
@@ -38,7 +50,55 @@ int gs_vidmem_class(nv_u32 klass)
 	return 0;
 }
 
+int gs_counted_class(nv_u32 klass)
+{
+	return gs_vidmem_class(klass) > 0 || klass == NV01_MEMORY_SYSTEM;
+}
+
 #define GS_SIZE_OFF	64	/* offsetof(struct nv_memory_allocation_params, size) */
+#define GS_KIB		1024ull
+#define GS_MIB		(1024ull * GS_KIB)
+
+/*
+ * The largest page RM may back the allocation with, from
+ * NVOS32_ATTR_PAGE_SIZE and NVOS32_ATTR2_PAGE_SIZE_HUGE
+ * (src/common/sdk/nvidia/inc/nvos.h; mem_mgr/mem_utils.c and
+ * mem_mgr/arch/hopper: DEFAULT is 2 MiB from 2 MiB up, else 64 KiB; BIG is
+ * 64 KiB; HUGE is 2 MiB unless attr2 asks for 512 MiB or 256 GiB). 4 KiB
+ * pages come from PMA in 64 KiB units, although RM reports the size in 4 KiB.
+ */
+static nv_u64 gs_max_page(const struct nv_memory_allocation_params *mp)
+{
+	nv_u32 huge = (mp->attr2 >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT) & 3;
+
+	switch ((mp->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & 3) {
+	case NVOS32_ATTR_PAGE_SIZE_4KB:
+	case NVOS32_ATTR_PAGE_SIZE_BIG:
+		return 64 * GS_KIB;
+	case NVOS32_ATTR_PAGE_SIZE_HUGE:
+		if (huge == NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB)
+			return 512 * GS_MIB;
+		if (huge == NVOS32_ATTR2_PAGE_SIZE_HUGE_256GB)
+			return 256 * 1024 * GS_MIB;
+		return 2 * GS_MIB;
+	default:
+		return 2 * GS_MIB;
+	}
+}
+
+/*
+ * The most RM allocates for this request (the size rounded up to that page:
+ * RM adds nothing for a larger alignment), or 0 if that does not fit in 64
+ * bits (refused as over any limit). System memory comes in host pages.
+ */
+nv_u64 gs_mem_bound(nv_u32 klass, const struct nv_memory_allocation_params *mp)
+{
+	nv_u64 unit = klass == NV01_MEMORY_SYSTEM ? 4 * GS_KIB : gs_max_page(mp);
+
+	if (mp->size > ~0ull - (unit - 1))
+		return 0;
+	return (mp->size + unit - 1) & ~(unit - 1);
+}
 
 static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 			     const struct nvos64_params *p, nv_u64 size, struct gs_evq *q)
@@ -60,12 +120,20 @@ static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 	gs_evq_push(q, &ev);
 }
 
+static nv_u64 *gs_counter(struct gs_inst *in, int sys)
+{
+	return sys ? &in->sys_used : &in->used;
+}
+
 /* called with in->lock held; p is the glue's copy of the argument block */
 enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			     struct nvos64_params *p, struct gs_evq *q)
 {
 	struct nv_memory_allocation_params mp;
-	nv_u64 size;
+	int sys = p->h_class == NV01_MEMORY_SYSTEM;
+	nv_u64 *used = gs_counter(in, sys);
+	nv_u64 *reserved = sys ? &in->sys_reserved : &in->reserved;
+	nv_u64 bound;
 
 	if (!io || io->read(io->ctx, p->p_alloc_parms, &mp, sizeof(mp))) {
 		c->refusal = GS_REFUSE_MALFORMED;
@@ -73,57 +141,95 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 		p->status = c->status;
 		return GS_REPLY;
 	}
-	size = mp.size;
-	if (size > in->limit || in->used + in->reserved > in->limit - size) {
+	bound = gs_mem_bound(p->h_class, &mp);
+	if (!bound || bound > in->limit || *used + *reserved > in->limit - bound) {
 		c->refusal = GS_REFUSE_QUOTA;
 		c->status = NV_ERR_NO_MEMORY;
 		p->status = c->status;
 		in->nr_refused_quota++;
-		gs_refused_event(in, c, p, size, q);
+		gs_refused_event(in, c, p, mp.size, q);
 		return GS_REPLY;
 	}
-	in->reserved += size;
-	c->reserved = size;
+	*reserved += bound;
+	c->reserved = bound;
 	c->priv[0] = 1;		/* a reservation is held */
+	c->priv[1] = mp.size;	/* the size that was checked */
+	c->priv[2] = sys;
 	return GS_PASS;
 }
 
 void gs_quota_release(struct gs_inst *in, struct gs_call *c)
 {
 	if (c->priv[0]) {
-		in->reserved -= c->reserved;
+		if (c->priv[2])
+			in->sys_reserved -= c->reserved;
+		else
+			in->reserved -= c->reserved;
 		c->reserved = 0;
 		c->priv[0] = 0;
 	}
 }
 
-/* called with in->lock held, after RM answered */
-void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-		   struct nvos64_params *p, struct gs_evq *q)
+/* bytes charged to a client without a handle (gs_quota_post) go with it */
+void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob)
 {
+	in->used -= ob->orphan[0];
+	in->sys_used -= ob->orphan[1];
+	ob->orphan[0] = ob->orphan[1] = 0;
+}
+
+/* one handle of counted memory went away (registry.c) */
+void gs_mem_put(struct gs_inst *in, struct gs_mem *mem)
+{
+	if (--mem->refs)
+		return;
+	*gs_counter(in, mem->sys) -= mem->size;
+	gs_free(mem);
+}
+
+/*
+ * Called with in->lock held, after RM answered: p is the request as checked,
+ * status RM's answer (NV_OK when the reply was lost).
+ */
+void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		   const struct nvos64_params *p, nv_u32 status, struct gs_evq *q)
+{
+	const struct nvos64_params *rep = c->arg;
+	nv_u64 reserved = c->reserved, asked = c->priv[1], size = 0;
+	int sys = (int)c->priv[2];
+	nv_u64 *used = gs_counter(in, sys);
 	struct gs_object o;
 	struct gs_mem *mem;
-	nv_u64 reserved = c->reserved;
-	nv_u64 size = reserved;
+	nv_handle h;
 
 	gs_quota_release(in, c);
-	if (p->status != NV_OK)
+	if (status != NV_OK)
 		return;
-	/* RM writes back the size it allocated */
-	if (!io || io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)))
+	/* RM writes back the size it allocated; a lower reply is not RM's */
+	if (c->reply_lost || !io ||
+	    io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)) ||
+	    size < asked)
 		size = reserved;
+	h = p->h_object_new ? p->h_object_new : (c->reply_lost ? 0 : rep->h_object_new);
 	mem = gs_zalloc(sizeof(*mem));
 	if (!mem)
 		return;
 	mem->size = size;
 	mem->refs = 1;
+	mem->sys = sys;
 	gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, p->h_root, p->h_object_parent,
-		    p->h_object_new, p->h_class);
-	if (!gs_obj_add(in, &o, mem, q)) {
+		    h, p->h_class);
+	*used += size;
+	if (!h || !gs_obj_add(in, &o, mem, q)) {
+		/* no handle to free it by: it goes when its client goes */
+		struct gs_obj *cl = gs_obj_find(in, p->h_root, p->h_root);
+
 		gs_free(mem);
-		return;
+		if (cl)
+			cl->orphan[sys] += size;
+		else
+			*used -= size;	/* no client: RM allocated nothing */
 	}
-	in->used += size;
-	if (in->used > in->peak)
-		in->peak = in->used;
+	if (!sys && *used > in->peak)
+		in->peak = *used;
 }

@@ -32,7 +32,7 @@ nv_u32 gs_obj_kind(nv_u32 klass)
 	case BLACKWELL_CHANNEL_GPFIFO_B:
 		return GPUSLICE_OBJ_CHANNEL;
 	}
-	if (gs_vidmem_class(klass) > 0)
+	if (gs_counted_class(klass))
 		return GPUSLICE_OBJ_MEMORY;
 	return GPUSLICE_OBJ_OTHER;
 }
@@ -123,12 +123,10 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 	if (up && up->nchild)
 		up->nchild--;
 	if (ob->mem) {
-		if (--ob->mem->refs == 0) {
-			in->used -= ob->mem->size;
-			gs_free(ob->mem);
-		}
+		gs_mem_put(in, ob->mem);
 		ob->mem = NULL;
 	}
+	gs_orphan_put(in, ob);
 	switch (ob->o.obj_kind) {
 	case GPUSLICE_OBJ_TSG:
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_DEL);
@@ -334,10 +332,9 @@ void gs_obj_free_all(struct gs_inst *in)
 			struct gs_obj *ob = in->hash[i];
 
 			in->hash[i] = ob->next;
-			if (ob->mem && --ob->mem->refs == 0) {
-				in->used -= ob->mem->size;
-				gs_free(ob->mem);
-			}
+			if (ob->mem)
+				gs_mem_put(in, ob->mem);
+			gs_orphan_put(in, ob);
 			in->nr_objects--;
 			gs_free(ob);
 		}

@@ -132,7 +132,8 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 	nv_u64 room = in->used < in->limit ? in->limit - in->used : 0;
 	nv_u32 i, n, len;
 
-	if (!io || p->status != NV_OK || !p->params)
+	/* p is the request as checked; RM's status is c->status */
+	if (!io || c->status != NV_OK || !p->params)
 		return;
 	if (p->cmd == NV2080_CTRL_CMD_GPU_GET_PIDS) {
 		gs_virt_get_pids(in, c, io, p);
