@@ -30,6 +30,7 @@
 #include "../uapi/gpuslice.h"	/* via -I../kmod/core */
 #include "preload.h"
 
+#define GS_SNDBUF	(1 << 20)	/* bytes of events in flight to the controller */
 #define GS_RETRY_NS	1000000000ull	/* connect / liveness check at most once a second */
 
 int gs_parse_size(const char *s, nv_u64 *out)
@@ -165,6 +166,12 @@ static void gs_connect_locked(nv_u64 now)
 	gs_pl.sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (gs_pl.sock < 0)
 		return;
+	/*
+	 * Room for bursts (a refusal per thread of a process that hits its
+	 * limit) while the controller is briefly busy: events are dropped
+	 * only when this is full. The kernel caps it at wmem_max.
+	 */
+	setsockopt(gs_pl.sock, SOL_SOCKET, SO_SNDBUF, &(int){ GS_SNDBUF }, sizeof(int));
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", gs_pl.sock_path);
