@@ -96,3 +96,35 @@ def test_no_privileged_control_listed():
     # handler exported in 580's nvoc tables)
     missing = {c for c in GLOBAL if c not in flags}
     assert missing <= {abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS_FOR_KEY_ROTATION_V2, abi.NV0080_CTRL_CMD_BIF_RESET}
+
+
+def _traced_uvm() -> set[int]:
+    import gzip
+
+    out = set()
+    for f in (cs.REPO.parent / "shared" / "traces").glob("*.log.gz"):
+        for line in gzip.open(f, "rt"):
+            w = line.split()
+            if len(w) > 3 and w[2] == "/dev/nvidia-uvm":
+                out.add(int(w[3].split("=")[1], 16))
+    return out
+
+
+@pytest.fixture
+def core(tmp_path_factory):
+    c = cs.Core(cs.build(tmp_path_factory.mktemp("core")), 1 << 30)
+    yield c
+    c.close()
+
+
+def test_uvm_allowlist_covers_the_traces_and_refuses_the_rest(core):
+    traced = _traced_uvm()
+    if not traced:
+        pytest.skip("no traces beside the checkout")
+    for cmd in traced:
+        r = core.call(cmd, bytearray(), kind=cs.GS_FILE_UVM)
+        assert r.verdict == cs.GS_PASS, hex(cmd)
+    # the tools interface reads and writes other processes' memory; RUN_TEST is a test hook
+    for cmd in (62, 63, 9, 56, 76, 71, 80):
+        r = core.call(cmd, bytearray(), kind=cs.GS_FILE_UVM)
+        assert (r.verdict, r.err, r.refusal) == (cs.GS_FAIL, 1, cs.GS_REFUSE_UNLISTED), hex(cmd)

@@ -380,3 +380,18 @@ CONTROL_NAMES.update({
     NV2080_CTRL_CMD_BUS_GET_PCI_INFO: "NV2080_CTRL_CMD_BUS_GET_PCI_INFO",
     NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE: "NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE",
 })
+
+# Per-process video memory as RM counts it (ctrl2080gpu.h, branch 580): the reconciler's
+# ground truth (reconcile.py). GET_PIDS with idType CLASS and id NV20_SUBDEVICE_0 lists
+# every process with a device on the GPU; GET_PID_INFO index VIDEO_MEMORY_USAGE gives
+# each one's NV01_MEMORY_LOCAL_USER bytes (gpu_rmapi.c _gpuCollectMemInfo).
+NV2080_CTRL_CMD_GPU_GET_PIDS = 0x2080018D
+NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS = 0
+NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT = 950
+GET_PIDS_PARAMS = struct.Struct("<III950I")  # idType, id, pidTblCount, pidTbl: 3812 bytes
+NV2080_CTRL_CMD_GPU_GET_PID_INFO = 0x2080018E
+NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT = 200
+NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE = 0
+# pid, index, result, pad, memPrivate, memSharedOwned, memSharedDuped, protected x3, ciId, giId
+PID_INFO = struct.Struct("<IIIIQQQQQQII")  # 72 bytes
+GET_PID_INFO_PARAMS_SIZE = 8 + NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT * PID_INFO.size  # 14408

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
@@ -26,6 +27,7 @@ from .policy import POLICIES, compute_shares, validate
 STATUS_PATH = "/run/gpuslice/status.json"
 PRELOAD_SOCK = "/run/gpuslice/preload.sock"
 NVSTUB_ENGINE = "/proc/nvstub/engine"
+GUARD_STATUS = "/run/gpuslice/guard.json"
 
 
 class GpuctlError(Exception):
@@ -444,9 +446,10 @@ STATUS_COLS = [("gpu", "GPU"), ("instance", "INSTANCE"), ("policy", "POLICY"), (
 
 @main.command()
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
+@click.option("--guard-file", default=GUARD_STATUS, show_default=True, help="Where the guard reports.")
 @json_option
 @click.pass_context
-def status(ctx: click.Context, status_file: str) -> None:
+def status(ctx: click.Context, status_file: str, guard_file: str) -> None:
     """Daemon state and each instance's current share (shares are fractions of a GPU)."""
     st = S.load(ctx.obj["state"])
     d = _read_status(status_file)
@@ -466,9 +469,13 @@ def status(ctx: click.Context, status_file: str) -> None:
                     for k in ("disable", "enable"))
         else:
             head = "daemon: not running"
+        if g:
+            head += (f"\nguard: {g.get('polls', 0)} polls of RM's per-process memory, "
+                     f"{g.get('kills', 0)} processes killed over their instance's limit")
         return head + "\n" + table(rows, STATUS_COLS)
 
-    emit(ctx, {"daemon": d, "instances": rows}, text)
+    g = _read_status(guard_file)
+    emit(ctx, {"daemon": d, "guard": g, "instances": rows}, text)
 
 
 def _us(ns: int | None) -> str:
@@ -528,10 +535,14 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "overlap for about one RM call, at each slot's start and end alike, so shares stay unbiased: "
               "met 2 points at 50 ms on the H100) or disable the outgoing one first (slots stay exclusive; "
               "every slot loses one call, ~0.75 ms on the H100).")
+@click.option("--guard-interval", type=DURATION, default="100ms", show_default=True,
+              help="Run `gpuctl guard` beside the scheduler at this interval (0: do not): it kills a process "
+              "of an instance that holds more video memory in RM's count than its limit.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: str, status_file: str,
-           watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, verbose: int) -> None:
+           watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, guard_interval: int,
+           verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
     from .gate import RmGate, Watchdog
@@ -573,6 +584,10 @@ def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: 
         wd = Watchdog(ctl) if watchdog else None
         if wd is not None:
             cleanups.append(wd.close)
+        if guard_interval and source in ("auto", "netlink"):
+            g = _spawn_guard(ctx, ctl, guard_interval)
+            if g is not None:
+                cleanups.append(lambda: _stop_child(g))
         rm = RmClient(ctl).open()
         cleanups.append(rm.close)
         gate = RmGate(rm, wd, enable_first=switch_order == "enable-first")
@@ -593,6 +608,92 @@ def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: 
             pass
     if "sig" in stop:
         logging.info("stopped by signal %d; every channel re-enabled", stop["sig"])
+
+
+@main.command()
+@click.option("--ctl", default="/dev/nvidiactl", show_default=True, help="RM control node to query RM through.")
+@click.option("--interval", type=DURATION, default="100ms", show_default=True,
+              help="How often RM's per-process memory is read.")
+@click.option("--source", type=click.Choice(["netlink", "environ"]), default="netlink", show_default=True,
+              help="Where instances come from: the module, or (user-space build) every process with "
+              "libgpuslice.so preloaded, each its own slice with its GPUSLICE_MEM_LIMIT.")
+@click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPUs for --source environ.")
+@click.option("--once", is_flag=True, help="One poll: print the breaches found and exit (kills them too).")
+@click.option("--duration", type=DURATION, help="Exit after this long (default: until SIGTERM/SIGINT).")
+@click.option("--status-file", default=GUARD_STATUS, show_default=True, help="Where to report.")
+@json_option
+@click.pass_context
+def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[int], once: bool,
+          duration: int | None, status_file: str) -> None:
+    """Hold each instance's memory limit against RM's own count: SIGKILL the largest process
+    of an instance whose processes hold more video memory than its limit and than the module
+    charged (what a thread racing the module's check can get). `gpuctl daemon` runs it."""
+    from .reconcile import Reconciler, environ_slices, netlink_slices
+    from .rm import RmClient, RmError
+
+    logging.basicConfig(level=logging.INFO, format="gpuctl guard: %(message)s")
+    stop: dict[str, int] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda n, _f: stop.setdefault("sig", n))
+    slices = netlink_slices(kernel(ctx)) if source == "netlink" else environ_slices(gpus)
+    try:
+        rm = RmClient(ctl).open()
+    except (OSError, RmError) as e:
+        raise GpuctlError(f"cannot open an RM client on {ctl}: {e}") from None
+    rec = Reconciler(rm, slices)
+    until = time.monotonic_ns() + duration if duration else None
+    failed = 0
+    try:
+        while "sig" not in stop and (until is None or time.monotonic_ns() < until):
+            t = time.monotonic()
+            try:
+                found = rec.poll()
+                failed = 0
+            except (OSError, RmError) as e:
+                failed += 1
+                if failed == 1:
+                    logging.error("poll failed (retrying): %s", e)
+                found = []
+            _write_json(status_file, {"pid": os.getpid(), "time": time.time(), **rec.summary()})
+            if once:
+                rows = [{"instance": k.breach.name, "pid": k.breach.pid, "rm_bytes": k.breach.rm_bytes,
+                         "limit": k.breach.limit, "used": k.breach.used, "killed": k.killed} for k in found]
+                emit(ctx, rows, lambda: table(rows, [("instance", "INSTANCE"), ("pid", "PID"),
+                                                     ("rm_bytes", "RM BYTES"), ("limit", "LIMIT"),
+                                                     ("used", "CHARGED"), ("killed", "KILLED")]))
+                return
+            time.sleep(max(0.0, interval / 1e9 - (time.monotonic() - t)))
+    finally:
+        rm.close()
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _spawn_guard(ctx: click.Context, ctl: str, interval_ns: int) -> subprocess.Popen[bytes] | None:
+    """`gpuctl guard` as a process of its own (its RM calls never hold up a slot switch)."""
+    if not os.path.exists("/sys/module/gpuslice"):
+        return None  # no module: no instances to guard (user-space build: run guard --source environ)
+    cmd = [sys.executable, "-m", "gpuslice", "--state", ctx.obj["state"], "guard", "--ctl", ctl,
+           "--interval", f"{max(1, interval_ns // 1_000_000)}ms"]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=False)
+
+
+def _stop_child(p: subprocess.Popen[bytes]) -> None:
+    p.terminate()
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def _make_source(ctx: click.Context, kind: str, preload_sock: str) -> Any:

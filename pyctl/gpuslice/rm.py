@@ -22,6 +22,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -300,6 +301,34 @@ class RmClient:
             raise
         self.gpus[minor] = GpuHandles(minor, fd, dev, sub)
         return self.gpus[minor]
+
+    def pid_vidmem(self, minor: int) -> dict[int, int]:
+        """Video memory per process on GPU ``minor`` as RM counts it: every pid with a device
+        on the GPU (GPU_GET_PIDS), and its private plus owned-shared bytes
+        (GPU_GET_PID_INFO, VIDEO_MEMORY_USAGE), pids as the caller's pid namespace sees them."""
+        g = self.attach(minor)
+        out = self.control(g.subdevice, abi.NV2080_CTRL_CMD_GPU_GET_PIDS,
+                           abi.GET_PIDS_PARAMS.pack(abi.NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS,
+                                                    abi.NV20_SUBDEVICE_0, 0,
+                                                    *([0] * abi.NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT)))
+        f = abi.GET_PIDS_PARAMS.unpack(out)
+        pids = sorted(set(f[3:3 + min(f[2], abi.NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT)]))
+        usage: dict[int, int] = {}
+        step = abi.NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT
+        for i in range(0, len(pids), step):
+            chunk = pids[i:i + step]
+            buf = bytearray(abi.GET_PID_INFO_PARAMS_SIZE)
+            struct.pack_into("<I", buf, 0, len(chunk))
+            for j, pid in enumerate(chunk):
+                abi.PID_INFO.pack_into(buf, 8 + j * abi.PID_INFO.size, pid,
+                                       abi.NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE,
+                                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            out = self.control(g.subdevice, abi.NV2080_CTRL_CMD_GPU_GET_PID_INFO, bytes(buf))
+            for j in range(len(chunk)):
+                e = abi.PID_INFO.unpack_from(out, 8 + j * abi.PID_INFO.size)
+                if e[2] == abi.NV_OK:  # per-entry status: the process may be gone
+                    usage[e[0]] = e[4] + e[5]
+        return usage
 
     def disable_channels(self, minor: int, pairs: Iterable[Pair], disable: bool) -> int:
         """Disable (or re-enable) every (hClient, hChannel) in ``pairs`` on GPU ``minor``,

@@ -1,0 +1,5 @@
+"""python -m gpuslice: the same as gpuctl."""
+
+from .cli import main
+
+main()
