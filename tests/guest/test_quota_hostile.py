@@ -1,0 +1,387 @@
+"""The memory quota against a hostile container (issue 10), in the guest against the
+stand-in: every way found to keep a real file alive after its gpuslice file is closed,
+a reply made unreadable mid-call, and the invariant after each test: the stand-in's
+bytes for the instance equal the module's used, and both are 0 once the processes are
+gone."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import mmap
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from gpuslice import abi
+from gpuslice.netlink import GpusliceNetlink
+
+import nvstub
+from gsinst import Instance, real_session, session
+
+MIB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
+                                reason="needs nvstub.ko and gpuslice.ko loaded")
+
+
+@pytest.fixture
+def nl():
+    with GpusliceNetlink() as s:
+        yield s
+
+
+class Pool:
+    """What the stand-in holds (its video memory pool), relative to the test's start."""
+
+    def __init__(self) -> None:
+        self.r = real_session()
+        self.base = self.used_abs()
+
+    def used_abs(self) -> int:
+        return (nvstub_fb_total() - self.r.fb_free_kib()) * 1024
+
+    def held(self) -> int:
+        return self.used_abs() - self.base
+
+    def close(self) -> None:
+        self.r.close()
+
+
+def nvstub_fb_total() -> int:
+    s = real_session()
+    try:
+        st, info = nvstub.fb_info(s.ctl, s.client, s.subdevice, [abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE])
+        assert st == abi.NV_OK
+        return info[abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE]
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def pool():
+    p = Pool()
+    yield p
+    p.close()
+
+
+def wait_for(pred, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+def fill(s, chunk: int = 8 * MIB) -> int:
+    """Allocate chunks until the instance refuses; returns how many were allocated."""
+    n = 0
+    while True:
+        st, _, _ = s.alloc_vidmem(chunk)
+        if st == abi.NV_ERR_NO_MEMORY:
+            return n
+        assert st == abi.NV_OK
+        n += 1
+
+
+def check_invariant(inst: Instance, pool: Pool, limit: int) -> None:
+    used = inst.get()["mem_used"]
+    held = pool.held()
+    assert held <= limit, f"the stand-in holds {held} for an instance limited to {limit}"
+    assert used == held, f"module used {used} != stand-in holds {held}"
+
+
+def check_drained(inst: Instance, pool: Pool) -> None:
+    assert wait_for(lambda: inst.get()["mem_used"] == 0 and pool.held() == 0), \
+        (inst.get()["mem_used"], pool.held())
+
+
+def test_register_fd_keeps_the_ctl_file_and_its_memory(nl, pool):
+    """REGISTER_FD makes the real nvidia0 file hold the real nvidiactl file: closing only
+    nvidiactl frees nothing in RM, so nothing may be uncharged either."""
+    limit = 64 * MIB
+    with Instance(nl, limit) as inst:
+        held_fds = []
+        for _ in range(3):
+            s = session(inst)
+            fill(s)
+            os.close(s.ctl)  # only nvidiactl: nvidia0 still holds it in the driver
+            held_fds.append(s.dev_fd)
+            check_invariant(inst, pool, limit)
+            assert inst.get()["mem_used"] == limit
+        for fd in held_fds:
+            os.close(fd)
+        check_drained(inst, pool)
+
+
+def _map(s, h: int, size: int) -> mmap.mmap:
+    buf = bytearray(abi.NVOS33_WITH_FD.pack(s.client, s.device, h, 0, size, 0, 0, 0, s.dev_fd))
+    assert nvstub.ioctl(s.ctl, abi.iowr(abi.NV_ESC_RM_MAP_MEMORY, abi.NVOS33_WITH_FD.size), buf) == 0
+    assert abi.NVOS33_WITH_FD.unpack(buf)[6] == abi.NV_OK
+    return mmap.mmap(s.dev_fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def test_a_mapping_keeps_the_real_files_and_their_memory(nl, pool):
+    """A vma of an mmap() holds the real nvidia0 file, which holds nvidiactl: close
+    both fds, and the memory stays in RM (and charged) until munmap."""
+    limit = 32 * MIB
+    with Instance(nl, limit) as inst:
+        maps = []
+        for _ in range(2):
+            s = session(inst)
+            st, h, size = s.alloc_vidmem(4 * MIB)
+            assert st == abi.NV_OK
+            maps.append(_map(s, h, size))
+            fill(s)
+            s.close()
+            check_invariant(inst, pool, limit)
+            assert inst.get()["mem_used"] == limit
+        for m in maps:
+            m.close()
+        check_drained(inst, pool)
+
+
+def test_fork_and_scm_rights_share_the_file_not_the_limit(nl, pool):
+    """Inherited and passed fds are the same gpuslice file: the memory stays charged
+    while any process holds it, and the holder cannot allocate past the limit."""
+    limit = 32 * MIB
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        fill(s)
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:  # the receiver: takes the fds over a socket, tries to allocate more
+            try:
+                a.close()
+                _, fds, _, _ = socket.recv_fds(b, 16, 2)
+                b.send(b"got")
+                b.recv(1)  # until the parent has closed its own
+                s.ctl, s.dev_fd = fds
+                st, _, _ = s.alloc_vidmem(8 * MIB)
+                b.send(b"ok" if st == abi.NV_ERR_NO_MEMORY else b"no")
+                b.recv(1)
+            finally:
+                os._exit(0)
+        b.close()
+        socket.send_fds(a, [b"x"], [s.ctl, s.dev_fd])
+        assert a.recv(3) == b"got"
+        s.close()  # ours are gone; the child's keep the files
+        a.send(b"c")
+        assert a.recv(2) == b"ok", "a passed fd allocated past the limit"
+        check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit
+        a.send(b"q")
+        os.waitpid(pid, 0)
+        a.close()
+        check_drained(inst, pool)
+
+
+def test_channels_stay_registered_while_rm_has_them(nl, pool):
+    """The scheduler keeps gating work that RM still has: a TSG and channel of a file kept
+    alive by REGISTER_FD stay in the module's object list (and no DEL event goes out)."""
+    with Instance(nl, 64 * MIB) as inst:
+        s = session(inst)
+        tsg, ch = s.tsg_channel()
+        nl.subscribe()
+        nl.poll_events(0.0)
+        os.close(s.ctl)
+        time.sleep(0.2)
+        objs = {(o["obj_kind"], o["handle"]) for o in nl.objects(inst.name) if o.get("name") == inst.name}
+        assert (nvstub_obj_channel(), ch) in objs
+        dels = [e for e in nl.poll_events(0.1) if e.get("name") == inst.name and e.get("handle") == ch]
+        assert not dels
+        os.close(s.dev_fd)
+        assert wait_for(lambda: not any(o.get("handle") == ch for o in nl.objects(inst.name)))
+        check_drained(inst, pool)
+
+
+def nvstub_obj_channel() -> int:
+    from gpuslice import netlink
+
+    return netlink.OBJ_CHANNEL
+
+
+def test_kill9_with_a_mapping_left_frees_everything(nl, pool):
+    """A process killed while it has memory mapped: exit unmaps, the files go, RM frees,
+    the module follows."""
+    limit = 32 * MIB
+    with Instance(nl, limit) as inst:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                s = session(inst)
+                st, h, size = s.alloc_vidmem(4 * MIB)
+                m = _map(s, h, size)
+                fill(s)
+                os.close(s.ctl)
+                os.close(s.dev_fd)
+                os.write(w, b"1")
+                time.sleep(60)
+                m.close()
+            finally:
+                os._exit(0)
+        os.close(w)
+        assert os.read(r, 1) == b"1"
+        check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(r)
+        check_drained(inst, pool)
+
+
+def test_instance_delete_waits_for_rm(nl, pool):
+    """An instance whose memory RM still holds cannot be deleted (its accounting must
+    outlive the memory)."""
+    with Instance(nl, 32 * MIB) as inst:
+        s = session(inst)
+        assert s.alloc_vidmem(4 * MIB)[0] == abi.NV_OK
+        os.close(s.ctl)
+        with pytest.raises(OSError):
+            nl.instance_del(inst.name)
+        os.close(s.dev_fd)
+        check_drained(inst, pool)
+
+
+def _race_delay_param() -> str:
+    return "/sys/module/nvstub/parameters/race_delay_us"
+
+
+def test_a_reply_made_unreadable_mid_call_is_still_charged(nl, pool):
+    """The driver allocated, then could not write its reply (another thread made the
+    block read-only): the module must not take that as 'the driver did not run'."""
+    if not os.path.exists(_race_delay_param()):
+        pytest.skip("the stand-in has no race_delay_us")
+    import threading
+
+    limit = 64 * MIB
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        params = nvstub.mem_params(8 * MIB)
+        with open(_race_delay_param(), "w") as f:
+            f.write("200000")
+        try:
+            for i in range(4):
+                libc.mprotect(addr, mmap.PAGESIZE, 3)
+                blk = abi.NVOS64.pack(s.client, s.device, 0x5D000000 + i, abi.NV01_MEMORY_LOCAL_USER,
+                                      ctypes.addressof(params), 0, 0, 0, 0)
+                ctypes.memmove(addr, blk, len(blk))
+                t = threading.Timer(0.05, lambda: libc.mprotect(addr, mmap.PAGESIZE, 1))
+                t.start()
+                ret = libc.ioctl(s.ctl, abi.iowr(abi.NV_ESC_RM_ALLOC, abi.NVOS64.size), ctypes.c_void_p(addr))
+                t.join()
+                assert ret == -1  # the reply could not be written back
+                check_invariant(inst, pool, limit)
+        finally:
+            with open(_race_delay_param(), "w") as f:
+                f.write("0")
+            libc.mprotect(addr, mmap.PAGESIZE, 3)
+        assert pool.held() == 4 * 8 * MIB
+        s.close()
+        check_drained(inst, pool)
+
+
+RACER = r'''
+import ctypes, os, sys, threading, time
+sys.path[:0] = sys.argv[4].split(":")
+from gpuslice import abi
+import nvstub
+from gsinst import InstSession
+
+ctl, dev, small, big = sys.argv[1], sys.argv[2], int(sys.argv[3]), 0
+big = int(os.environ["RACE_BIG"])
+s = InstSession(ctl, dev)
+p = nvstub.mem_params(small)
+size_off = 64
+go = threading.Event()
+stop = False
+
+def flip():
+    # rewrite the nested size after the check, inside the stand-in's window
+    while not stop:
+        if go.wait(0.5):
+            go.clear()
+            time.sleep(float(os.environ["RACE_AFTER"]))
+            ctypes.memmove(ctypes.addressof(p) + size_off, big.to_bytes(8, "little"), 8)
+
+t = threading.Thread(target=flip, daemon=True)
+t.start()
+n = 0
+while True:
+    ctypes.memmove(ctypes.addressof(p) + size_off, small.to_bytes(8, "little"), 8)
+    h = s.handle()
+    go.set()
+    st, _ = nvstub.rm_alloc(s.ctl, s.client, s.device, h, abi.NV01_MEMORY_LOCAL_USER, p)
+    n += 1
+    print(f"alloc {n} status {st:#x} got {nvstub.mem_size(p)}", flush=True)
+    time.sleep(0.01)
+'''
+
+
+def _guard_running(state: str):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "gpuslice", "--state", state, "guard", "--interval", "100ms",
+                             "--status-file", state + ".guard"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def test_a_size_rewritten_after_the_check_is_caught_and_killed(nl, pool, tmp_path):
+    """A sibling thread rewrites the allocation's size between the module's check and the
+    driver's read (the stand-in's race_delay_us holds the window open). The module cannot
+    see it; the guard, reading RM's own per-process count, kills the process, and RM's
+    memory comes back when its files go."""
+    import json
+    import subprocess
+    import sys
+
+    if not os.path.exists(_race_delay_param()):
+        pytest.skip("the stand-in has no race_delay_us")
+    limit = 64 * MIB
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = ":".join([here, os.path.join(here, "..", "..", "pyctl")])
+    with Instance(nl, limit) as inst:
+        guard = _guard_running(str(tmp_path / "state"))
+        with open(_race_delay_param(), "w") as f:
+            f.write("100000")  # 100 ms between the driver's two reads
+        try:
+            racer = subprocess.Popen([sys.executable, "-c", RACER, inst.path("nvidiactl"), inst.path("nvidia0"),
+                                      str(2 * MIB), path],
+                                     env={**os.environ, "RACE_BIG": str(48 * MIB), "RACE_AFTER": "0.03"},
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            over_at = None
+            end = time.monotonic() + 120
+            while racer.poll() is None and time.monotonic() < end:
+                if over_at is None and pool.held() > limit:
+                    over_at = time.monotonic()
+                time.sleep(0.01)
+            killed_at = time.monotonic()
+            out = racer.communicate(timeout=10)[0] if racer.poll() is not None else ""
+            if racer.poll() is None:
+                racer.kill()
+                racer.wait()
+                pytest.fail("the racer was not stopped within 120 s:\n" + out)
+        finally:
+            with open(_race_delay_param(), "w") as f:
+                f.write("0")
+            guard.terminate()
+            gout = guard.communicate(timeout=10)[0]
+        print(out[-2000:])
+        print(gout[-2000:])
+        assert racer.returncode == -signal.SIGKILL, out
+        assert over_at is not None, "the race never got past the check: the test proves nothing"
+        print(f"over the limit for {killed_at - over_at:.3f} s (+- 10 ms polling) before the kill")
+        summary = json.loads((tmp_path / "state.guard").read_text())
+        assert summary["kills"] >= 1 and summary["last"]["instance"] == inst.name
+        check_drained(inst, pool)
