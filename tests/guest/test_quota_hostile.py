@@ -136,7 +136,7 @@ def test_a_mapping_keeps_the_real_files_and_their_memory(nl, pool):
             st, h, size = s.alloc_vidmem(4 * MIB)
             assert st == abi.NV_OK
             maps.append(_map(s, h, size))
-            fill(s)
+            fill(s, 4 * MIB)
             s.close()
             check_invariant(inst, pool, limit)
             assert inst.get()["mem_used"] == limit
@@ -218,7 +218,7 @@ def test_kill9_with_a_mapping_left_frees_everything(nl, pool):
                 s = session(inst)
                 st, h, size = s.alloc_vidmem(4 * MIB)
                 m = _map(s, h, size)
-                fill(s)
+                fill(s, 4 * MIB)
                 os.close(s.ctl)
                 os.close(s.dev_fd)
                 os.write(w, b"1")
