@@ -1,13 +1,16 @@
 """Measures what managed memory does on the real driver (issue 10, nvidia-uvm): whether a
 CUDA context or cudaMallocManaged maps /dev/nvidia-uvm, and whether managed memory moved to
 the GPU shows in RM's per-process count (GPU_GET_PID_INFO, what `gpuctl guard` reads) and in
-the GPU's used memory (NVML). Prints one JSON object. Needs CuPy and a GPU.
+the GPU's used memory (NVML); and whether another process's cudaMalloc still gets memory
+that managed pages occupy (RM evicts them to system memory, uvm_pmm_gpu.c). Prints one JSON
+object. Needs CuPy, PyTorch and a GPU.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,6 +52,27 @@ def main() -> None:
     out["managed_bytes"] = size
     out["after_managed_on_gpu_rm_bytes"] = rm.pid_vidmem(0).get(os.getpid(), 0)
     out["after_managed_on_gpu_nvml_used_delta"] = pynvml.nvmlDeviceGetMemoryInfo(h).used - used0
+    # HMM: GPU access to any malloc'd memory, without a managed mapping
+    out["pageable_memory_access"] = cupy.cuda.runtime.deviceGetAttribute(88, 0)
+    a = None
+    m = None
+    # managed memory filling most of the GPU, then another process asks for the rest
+    total = pynvml.nvmlDeviceGetMemoryInfo(h).total
+    big = int(total * 0.6) // (2 << 20) * (2 << 20)
+    m = cupy.cuda.malloc_managed(big)
+    cupy.cuda.runtime.memPrefetchAsync(m.ptr, big, 0, 0)
+    arr = cupy.ndarray((big // 4,), dtype=cupy.float32, memptr=m)
+    arr.fill(2.0)
+    cupy.cuda.runtime.deviceSynchronize()
+    out["managed_big"] = big
+    out["nvml_used_with_managed_big"] = pynvml.nvmlDeviceGetMemoryInfo(h).used
+    want = int(total * 0.6) // (2 << 20) * (2 << 20)
+    code = (f"import torch; x = torch.empty({want}, dtype=torch.uint8, device='cuda'); x.fill_(1); "
+            "torch.cuda.synchronize(); print('ok', torch.cuda.memory_allocated())")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out["other_process_alloc"] = {"bytes": want, "rc": p.returncode, "out": p.stdout.strip()[-200:],
+                                  "err": p.stderr.strip()[-300:]}
+    out["managed_still_correct"] = bool(float(arr[::1 << 20].sum()) == 2.0 * len(arr[::1 << 20]))
     rm.close()
     print(json.dumps(out))
 

@@ -32,13 +32,15 @@ from gpuslice import abi  # noqa: E402
 from rmclient import DEV, SUB, alloc, control, ioctl  # noqa: E402
 
 MIB = 1 << 20
-# NV_MEMORY_ALLOCATION_PARAMS as libcuda sends it (cuda-driver-alloc trace): flags
-# 0x1c101, attr 0x18000000, 2 MiB alignment; owner is the client, size at 64
+# NV_MEMORY_ALLOCATION_PARAMS of a 2 MiB cuMemAlloc (cuda-driver-alloc trace): flags
+# 0x1c101 at 8, attr 0x18000000 at 24, size and 2 MiB alignment at 64 and 72; owner (0)
+# becomes the client
 TEMPLATE = bytes.fromhex(
-    "00000000000000000001c101000000000000000000000000000000001800000000000000000000000000000000"
-    "000000000000000000000000000000000000000000000000000000000000200000000000000000000000000000"
-    "0000000000000000000000000000000000000000000000000000000000000000000000000000"
-)[:128].ljust(128, b"\0")
+    "000000000000000001c101000000000000000000000000000000001800000000"
+    "0000000000000000000000000000000000000000000000000000000000000000"
+    "0000200000000000000020000000000000000000000000000000000000000000"
+    "0000000000000000000000000000000000000000000000000000000000000000"
+)
 
 
 def main() -> None:
@@ -81,7 +83,7 @@ def main() -> None:
             return int(r), abi.NVOS64.unpack(arg.raw[: abi.NVOS64.size])[8]
     else:
         t.start()
-    h, n, ok, refused = 0xB1000000, 0, 0, 0
+    h, n, ok, refused, first = 0xB1000000, 0, 0, 0, None
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         h += 1
@@ -96,9 +98,10 @@ def main() -> None:
             ok += 1
         else:
             refused += 1
+            first = first if first is not None else [r, st]
             time.sleep(0.001)
     stop.set()
-    print(json.dumps({"calls": n, "ok": ok, "refused": refused}), flush=True)
+    print(json.dumps({"calls": n, "ok": ok, "refused": refused, "first_refusal": first}), flush=True)
 
 if __name__ == "__main__":
     main()
