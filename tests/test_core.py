@@ -706,3 +706,22 @@ def test_random_trees_free_exactly_the_subtree(so, seed):
     core.file_closed(1)
     assert core.stats()["used"] == 0 and core.stats()["objects"] == 0
     core.close()
+
+
+def test_channel_cap_refuses_like_rm_out_of_resources(env):
+    """Channels take framebuffer RM counts nowhere (instance blocks, GR context): their
+    number per instance is capped (core_int.h GS_MAX_CHANNELS)."""
+    core, rm = env
+    p = Proc(core, rm)
+    made = 0
+    for i in range(1100):
+        r = core.call(ALLOC, cs.alloc_arg(p.client, DEV, 0x9000 + i, abi.HOPPER_CHANNEL_GPFIFO_A), rm.ok(40))
+        if r.verdict != cs.GS_PASS:
+            assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INSUFFICIENT_RESOURCES,
+                                                        cs.GS_REFUSE_LIMIT)
+            break
+        made += 1
+    assert made == 1024
+    assert core.call(FREE, cs.free_arg(p.client, DEV, 0x9000), rm.ok(12)).verdict == cs.GS_PASS
+    r = core.call(ALLOC, cs.alloc_arg(p.client, DEV, 0xA000, abi.HOPPER_CHANNEL_GPFIFO_A), rm.ok(40))
+    assert r.verdict == cs.GS_PASS

@@ -212,6 +212,12 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	r = gs_filter_class(p->h_class);
 	if (r != GS_REFUSE_NONE)
 		return gs_refuse(c, r, st);
+	if (in->nr_objects >= GS_MAX_OBJECTS ||
+	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL && in->nr_channels >= GS_MAX_CHANNELS)) {
+		c->refusal = GS_REFUSE_LIMIT;
+		gs_put_status(c, st, NV_ERR_INSUFFICIENT_RESOURCES);
+		return GS_REPLY;
+	}
 	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))

@@ -42,6 +42,7 @@ enum gs_refusal {
 	GS_REFUSE_ESCAPE,		/* escape not allowed through an instance */
 	GS_REFUSE_MALFORMED,		/* argument block could not be read or is too short */
 	GS_REFUSE_UNLISTED,		/* not on the allowlist (deny by default) */
+	GS_REFUSE_LIMIT,		/* over the instance's object or channel cap */
 };
 
 /* instance flags, gs_inst_set_flags() */

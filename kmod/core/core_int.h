@@ -12,6 +12,14 @@
 #define GS_HASH_SIZE	1024	/* buckets of the object table, a power of two */
 #define GS_EVQ_INLINE	4	/* events a call queues before it needs the heap */
 #define GS_MAX_DEPTH	64	/* longest parent chain followed */
+/*
+ * Caps per instance. RM allocates framebuffer of its own for each channel
+ * (instance block, USERD, GR context: memdescAlloc, not counted by RM per
+ * process nor here), so their number bounds what that can take; objects
+ * bound the registry (its walks and the lock hold they cost).
+ */
+#define GS_MAX_CHANNELS	1024	/* a CUDA context makes 20 (traces) */
+#define GS_MAX_OBJECTS	65536
 
 /* video memory, shared by an object and the handles RM_DUP_OBJECT made of it */
 struct gs_mem {
@@ -44,6 +52,7 @@ struct gs_inst {
 	nv_u64 nr_refused_quota;
 	nv_u64 nr_refused_filter;
 	nv_u32 nr_objects;
+	nv_u32 nr_channels;
 	struct gs_obj *hash[GS_HASH_SIZE];
 };
 

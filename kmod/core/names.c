@@ -128,6 +128,7 @@ static const char * const gs_refusals[] = {
 	[GS_REFUSE_ESCAPE] = "escape",
 	[GS_REFUSE_MALFORMED] = "malformed",
 	[GS_REFUSE_UNLISTED] = "unlisted",
+	[GS_REFUSE_LIMIT] = "limit",
 };
 
 static const char *gs_lookup(const struct gs_name *t, unsigned int n, nv_u32 v)

@@ -139,6 +139,8 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 			gs_obj_event(q, &ob->o, GPUSLICE_EV_PROC_DETACH);
 		break;
 	}
+	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL)
+		in->nr_channels--;
 	in->nr_objects--;
 	gs_free(ob);
 }
@@ -166,6 +168,8 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
 	ob->next = in->hash[b];
 	in->hash[b] = ob;
 	in->nr_objects++;
+	if (o->obj_kind == GPUSLICE_OBJ_CHANNEL)
+		in->nr_channels++;
 	up = gs_obj_parent(in, ob);
 	if (up)
 		up->nchild++;
@@ -335,6 +339,8 @@ void gs_obj_free_all(struct gs_inst *in)
 			if (ob->mem)
 				gs_mem_put(in, ob->mem);
 			gs_orphan_put(in, ob);
+			if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL)
+				in->nr_channels--;
 			in->nr_objects--;
 			gs_free(ob);
 		}

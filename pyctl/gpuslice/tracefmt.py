@@ -24,6 +24,7 @@ REFUSAL_NAMES: dict[int, str] = {
     5: "ESCAPE",
     6: "MALFORMED",
     7: "UNLISTED",
+    8: "LIMIT",
 }
 
 # enum gs_file_kind (kmod/core/core.h), the tracepoints' file_kind; checked like the above.

@@ -35,7 +35,8 @@ GS_PASS, GS_REPLY, GS_FAIL = 0, 1, 2
     GS_REFUSE_ESCAPE,
     GS_REFUSE_MALFORMED,
     GS_REFUSE_UNLISTED,
-) = range(8)
+    GS_REFUSE_LIMIT,
+) = range(9)
 GS_INST_ALLOW_TEST_ESCAPES = 1
 
 # kmod/uapi/gpuslice.h
