@@ -130,18 +130,20 @@ def test_a_mapping_keeps_the_real_files_and_their_memory(nl, pool):
     both fds, and the memory stays in RM (and charged) until munmap."""
     limit = 32 * MIB
     with Instance(nl, limit) as inst:
-        maps = []
-        for _ in range(2):
-            s = session(inst)
-            st, h, size = s.alloc_vidmem(4 * MIB)
-            assert st == abi.NV_OK
-            maps.append(_map(s, h, size))
-            fill(s, 4 * MIB)
-            s.close()
-            check_invariant(inst, pool, limit)
-            assert inst.get()["mem_used"] == limit
-        for m in maps:
-            m.close()
+        s = session(inst)
+        st, h, size = s.alloc_vidmem(4 * MIB)
+        assert st == abi.NV_OK
+        m = _map(s, h, size)
+        fill(s, 4 * MIB)
+        s.close()
+        check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit
+        # a new process of the instance gets nothing: RM still holds all of it
+        s2 = session(inst)
+        assert s2.alloc_vidmem(4 * MIB)[0] == abi.NV_ERR_NO_MEMORY
+        check_invariant(inst, pool, limit)
+        s2.close()
+        m.close()
         check_drained(inst, pool)
 
 
