@@ -6,7 +6,7 @@ gone."""
 
 from __future__ import annotations
 
-import array
+import errno
 import ctypes
 import mmap
 import os
@@ -387,3 +387,22 @@ def test_a_size_rewritten_after_the_check_is_caught_and_killed(nl, pool, tmp_pat
         summary = json.loads((tmp_path / "state.guard").read_text())
         assert summary["kills"] >= 1 and summary["last"]["instance"] == inst.name
         check_drained(inst, pool)
+
+
+def test_uvm_ioctls_outside_the_allowlist_are_refused(nl):
+    """nvidia-uvm through an instance: what CUDA uses passes, the tools interface
+    (another process's memory), the test hook and the rest are refused with EPERM."""
+    import struct
+
+    with Instance(nl, 32 * MIB) as inst:
+        fd = nvstub.open_node(inst.path("nvidia-uvm"))
+        try:
+            init = ctypes.create_string_buffer(16)
+            assert nvstub.uvm_ioctl(fd, abi.UVM_INITIALIZE, init) == 0
+            assert struct.unpack_from("<I", init, 8)[0] == abi.NV_OK
+            for cmd in (62, 63, 9, 56, 71, 80):  # READ/WRITE_PROCESS_MEMORY, RUN_TEST, ...
+                assert nvstub.uvm_ioctl(fd, cmd, ctypes.create_string_buffer(64)) == -errno.EPERM, cmd
+            d = inst.get()
+            assert d["nr_refused_filter"] == 6
+        finally:
+            os.close(fd)
