@@ -34,6 +34,33 @@ UVM_STRUCTS = {
 }
 
 
+# C expressions (nvrm_abi.h) the Python mirrors (gpuslice.abi) must agree with
+PROBE_EXPRS = {
+    "NV2080_CTRL_CMD_GPU_GET_PIDS": "NV2080_CTRL_CMD_GPU_GET_PIDS",
+    "NV2080_CTRL_CMD_GPU_GET_PID_INFO": "NV2080_CTRL_CMD_GPU_GET_PID_INFO",
+    "NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT": "NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT",
+    "NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT": "NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT",
+    "NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS": "NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS",
+    "NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_VGPU_GUEST": "NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_VGPU_GUEST",
+    "NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE": "NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE",
+    "NV2080_CTRL_GPU_PARTITION_ID_INVALID": "NV2080_CTRL_GPU_PARTITION_ID_INVALID",
+    "MPS_COMPUTE": "MPS_COMPUTE",
+    "GET_PIDS_SIZE": "sizeof(struct nv2080_ctrl_gpu_get_pids_params)",
+    "GET_PID_INFO_SIZE": "sizeof(struct nv2080_ctrl_gpu_get_pid_info_params)",
+    "GET_PID_INFO_LIST_OFFSET": "offsetof(struct nv2080_ctrl_gpu_get_pid_info_params, pid_info_list)",
+    "PID_INFO_SIZE": "sizeof(struct nv2080_ctrl_gpu_pid_info)",
+    "PID_INFO_DATA_OFFSET": "offsetof(struct nv2080_ctrl_gpu_pid_info, data)",
+    "PID_INFO_CI_OFFSET": "offsetof(struct nv2080_ctrl_gpu_pid_info, compute_instance_id)",
+    "NV_ERR_INVALID_OWNER": "NV_ERR_INVALID_OWNER",
+    "NVOS32_ATTR_PAGE_SIZE_SHIFT": "NVOS32_ATTR_PAGE_SIZE_SHIFT",
+    "NVOS32_ATTR_PAGE_SIZE_HUGE": "NVOS32_ATTR_PAGE_SIZE_HUGE",
+    "NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT": "NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT",
+    "NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB": "NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB",
+    "NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE": "NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE",
+    "UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE": "UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE",
+}
+
+
 def load_nvstub_py():
     spec = importlib.util.spec_from_file_location("nvstub_mirror", REPO / "tests/guest/nvstub.py")
     assert spec and spec.loader
@@ -59,6 +86,8 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
         lines.append(f'  printf("uvm{cmd}_status %zu\\n", offsetof(struct {st}, rm_status));')
         if fd:
             lines.append(f'  printf("uvm{cmd}_fd %zu\\n", offsetof(struct {st}, {fd}));')
+    for name, expr in PROBE_EXPRS.items():
+        lines.append(f'  printf("{name} %llu\\n", (unsigned long long)({expr}));')
     lines += ["  return 0;", "}"]
     d = tmp_path_factory.mktemp("probe")
     (d / "p.c").write_text("\n".join(lines))
@@ -85,3 +114,15 @@ def test_uvm_layouts(probe: dict[str, int]) -> None:
             assert probe[f"uvm{cmd}_fd"] == fd_off, hex(cmd)
         else:
             assert f"uvm{cmd}_fd" not in probe
+
+
+def test_pid_controls_and_vidmem_attrs(probe: dict[str, int]) -> None:
+    """GET_PIDS / GET_PID_INFO (ctrl2080gpu.h: 3812 and 14408 bytes) and the NVOS32 page-size
+    fields mirrored in gpuslice.abi match nvrm_abi.h."""
+    for name in PROBE_EXPRS:
+        if hasattr(abi, name):
+            assert getattr(abi, name) == probe[name], name
+    assert probe["GET_PIDS_SIZE"] == abi.GET_PIDS_SIZE == 3812
+    assert probe["GET_PID_INFO_SIZE"] == abi.GET_PID_INFO_SIZE == 14408
+    assert probe["PID_INFO_SIZE"] == abi.PID_INFO.size == 72
+    assert probe["PID_INFO_DATA_OFFSET"] == 16 and probe["PID_INFO_CI_OFFSET"] == 64

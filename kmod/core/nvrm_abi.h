@@ -304,24 +304,6 @@ struct nv_ioctl_wait_open_complete {
 
 /* ---- allocation parameters by class (nvos.h, class/cl*.h) ---- */
 /* NV_MEMORY_ALLOCATION_PARAMS: classes 0x3e, 0x40 ... 128 bytes, size at 64 */
-/*
- * Page size attributes of NV_MEMORY_ALLOCATION_PARAMS
- * (src/common/sdk/nvidia/inc/nvos.h): NVOS32_ATTR_PAGE_SIZE is attr bits
- * 24:23, NVOS32_ATTR2_PAGE_SIZE_HUGE attr2 bits 21:20 ("the default huge
- * page is 2MB, so a request with _DEFAULT set will always be interpreted as
- * 2MB"; mem_mgr/mem.c memConstructCommon maps 512MB and 256GB).
- */
-#define NVOS32_ATTR_PAGE_SIZE_SHIFT		23
-#define NVOS32_ATTR_PAGE_SIZE_DEFAULT		0
-#define NVOS32_ATTR_PAGE_SIZE_4KB		1
-#define NVOS32_ATTR_PAGE_SIZE_BIG		2
-#define NVOS32_ATTR_PAGE_SIZE_HUGE		3
-#define NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT	20
-#define NVOS32_ATTR2_PAGE_SIZE_HUGE_DEFAULT	0
-#define NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB		1
-#define NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB	2
-#define NVOS32_ATTR2_PAGE_SIZE_HUGE_256GB	3
-
 struct nv_memory_allocation_params {
 	nv_u32 owner;
 	nv_u32 type;
@@ -861,5 +843,47 @@ struct nv0080_ctrl_gpu_get_virtualization_mode_params {	/* 8 */
 	nv_u32 virtualization_mode;
 	nv_u8 is_grid_build;
 };
+
+
+/*
+ * ---- video memory allocation attributes: src/common/sdk/nvidia/inc/nvos.h ----
+ * Used by the quota's page-size bound (quota.c) and the stand-in's rounding. "The
+ * default huge page is 2MB, so a request with _DEFAULT set will always be
+ * interpreted as 2MB" (attr2); mem_mgr/mem.c memConstructCommon maps 512MB, 256GB.
+ */
+#define NV_ERR_INVALID_OWNER			0x39
+#define NVOS32_ATTR_PAGE_SIZE_SHIFT		23	/* NVOS32_ATTR_PAGE_SIZE 24:23 */
+#define NVOS32_ATTR_PAGE_SIZE_MASK		(0x3u << 23)
+#define NVOS32_ATTR_PAGE_SIZE_DEFAULT		0
+#define NVOS32_ATTR_PAGE_SIZE_4KB		1
+#define NVOS32_ATTR_PAGE_SIZE_BIG		2
+#define NVOS32_ATTR_PAGE_SIZE_HUGE		3
+#define NVOS32_ATTR_LOCATION_SHIFT		25	/* NVOS32_ATTR_LOCATION 26:25 */
+#define NVOS32_ATTR_LOCATION_MASK		(0x3u << 25)
+#define NVOS32_ATTR_LOCATION_VIDMEM		0
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT	20	/* NVOS32_ATTR2_PAGE_SIZE_HUGE 21:20 */
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK	(0x3u << 20)
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_DEFAULT	0
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB		1
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB	2
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_256GB	3
+#define NVOS32_ATTR2_MEMORY_PROTECTION_SHIFT	25	/* NVOS32_ATTR2_MEMORY_PROTECTION 26:25 */
+#define NVOS32_ATTR2_MEMORY_PROTECTION_MASK	(0x3u << 25)
+#define NVOS32_ATTR2_MEMORY_PROTECTION_PROTECTED 1
+#define NVOS32_ALLOC_FLAGS_ALIGNMENT_HINT	0x00000080
+#define NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE	0x00000100
+#define NVOS32_ALLOC_FLAGS_VIRTUAL		0x00080000
+/* src/nvidia/generated/g_heap_nvoc.h: owners RM keeps for itself */
+#define HEAP_OWNER_RM_SCRATCH_BEGIN		0xDEAF0000
+#define HEAP_OWNER_RM_SCRATCH_END		(HEAP_OWNER_RM_SCRATCH_BEGIN + 3)
+
+/* ctrl2080/ctrl2080gpu.h GET_PIDS id types; class/cl900e.h (tests/standin) */
+#define NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS		0
+#define NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_VGPU_GUEST	1
+#define MPS_COMPUTE					0x900e
+
+/* uvm_types.h (tests/standin) */
+#define UVM_INIT_FLAGS_DISABLE_HMM			0x1ULL
+#define UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE	0x2ULL
 
 #endif /* GPUSLICE_NVRM_ABI_H */

@@ -307,27 +307,27 @@ class RmClient:
         on the GPU (GPU_GET_PIDS), and its private plus owned-shared bytes
         (GPU_GET_PID_INFO, VIDEO_MEMORY_USAGE), pids as the caller's pid namespace sees them."""
         g = self.attach(minor)
-        out = self.control(g.subdevice, abi.NV2080_CTRL_CMD_GPU_GET_PIDS,
-                           abi.GET_PIDS_PARAMS.pack(abi.NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS,
-                                                    abi.NV20_SUBDEVICE_0, 0,
-                                                    *([0] * abi.NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT)))
-        f = abi.GET_PIDS_PARAMS.unpack(out)
-        pids = sorted(set(f[3:3 + min(f[2], abi.NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT)]))
+        req = bytearray(abi.GET_PIDS_SIZE)
+        abi.GET_PIDS_HEAD.pack_into(req, 0, abi.NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS, abi.NV20_SUBDEVICE_0, 0)
+        out = self.control(g.subdevice, abi.NV2080_CTRL_CMD_GPU_GET_PIDS, bytes(req))
+        n = min(abi.GET_PIDS_HEAD.unpack_from(out)[2], abi.NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT)
+        pids = sorted(set(struct.unpack_from(f"<{n}I", out, abi.GET_PIDS_HEAD.size)))
         usage: dict[int, int] = {}
         step = abi.NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT
+        base = abi.GET_PID_INFO_LIST_OFFSET
         for i in range(0, len(pids), step):
             chunk = pids[i:i + step]
-            buf = bytearray(abi.GET_PID_INFO_PARAMS_SIZE)
+            buf = bytearray(abi.GET_PID_INFO_SIZE)
             struct.pack_into("<I", buf, 0, len(chunk))
             for j, pid in enumerate(chunk):
-                abi.PID_INFO.pack_into(buf, 8 + j * abi.PID_INFO.size, pid,
+                abi.PID_INFO.pack_into(buf, base + j * abi.PID_INFO.size, pid,
                                        abi.NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE,
-                                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+                                       0, 0, 0, 0, 0, 0, 0, 0, 0)
             out = self.control(g.subdevice, abi.NV2080_CTRL_CMD_GPU_GET_PID_INFO, bytes(buf))
             for j in range(len(chunk)):
-                e = abi.PID_INFO.unpack_from(out, 8 + j * abi.PID_INFO.size)
+                e = abi.PID_INFO.unpack_from(out, base + j * abi.PID_INFO.size)
                 if e[2] == abi.NV_OK:  # per-entry status: the process may be gone
-                    usage[e[0]] = e[4] + e[5]
+                    usage[e[0]] = e[3] + e[4]
         return usage
 
     def disable_channels(self, minor: int, pairs: Iterable[Pair], disable: bool) -> int:

@@ -25,6 +25,10 @@ NVSTUB_IOCTL_SUBMIT = abi.iowr(NVSTUB_ESC_SUBMIT, NVSTUB_SUBMIT.size)  # _IOWR('
 CTL_PATH = "/dev/nvidiactl"
 UVM_PATH = "/dev/nvidia-uvm"
 PROC = Path("/proc/nvstub")
+PARAMS = Path("/sys/module/nvstub/parameters")
+# NV_MEMORY_ALLOCATION_PARAMS.owner used by mem_params(): RM refuses 0, ~0 and its own
+# scratch owners with NV_ERR_INVALID_OWNER (standard_mem.c stdmemValidateParams)
+DEFAULT_OWNER = 0x5C000002
 
 
 def gpu_path(n: int) -> str:
@@ -104,10 +108,29 @@ def submit(ctl: int, h_client: int, h_channel: int, work_ns: int) -> int:
     return NVSTUB_SUBMIT.unpack(buf)[3]
 
 
-def mem_params(size: int) -> ctypes.Array:
+def mem_params(size: int, *, owner: int = DEFAULT_OWNER, attr: int = 0, attr2: int = 0,
+               flags: int = 0, alignment: int = 0) -> ctypes.Array:
+    """NV_MEMORY_ALLOCATION_PARAMS (128 bytes): owner @0, flags @8, attr @24, attr2 @28,
+    size @64, alignment @72."""
     p = ctypes.create_string_buffer(abi.MEMORY_ALLOCATION_PARAMS_SIZE)
-    struct.pack_into("<Q", p, abi.MEMORY_ALLOCATION_SIZE_OFFSET, size)
+    struct.pack_into("<I", p, 0, owner)
+    struct.pack_into("<I", p, 8, flags)
+    struct.pack_into("<II", p, 24, attr, attr2)
+    struct.pack_into("<QQ", p, abi.MEMORY_ALLOCATION_SIZE_OFFSET, size, alignment)
     return p
+
+
+def page_attrs(page_size: int, huge: int = 0) -> tuple[int, int]:
+    """(attr, attr2) asking for NVOS32_ATTR_PAGE_SIZE page_size (and, for HUGE,
+    NVOS32_ATTR2_PAGE_SIZE_HUGE huge)."""
+    return page_size << abi.NVOS32_ATTR_PAGE_SIZE_SHIFT, huge << abi.NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT
+
+
+def mem_fields(p: ctypes.Array) -> dict[str, int]:
+    """The fields RM writes back into NV_MEMORY_ALLOCATION_PARAMS that the stand-in models."""
+    attr, attr2 = struct.unpack_from("<II", p, 24)
+    size, alignment, _offset, limit = struct.unpack_from("<QQQQ", p, abi.MEMORY_ALLOCATION_SIZE_OFFSET)
+    return {"attr": attr, "attr2": attr2, "size": size, "alignment": alignment, "limit": limit}
 
 
 def mem_size(p: ctypes.Array) -> int:
@@ -178,6 +201,85 @@ def read_engine() -> list[EngineChannel]:
     return out
 
 
+def clients() -> list[dict[str, int]]:
+    """Parse /proc/nvstub/clients: [{"client", "pid", "vidmem"}] (vidmem: pool bytes of the
+    memory the client owns, in PMA pages as the pool is charged)."""
+    out = []
+    for line in (PROC / "clients").read_text().splitlines():
+        kv = dict(item.split("=", 1) for item in line.split())
+        out.append({"client": int(kv["client"], 16), "pid": int(kv["pid"]), "vidmem": int(kv["vidmem"])})
+    return out
+
+
+def pool(gpu: int = 0) -> dict[str, int]:
+    """One line of /proc/nvstub/pool: {"gpu", "total", "used"} in bytes."""
+    for line in (PROC / "pool").read_text().splitlines():
+        kv = {k: int(v) for k, v in (item.split("=", 1) for item in line.split())}
+        if kv["gpu"] == gpu:
+            return kv
+    raise KeyError(f"no GPU {gpu} in {PROC / 'pool'}")
+
+
+def pool_used(gpu: int = 0) -> int:
+    """Bytes of GPU gpu's video memory pool in use (what RM's PMA has handed out)."""
+    return pool(gpu)["used"]
+
+
+def set_race_delay_us(us: int) -> None:
+    """TEST ONLY: the stand-in sleeps us between an RM_ALLOC/RM_CONTROL's top-level copy and
+    its nested params copy (module parameter race_delay_us; root)."""
+    (PARAMS / "race_delay_us").write_text(f"{us}\n")
+
+
+def get_pids(ctl: int, h_client: int, h_subdevice: int, id_: int = abi.NV20_SUBDEVICE_0,
+             id_type: int = abi.NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS) -> tuple[int, list[int]]:
+    """NV2080_CTRL_CMD_GPU_GET_PIDS; returns (status, pids)."""
+    p = ctypes.create_string_buffer(abi.GET_PIDS_SIZE)
+    abi.GET_PIDS_HEAD.pack_into(p, 0, id_type, id_, 0)
+    st = rm_control(ctl, h_client, h_subdevice, abi.NV2080_CTRL_CMD_GPU_GET_PIDS, p)
+    n = abi.GET_PIDS_HEAD.unpack_from(p, 0)[2]
+    return st, list(struct.unpack_from(f"<{n}I", p, abi.GET_PIDS_HEAD.size)) if st == abi.NV_OK else []
+
+
+@dataclass
+class PidInfo:
+    pid: int
+    index: int
+    result: int
+    private: int
+    shared_owned: int
+    shared_duped: int
+    protected: tuple[int, int, int]
+    compute_instance_id: int
+    gpu_instance_id: int
+
+
+def pid_info_params(pids: list[int], index: int = abi.NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE,
+                    count: int | None = None) -> ctypes.Array:
+    p = ctypes.create_string_buffer(abi.GET_PID_INFO_SIZE)
+    struct.pack_into("<I", p, 0, len(pids) if count is None else count)
+    for i, pid in enumerate(pids):
+        abi.PID_INFO.pack_into(p, abi.GET_PID_INFO_LIST_OFFSET + i * abi.PID_INFO.size,
+                               pid, index, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    return p
+
+
+def parse_pid_info(p: ctypes.Array, n: int) -> list[PidInfo]:
+    out = []
+    for i in range(n):
+        f = abi.PID_INFO.unpack_from(p, abi.GET_PID_INFO_LIST_OFFSET + i * abi.PID_INFO.size)
+        out.append(PidInfo(f[0], f[1], f[2], f[3], f[4], f[5], (f[6], f[7], f[8]), f[9], f[10]))
+    return out
+
+
+def get_pid_info(ctl: int, h_client: int, h_subdevice: int, pids: list[int],
+                 index: int = abi.NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE) -> tuple[int, list[PidInfo]]:
+    """NV2080_CTRL_CMD_GPU_GET_PID_INFO for up to 200 pids; returns (status, one PidInfo per pid)."""
+    p = pid_info_params(pids, index)
+    st = rm_control(ctl, h_client, h_subdevice, abi.NV2080_CTRL_CMD_GPU_GET_PID_INFO, p)
+    return st, parse_pid_info(p, len(pids))
+
+
 def read_implemented() -> set[tuple[str, int]]:
     """Parse /proc/nvstub/implemented into {(kind, number)}."""
     out = set()
@@ -218,12 +320,23 @@ class Session:
         self._next += 1
         return self._next
 
-    def alloc_vidmem(self, size: int) -> tuple[int, int, int]:
-        """Returns (status, handle, allocated size)."""
-        p = mem_params(size)
+    def alloc_vidmem(self, size: int, **fields: int) -> tuple[int, int, int]:
+        """Returns (status, handle, allocated size); fields go to mem_params (attr, attr2, ...)."""
+        p = mem_params(size, **fields)
         h = self.handle()
         st, _ = rm_alloc(self.ctl, self.client, self.device, h, abi.NV01_MEMORY_LOCAL_USER, p)
         return st, h, mem_size(p)
+
+    def dup(self, h_src: int, src_client: int | None = None, parent: int | None = None) -> tuple[int, int]:
+        """NV_ESC_RM_DUP_OBJECT of (src_client or this client, h_src) under parent (the device);
+        returns (status, new handle)."""
+        h = self.handle()
+        buf = bytearray(abi.NVOS55.pack(self.client, self.device if parent is None else parent, h,
+                                        self.client if src_client is None else src_client, h_src, 0, 0))
+        ret = ioctl(self.ctl, abi.IOCTL_RM_DUP_OBJECT, buf)
+        if ret < 0:
+            raise IoctlError(-ret, "RM_DUP_OBJECT")
+        return abi.NVOS55.unpack(buf)[6], h
 
     def free(self, h: int, parent: int | None = None) -> int:
         return rm_free(self.ctl, self.client, self.device if parent is None else parent, h)

@@ -155,7 +155,7 @@ def test_video_memory_pool(sess: nvstub.Session) -> None:
     assert st == abi.NV_OK
     total_kib = info[abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE]
     assert info[abi.NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE] == total_kib >= start > 0
-    # sizes are rounded up to 2 MiB, as in the traces (0x420000 -> 0x600000)
+    # sizes of 2 MiB or more are rounded up to 2 MiB pages, as in the traces (0x420000 -> 0x600000)
     st, h, size = sess.alloc_vidmem(0x420000)
     assert (st, size) == (abi.NV_OK, 0x600000)
     assert sess.fb_free_kib() == start - 0x600000 // 1024
@@ -392,9 +392,9 @@ def test_channel_ids_and_engine_ids(sess: nvstub.Session) -> None:
     q = ctypes.create_string_buffer(abi.CLASS_ENGINEID.pack(gr, 0, 0, 0), abi.CLASS_ENGINEID.size)
     assert nvstub.rm_control(sess.ctl, sess.client, ch1, abi.NV906F_CTRL_CMD_GET_CLASS_ENGINEID, q) == abi.NV_OK
     assert abi.CLASS_ENGINEID.unpack(q.raw)[2:] == (abi.HOPPER_COMPUTE_A, abi.NV2080_ENGINE_TYPE_GR0)
-    # wrong params size
+    # wrong params size: control.c _rmapiRmControl, before anything else is looked at
     assert nvstub.rm_control(sess.ctl, sess.client, ch1, abi.NV906F_CTRL_CMD_GET_CLASS_ENGINEID,
-                             ctypes.create_string_buffer(8)) == abi.NV_ERR_INVALID_PARAM_STRUCT
+                             ctypes.create_string_buffer(8)) == abi.NV_ERR_INVALID_ARGUMENT
 
 
 def test_gpu_ids(sess: nvstub.Session) -> None:

@@ -5,6 +5,8 @@
  *
  * Locking: one mutex, nvstub_lock, guards every RM object, the memory pool,
  * every file's RM state and the engine's queues (like RM's API lock).
+ * RM_ALLOC and RM_CONTROL read their nested params before taking it, as RM
+ * does (nvstub_esc_alloc(), nvstub_esc_control()).
  */
 #ifndef NVSTUB_H
 #define NVSTUB_H
@@ -34,6 +36,7 @@ static inline u32 nvstub_gpu_id(unsigned int i)
 extern int nvstub_num_gpus;
 extern unsigned int nvstub_fb_mib;
 extern char *nvstub_version;
+extern unsigned int nvstub_race_delay_us;
 extern struct mutex nvstub_lock;
 extern const struct file_operations nvstub_fops;
 extern struct class *nvstub_class;
@@ -72,6 +75,18 @@ struct nvstub_client;
 struct nvstub_tsg;
 struct nvstub_chan;
 
+/*
+ * Pool-backed memory shared by an object and its duplicates, as RM's
+ * MEMORY_DESCRIPTOR is (src/nvidia/src/kernel/mem_mgr/mem.c): the pages go
+ * back to the pool when the last duplicate is freed.
+ */
+struct nvstub_memdesc {
+	struct list_head dups;		/* nvstub_obj.dup_node, in RM's dup-list order */
+	unsigned int dup_count;		/* MEMORY_DESCRIPTOR.DupCount */
+	unsigned int gpu;
+	u64 charged;			/* bytes taken from the GPU's pool (PMA pages) */
+};
+
 /* An RM object: a node of a client's tree. */
 struct nvstub_obj {
 	u32 handle;
@@ -81,8 +96,11 @@ struct nvstub_obj {
 	struct list_head children;
 	struct list_head sibling;
 	unsigned int gpu;		/* device, subdevice and below */
-	u64 mem_size;			/* memory classes: bytes charged */
-	bool mem_vid;			/* charged to the video memory pool */
+	u64 mem_size;			/* memory classes: Memory.Length, the reported size */
+	bool mem_vid;			/* video memory (mapped through a GPU node) */
+	struct nvstub_memdesc *md;	/* pool-backed memory, shared with duplicates */
+	struct list_head dup_node;	/* on md->dups */
+	bool md_owner;			/* Memory.isMemDescOwner */
 	struct nvstub_tsg *tsg;		/* KEPLER_CHANNEL_GROUP_A */
 	struct nvstub_chan *chan;	/* HOPPER_CHANNEL_GPFIFO_A */
 };
@@ -90,7 +108,8 @@ struct nvstub_obj {
 struct nvstub_client {
 	struct nvstub_obj root;		/* handle == client handle, cls 0x41 */
 	struct nvstub_file *owner;
-	pid_t pid;
+	pid_t pid;			/* RmClient.ProcID: global tgid of the allocator */
+	struct pid *pid_info;		/* RmClient.pOsPidInfo (get_task_pid, TGID) */
 	struct xarray objs;		/* handle -> struct nvstub_obj */
 	u32 next_handle;
 };
@@ -110,13 +129,17 @@ int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size);
+u32 nvstub_rm_get_pids(unsigned int gpu, u32 id_type, u32 id, u32 *tbl, u32 *count);
+u32 nvstub_rm_pid_vidmem(unsigned int gpu, u32 pid, u64 *data);
 void nvstub_rm_report(struct seq_file *m);
+void nvstub_race_delay(void);
 
 /* nvstub_mem.c */
 u32 nvstub_mem_charge(unsigned int gpu, u64 size);
 void nvstub_mem_uncharge(unsigned int gpu, u64 size);
 u64 nvstub_mem_total(void);
 u64 nvstub_mem_free(unsigned int gpu);
+void nvstub_mem_report(struct seq_file *m);
 int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_unmap(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_update_mapping(struct nvstub_file *nf, void *arg, u32 size);

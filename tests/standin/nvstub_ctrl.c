@@ -2,10 +2,14 @@
 /*
  * nvstub_ctrl.c - RM controls (NV_ESC_RM_CONTROL) of the nvstub TEST DOUBLE.
  *
- * As in rmapi/control.c: the client must belong to the calling file
- * (NV_ERR_INVALID_CLIENT), the object must exist (NV_ERR_INVALID_OBJECT_HANDLE),
- * the command must be one the object's class exports (NV_ERR_NOT_SUPPORTED)
- * and paramsSize must be the command's (NV_ERR_INVALID_PARAM_STRUCT).
+ * In the order of src/nvidia/src/kernel/rmapi/control.c _rmapiRmControl and
+ * src/nvidia/src/libraries/resserv/src/rs_server.c serverControl: the client
+ * must exist (NV_ERR_INVALID_CLIENT); paramsSize must be the command's and
+ * params non-NULL (NV_ERR_INVALID_ARGUMENT); the params are read once, before
+ * any lock (bUnlockedParamCopy); then, under the lock, the client must belong
+ * to the calling file (NV_ERR_INVALID_CLIENT), the object must exist
+ * (NV_ERR_INVALID_OBJECT_HANDLE) and its class must export the command
+ * (NV_ERR_NOT_SUPPORTED); the params are written back only on success.
  * Commands not in nvstub_ctrls[] answer NV_ERR_NOT_SUPPORTED; the list is
  * published in /proc/nvstub/implemented.
  */
@@ -398,6 +402,54 @@ static u32 nvstub_ctrl_virt_mode(struct nvstub_ctrl_ctx *ctx, void *params)
 	return NV_OK;
 }
 
+/*
+ * ctrl2080gpu.h GET_PIDS (subdevice_ctrl_gpu_kernel.c
+ * subdeviceCtrlCmdGpuGetPids_IMPL; no MIG): the processes with objects of a
+ * kind on this GPU, see nvstub_rm_get_pids(). Non-privileged
+ * (g_subdevice_nvoc.c flags 0x8): any client with a subdevice may ask.
+ */
+static u32 nvstub_ctrl_get_pids(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_gpu_get_pids_params *p = params;
+
+	return nvstub_rm_get_pids(ctx->obj->gpu, p->id_type, p->id, p->pid_tbl,
+				  &p->pid_tbl_count);
+}
+
+/*
+ * ctrl2080gpu.h GET_PID_INFO (subdevice_ctrl_gpu_kernel.c
+ * subdeviceCtrlCmdGpuGetPidInfo_IMPL; no MIG): a count of 0 or over 200 fails
+ * the call; otherwise each entry gets invalid partition ids and a result of
+ * its own: VIDEO_MEMORY_USAGE zeroes data and fills it (pid 0:
+ * NV_ERR_INVALID_ARGUMENT from gpuFindClientInfoWithPidIterator's assert),
+ * any other index is NV_ERR_INVALID_ARGUMENT with data untouched.
+ */
+static u32 nvstub_ctrl_get_pid_info(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nv2080_ctrl_gpu_get_pid_info_params *p = params;
+	struct nv2080_ctrl_gpu_pid_info *e;
+	unsigned int i;
+
+	if (p->pid_info_list_count == 0 ||
+	    p->pid_info_list_count > NV2080_CTRL_GPU_GET_PID_INFO_MAX_COUNT)
+		return NV_ERR_INVALID_ARGUMENT;
+	for (i = 0; i < p->pid_info_list_count; i++) {
+		e = &p->pid_info_list[i];
+		e->compute_instance_id = NV2080_CTRL_GPU_PARTITION_ID_INVALID;
+		e->gpu_instance_id = NV2080_CTRL_GPU_PARTITION_ID_INVALID;
+		if (e->index != NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE) {
+			e->result = NV_ERR_INVALID_ARGUMENT;
+			continue;
+		}
+		memset(e->data, 0, sizeof(e->data));
+		if (!e->pid)
+			e->result = NV_ERR_INVALID_ARGUMENT;
+		else
+			e->result = nvstub_rm_pid_vidmem(ctx->obj->gpu, e->pid, e->data);
+	}
+	return NV_OK;
+}
+
 static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
@@ -456,6 +508,10 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	{ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, NV01_DEVICE_0,
 	  sizeof(struct nv0080_ctrl_fifo_get_channellist_params),
 	  nvstub_ctrl_channellist },
+	{ NV2080_CTRL_CMD_GPU_GET_PIDS, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_gpu_get_pids_params), nvstub_ctrl_get_pids },
+	{ NV2080_CTRL_CMD_GPU_GET_PID_INFO, NV20_SUBDEVICE_0,
+	  sizeof(struct nv2080_ctrl_gpu_get_pid_info_params), nvstub_ctrl_get_pid_info },
 };
 
 const unsigned int nvstub_ctrl_count = ARRAY_SIZE(nvstub_ctrls);
@@ -475,7 +531,11 @@ static const struct nvstub_ctrl *nvstub_ctrl_find(u32 cmd)
 	return NULL;
 }
 
-/* NV_ESC_RM_CONTROL (NVOS54). */
+/*
+ * NV_ESC_RM_CONTROL (NVOS54). Called without nvstub_lock: the params are read
+ * before it is taken (see the top of this file); a fault reading or writing
+ * them is NV_ERR_INVALID_ADDRESS (os-interface.c os_memcpy_from/to_user).
+ */
 int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 {
 	struct nvos54_params *p = arg;
@@ -483,43 +543,54 @@ int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 	struct nvstub_ctrl_ctx ctx = { .nf = nf };
 	void __user *uparams;
 	void *params;
+	u32 st;
 
 	if (size != sizeof(*p) || !nvstub_is_ctl(nf))
 		return -EINVAL;
-	ctx.cl = nvstub_client_validate(nf, p->h_client, &p->status);
-	if (!ctx.cl)
-		return 0;
-	ctx.obj = nvstub_obj_get(ctx.cl, p->h_object);
-	if (!ctx.obj) {
-		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
+	/* serverutilGetClientUnderLock: does the client exist at all? */
+	if (!nvstub_client_get(p->h_client)) {
+		p->status = NV_ERR_INVALID_CLIENT;
 		return 0;
 	}
 	c = nvstub_ctrl_find(p->cmd);
-	if (!c || c->obj_cls != ctx.obj->cls) {
-		p->status = NV_ERR_NOT_SUPPORTED;
-		return 0;
-	}
-	if (p->params_size != c->params_size) {
-		p->status = NV_ERR_INVALID_PARAM_STRUCT;
+	if (!c) {
+		p->status = NV_ERR_NOT_SUPPORTED;	/* not modelled */
 		return 0;
 	}
 	uparams = u64_to_user_ptr(p->params);
-	if (!uparams) {
+	if (p->params_size != c->params_size || !uparams) {
 		p->status = NV_ERR_INVALID_ARGUMENT;
 		return 0;
 	}
 	params = kmalloc(c->params_size, GFP_KERNEL);
 	if (!params) {
-		p->status = NV_ERR_NO_MEMORY;
+		p->status = NV_ERR_INSUFFICIENT_RESOURCES;
 		return 0;
 	}
+	nvstub_race_delay();	/* TEST ONLY, see nvstub_main.c */
 	if (copy_from_user(params, uparams, c->params_size)) {
-		p->status = NV_ERR_INVALID_POINTER;
+		p->status = NV_ERR_INVALID_ADDRESS;
 		goto out;
 	}
-	p->status = c->fn(&ctx, params);
-	if (copy_to_user(uparams, params, c->params_size))
-		p->status = NV_ERR_INVALID_POINTER;
+	mutex_lock(&nvstub_lock);
+	ctx.cl = nvstub_client_validate(nf, p->h_client, &st);
+	if (!ctx.cl)
+		goto unlock;
+	ctx.obj = nvstub_obj_get(ctx.cl, p->h_object);
+	if (!ctx.obj) {
+		st = NV_ERR_INVALID_OBJECT_HANDLE;
+		goto unlock;
+	}
+	if (c->obj_cls != ctx.obj->cls) {
+		st = NV_ERR_NOT_SUPPORTED;
+		goto unlock;
+	}
+	st = c->fn(&ctx, params);
+unlock:
+	mutex_unlock(&nvstub_lock);
+	if (st == NV_OK && copy_to_user(uparams, params, c->params_size))
+		st = NV_ERR_INVALID_ADDRESS;
+	p->status = st;
 out:
 	kfree(params);
 	return 0;

@@ -12,6 +12,7 @@
  * src/nvidia/arch/nvalloc/unix/src/{escape.c,osapi.c}.
  */
 #include <linux/cdev.h>
+#include <linux/delay.h>
 #include <linux/device.h>
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -35,7 +36,33 @@ char *nvstub_version = "580.159.04";
 module_param_named(version, nvstub_version, charp, 0444);
 MODULE_PARM_DESC(version, "driver version string reported to user space");
 
+/*
+ * TEST-ONLY: a pause between the copy of an ioctl's top-level block and the
+ * copy of RM_ALLOC's / RM_CONTROL's nested params, taken without nvstub_lock.
+ * The real driver has the same two reads (nv.c nvidia_ioctl, then
+ * alloc_free.c serverAllocApiCopyIn / control.c serverControlApiCopyIn,
+ * before RM's locks) with no pause; the pause makes the window between them
+ * wide enough for a racing thread in a test. 0 (default): no pause.
+ */
+unsigned int nvstub_race_delay_us;
+module_param_named(race_delay_us, nvstub_race_delay_us, uint, 0644);
+MODULE_PARM_DESC(race_delay_us,
+		 "TEST ONLY: microseconds to sleep between the top-level and the nested params copy of RM_ALLOC/RM_CONTROL (max 1000000)");
+
+#define NVSTUB_RACE_DELAY_MAX_US	1000000
+
 DEFINE_MUTEX(nvstub_lock);
+
+/* Called without nvstub_lock, right before a nested params copy. */
+void nvstub_race_delay(void)
+{
+	unsigned int us = READ_ONCE(nvstub_race_delay_us);
+
+	if (!us)
+		return;
+	us = min_t(unsigned int, us, NVSTUB_RACE_DELAY_MAX_US);
+	usleep_range(us, us + us / 16 + 1);
+}
 
 #define NVSTUB_MAX_IOCTL_SIZE	(16 * 1024)	/* nv.h NV_ABSOLUTE_MAX_IOCTL_SIZE */
 
@@ -371,6 +398,16 @@ static int nvstub_dispatch(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
 	}
 }
 
+/*
+ * Escapes that read nested params: they take nvstub_lock themselves, after
+ * that read, as RM takes its locks after serverAllocApiCopyIn() /
+ * serverControlApiCopyIn() (rs_server.c serverAllocResource, serverControl).
+ */
+static bool nvstub_esc_locks_itself(u32 nr)
+{
+	return nr == NV_ESC_RM_ALLOC || nr == NV_ESC_RM_CONTROL;
+}
+
 /* nv.c nvidia_ioctl(): copy in _IOC_SIZE bytes (or an XFER block), dispatch
  * on _IOC_NR, copy the block back out unless copying failed.
  */
@@ -403,9 +440,13 @@ static long nvstub_ioctl(struct file *filp, unsigned int cmd, unsigned long uarg
 		kfree(arg);
 		return -EFAULT;
 	}
-	mutex_lock(&nvstub_lock);
-	ret = nvstub_dispatch(nf, nr, arg, size);
-	mutex_unlock(&nvstub_lock);
+	if (nvstub_esc_locks_itself(nr)) {
+		ret = nvstub_dispatch(nf, nr, arg, size);
+	} else {
+		mutex_lock(&nvstub_lock);
+		ret = nvstub_dispatch(nf, nr, arg, size);
+		mutex_unlock(&nvstub_lock);
+	}
 	if (copy_to_user(uptr, arg, size))
 		ret = -EFAULT;
 	kfree(arg);

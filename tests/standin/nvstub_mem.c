@@ -45,6 +45,16 @@ u32 nvstub_mem_charge(unsigned int gpu, u64 size)
 	return NV_OK;
 }
 
+/* /proc/nvstub/pool: one line per GPU, "gpu=N total=BYTES used=BYTES". */
+void nvstub_mem_report(struct seq_file *m)
+{
+	int i;
+
+	for (i = 0; i < nvstub_num_gpus; i++)
+		seq_printf(m, "gpu=%d total=%llu used=%llu\n", i, nvstub_mem_total(),
+			   nvstub_pool_used[i]);
+}
+
 void nvstub_mem_uncharge(unsigned int gpu, u64 size)
 {
 	if (WARN_ON(size > nvstub_pool_used[gpu]))

@@ -6,7 +6,9 @@
  *               command), class (RM_ALLOC class) or ctrl (RM_CONTROL cmd);
  *               anything else gets NV_ERR_NOT_SUPPORTED / INVALID_CLASS / -EINVAL
  *  engine       the simulated engine's channels (nvstub_engine.c)
- *  clients      live RM clients and the process that made each
+ *  clients      live RM clients: "client=0xH pid=TGID vidmem=BYTES" (vidmem:
+ *               pool bytes of the memory the client owns, nvstub_rm.c)
+ *  pool         each GPU's video memory pool: "gpu=N total=BYTES used=BYTES"
  */
 #include <linux/proc_fs.h>
 #include <linux/seq_file.h>
@@ -46,6 +48,14 @@ static int nvstub_clients_show(struct seq_file *m, void *v)
 	return 0;
 }
 
+static int nvstub_pool_show(struct seq_file *m, void *v)
+{
+	mutex_lock(&nvstub_lock);
+	nvstub_mem_report(m);
+	mutex_unlock(&nvstub_lock);
+	return 0;
+}
+
 int nvstub_proc_init(void)
 {
 	nvstub_proc_dir = proc_mkdir("nvstub", NULL);
@@ -56,7 +66,9 @@ int nvstub_proc_init(void)
 	    !proc_create_single("engine", 0444, nvstub_proc_dir,
 				nvstub_engine_show) ||
 	    !proc_create_single("clients", 0444, nvstub_proc_dir,
-				nvstub_clients_show)) {
+				nvstub_clients_show) ||
+	    !proc_create_single("pool", 0444, nvstub_proc_dir,
+				nvstub_pool_show)) {
 		proc_remove(nvstub_proc_dir);
 		return -ENOMEM;
 	}

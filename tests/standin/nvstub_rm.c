@@ -12,7 +12,9 @@
 #include <linux/fdtable.h>
 #include <linux/mm.h>
 #include <linux/file.h>
+#include <linux/pid.h>
 #include <linux/sched.h>
+#include <linux/sizes.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -21,7 +23,8 @@
 
 #define NVSTUB_CLIENT_HANDLE_BASE	0xc1d00000	/* as seen in the traces */
 #define NVSTUB_OBJECT_HANDLE_BASE	0xcaf00000	/* resserv RS_UNIQUE_HANDLE_BASE */
-#define NVSTUB_VIDMEM_GRANULE		(2ULL << 20)	/* traces: 0x420000 -> 0x600000 */
+/* NV01_MEMORY_LOCAL_PHYSICAL is not modelled (see README): a 2 MiB granule */
+#define NVSTUB_PHYS_GRANULE		SZ_2M
 
 static DEFINE_XARRAY(nvstub_clients);	/* client handle -> struct nvstub_client */
 static u32 nvstub_next_client = 0x40;
@@ -131,11 +134,36 @@ struct nvstub_obj *nvstub_obj_ancestor(struct nvstub_obj *obj, u32 cls)
 	return NULL;
 }
 
+/*
+ * mem.c memDestructCommon_IMPL: the memdesc loses a duplicate; if this
+ * object owned it, ownership passes to the next duplicate on the list. The
+ * pages go back to the pool with the last duplicate (memdescDestroy).
+ */
+static void nvstub_memdesc_put(struct nvstub_obj *obj)
+{
+	struct nvstub_memdesc *md = obj->md;
+	struct list_head *next;
+
+	obj->md = NULL;
+	md->dup_count--;
+	if (obj->md_owner && md->dup_count) {
+		next = obj->dup_node.next;
+		if (next == &md->dups)
+			next = next->next;
+		list_entry(next, struct nvstub_obj, dup_node)->md_owner = true;
+	}
+	list_del(&obj->dup_node);
+	if (!md->dup_count) {
+		nvstub_mem_uncharge(md->gpu, md->charged);
+		kfree(md);
+	}
+}
+
 /* Detach and free one object whose children are already gone. */
 static void nvstub_obj_destroy(struct nvstub_obj *obj)
 {
-	if (obj->mem_vid)
-		nvstub_mem_uncharge(obj->gpu, obj->mem_size);
+	if (obj->md)
+		nvstub_memdesc_put(obj);
 	if (obj->chan)
 		nvstub_chan_destroy(obj);
 	if (obj->tsg)
@@ -161,6 +189,7 @@ static void nvstub_client_free(struct nvstub_client *cl)
 	nvstub_obj_free_tree(&cl->root);
 	xa_erase(&nvstub_clients, cl->root.handle);
 	xa_destroy(&cl->objs);
+	put_pid(cl->pid_info);		/* os-interface.c os_put_pid_info */
 	kfree(cl);
 }
 
@@ -196,7 +225,13 @@ static u32 nvstub_client_alloc(struct nvstub_file *nf, u32 *handle)
 	INIT_LIST_HEAD(&cl->root.children);
 	INIT_LIST_HEAD(&cl->root.sibling);
 	cl->owner = nvstub_owner(nf);
+	/*
+	 * client.c rmclientConstruct_IMPL: ProcID = osGetCurrentProcess()
+	 * (current->tgid) and, for user clients, pOsPidInfo = osGetPidInfo()
+	 * (os-interface.c os_get_pid_info: get_task_pid(current, PIDTYPE_TGID)).
+	 */
 	cl->pid = task_tgid_nr(current);
+	cl->pid_info = get_task_pid(current, PIDTYPE_TGID);
 	cl->next_handle = 1;
 	xa_init(&cl->objs);
 	ret = xa_insert(&cl->objs, h, &cl->root, GFP_KERNEL);
@@ -212,6 +247,7 @@ err_objs:
 	xa_erase(&cl->objs, h);
 err_free:
 	xa_destroy(&cl->objs);
+	put_pid(cl->pid_info);
 	kfree(cl);
 	return NV_ERR_NO_MEMORY;
 }
@@ -238,6 +274,192 @@ static bool nvstub_gpu_accessible(unsigned int gpu)
 	struct nvstub_gpu_match m = { .gpu = gpu };
 
 	return iterate_fd(current->files, 0, nvstub_match_gpu_file, &m) != 0;
+}
+
+/* A new memdesc for @obj, charged @charged bytes of its GPU's pool. */
+static u32 nvstub_memdesc_new(struct nvstub_obj *obj, u64 charged)
+{
+	struct nvstub_memdesc *md = kzalloc(sizeof(*md), GFP_KERNEL);
+	u32 st;
+
+	if (!md)
+		return NV_ERR_NO_MEMORY;
+	st = nvstub_mem_charge(obj->gpu, charged);
+	if (st != NV_OK) {
+		kfree(md);
+		return st;
+	}
+	INIT_LIST_HEAD(&md->dups);
+	md->dup_count = 1;		/* mem_desc.c memdescCreate: DupCount = 1 */
+	md->gpu = obj->gpu;
+	md->charged = charged;
+	obj->md = md;
+	obj->md_owner = true;		/* mem.c memConstructCommon: isMemDescOwner */
+	list_add(&obj->dup_node, &md->dups);
+	return NV_OK;
+}
+
+static u32 nvstub_attr_page_size(u32 attr)
+{
+	return (attr & NVOS32_ATTR_PAGE_SIZE_MASK) >> NVOS32_ATTR_PAGE_SIZE_SHIFT;
+}
+
+static u32 nvstub_attr2_page_size_huge(u32 attr2)
+{
+	return (attr2 & NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK) >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT;
+}
+
+/*
+ * The GPU page size RM picks for a user client's video memory on GH100, or 0
+ * if there is none. src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c
+ * memmgrDeterminePageSize_IMPL with mem/mem.c dmaNvos32ToPageSizeAttr:
+ *   DEFAULT: _memmgrPickDefaultGpuPageSize: huge pages are supported, so
+ *            2 MiB if the requested size is >= RM_PAGE_SIZE_HUGE, otherwise
+ *            the big page size (bClientAllocation)
+ *   4KB: RM_PAGE_SIZE; BIG: kgmmuGetMaxBigPageSize_HAL, 64 KiB on GH100
+ *            (g_kern_gmmu_nvoc.c defaultBigPageSize, no per-VA-space big pages)
+ *   HUGE + attr2 DEFAULT/2MB: 2 MiB; + 512MB: 512 MiB (GH100 sets
+ *            bPageSize512mbSupported); + 256GB: not on GH100 -> 0
+ * On success the choice is written back into *attr / *attr2 as RM does.
+ */
+static u64 nvstub_vidmem_page_size(u64 size, u32 *attr, u32 *attr2)
+{
+	u32 psz, huge = NVOS32_ATTR2_PAGE_SIZE_HUGE_DEFAULT;
+	u64 page;
+
+	switch (nvstub_attr_page_size(*attr)) {
+	case NVOS32_ATTR_PAGE_SIZE_DEFAULT:
+		page = size >= SZ_2M ? SZ_2M : SZ_64K;
+		break;
+	case NVOS32_ATTR_PAGE_SIZE_4KB:
+		page = SZ_4K;
+		break;
+	case NVOS32_ATTR_PAGE_SIZE_BIG:
+		page = SZ_64K;
+		break;
+	default:	/* HUGE */
+		switch (nvstub_attr2_page_size_huge(*attr2)) {
+		case NVOS32_ATTR2_PAGE_SIZE_HUGE_DEFAULT:
+		case NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB:
+			page = SZ_2M;
+			break;
+		case NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB:
+			page = SZ_512M;
+			break;
+		default:
+			return 0;
+		}
+	}
+	switch (page) {
+	case SZ_4K:
+		psz = NVOS32_ATTR_PAGE_SIZE_4KB;
+		break;
+	case SZ_64K:
+		psz = NVOS32_ATTR_PAGE_SIZE_BIG;
+		break;
+	case SZ_2M:
+		psz = NVOS32_ATTR_PAGE_SIZE_HUGE;
+		huge = NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB;
+		break;
+	default:
+		psz = NVOS32_ATTR_PAGE_SIZE_HUGE;
+		huge = NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB;
+	}
+	*attr = (*attr & ~NVOS32_ATTR_PAGE_SIZE_MASK) | (psz << NVOS32_ATTR_PAGE_SIZE_SHIFT);
+	if (psz == NVOS32_ATTR_PAGE_SIZE_HUGE)
+		*attr2 = (*attr2 & ~NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK) |
+			 (huge << NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT);
+	return page;
+}
+
+/*
+ * Size and alignment for page size @page: gpu/mem_mgr/arch/maxwell/
+ * mem_mgr_gm107.c memmgrAllocDetermineAlignment_GM107 (GH100 goes through
+ * arch/ampere/mem_mgr_ga100.c, which only adds to it for compression). The
+ * input alignment is params.alignment with ALIGNMENT_HINT/FORCE, else
+ * RM_PAGE_SIZE (mem_utils.c memUtilsInitFBAllocInfo). A requested alignment
+ * that is a multiple or a divisor of the page size is kept (at least the
+ * page size); any other fails with ALIGNMENT_FORCE and becomes the page size
+ * otherwise. The size is rounded to the page size only. *align is returned
+ * as a size (align + 1, video_mem.c _vidmemQueryAlignment).
+ */
+static u32 nvstub_vidmem_align(u64 page, u32 flags, u64 *size, u64 *align)
+{
+	u64 hw = page - 1;
+	u64 a = (flags & (NVOS32_ALLOC_FLAGS_ALIGNMENT_HINT |
+			  NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE)) ? *align : SZ_4K;
+
+	if (a && ((a > hw && !(a % (hw + 1))) || (a <= hw + 1 && !((hw + 1) % a)))) {
+		if (a <= hw + 1)
+			a = hw + 1;
+	} else {
+		if (a && (flags & NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE))
+			return NV_ERR_INVALID_ARGUMENT;
+		a = hw + 1;
+	}
+	*size = round_up(*size, page);
+	*align = a;
+	return NV_OK;
+}
+
+/*
+ * NV01_MEMORY_LOCAL_USER on a GH100 (mem_mgr/video_mem.c vidmemConstruct_IMPL):
+ * standard_mem.c stdmemValidateParams (internalflags, size, owner), the
+ * location/virtual check, then _vidmemPmaAllocate: the page size (none:
+ * NV_ERR_INVALID_STATE), the alignment, and the pool taken in PMA pages of
+ * max(page size, 64 KiB) ("Minimum granularity of PMA is 64K"). The memdesc,
+ * and so the size reported in params.size (limit = size - 1) and counted by
+ * GET_PID_INFO, is the size rounded to the page size: a 4KB-page request
+ * reports 4 KiB multiples but takes 64 KiB granules. Not modelled: compression
+ * (its page size comes from GSP), FIXED_ADDRESS_ALLOCATE padding, NUMA, CC.
+ */
+static u32 nvstub_vidmem_alloc(struct nvstub_obj *obj, struct nv_memory_allocation_params *mp)
+{
+	u32 attr, attr2;
+	u64 page, pma_page, size, align, charged;
+	u32 st;
+
+	if (!mp)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (mp->internalflags != 0 || mp->size == 0)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (mp->owner == 0 || mp->owner == 0xffffffff ||
+	    (mp->owner >= HEAP_OWNER_RM_SCRATCH_BEGIN && mp->owner <= HEAP_OWNER_RM_SCRATCH_END))
+		return NV_ERR_INVALID_OWNER;
+	if ((mp->attr & NVOS32_ATTR_LOCATION_MASK) >> NVOS32_ATTR_LOCATION_SHIFT !=
+	    NVOS32_ATTR_LOCATION_VIDMEM || (mp->flags & NVOS32_ALLOC_FLAGS_VIRTUAL))
+		return NV_ERR_INVALID_ARGUMENT;
+	/* protected memory without confidential computing */
+	if ((mp->attr2 & NVOS32_ATTR2_MEMORY_PROTECTION_MASK) >> NVOS32_ATTR2_MEMORY_PROTECTION_SHIFT ==
+	    NVOS32_ATTR2_MEMORY_PROTECTION_PROTECTED)
+		return NV_ERR_INVALID_ARGUMENT;
+	attr = mp->attr;
+	attr2 = mp->attr2;
+	page = nvstub_vidmem_page_size(mp->size, &attr, &attr2);
+	if (!page)
+		return NV_ERR_INVALID_STATE;
+	if (mp->size > U64_MAX - SZ_512M)
+		return NV_ERR_NO_MEMORY;
+	size = mp->size;
+	align = mp->alignment;
+	st = nvstub_vidmem_align(page, mp->flags, &size, &align);
+	if (st != NV_OK)
+		return st;
+	pma_page = max_t(u64, page, SZ_64K);
+	if (DIV_ROUND_UP_ULL(size, pma_page) > U32_MAX)
+		return NV_ERR_NO_MEMORY;
+	charged = round_up(size, pma_page);
+	st = nvstub_memdesc_new(obj, charged);
+	if (st != NV_OK)
+		return st;
+	mp->size = size;
+	mp->limit = size - 1;
+	mp->alignment = align;
+	mp->attr = attr;
+	mp->attr2 = attr2;
+	obj->mem_size = size;
+	obj->mem_vid = true;
+	return NV_OK;
 }
 
 /* Per-class checks and side effects of an allocation. */
@@ -274,13 +496,14 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 		obj->mem_size = mp->size;
 		return NV_OK;
 	case NV01_MEMORY_LOCAL_USER:
+		return nvstub_vidmem_alloc(obj, mp);
 	case NV01_MEMORY_LOCAL_PHYSICAL:
 		if (!mp || mp->size == 0)
 			return NV_ERR_INVALID_ARGUMENT;
-		if (mp->size > U64_MAX - NVSTUB_VIDMEM_GRANULE)
+		if (mp->size > U64_MAX - NVSTUB_PHYS_GRANULE)
 			return NV_ERR_NO_MEMORY;
-		size = round_up(mp->size, NVSTUB_VIDMEM_GRANULE);
-		st = nvstub_mem_charge(obj->gpu, size);
+		size = round_up(mp->size, NVSTUB_PHYS_GRANULE);
+		st = nvstub_memdesc_new(obj, size);
 		if (st != NV_OK)
 			return st;
 		mp->size = size;
@@ -297,12 +520,36 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 }
 
 /*
+ * A duplicate of @src (RM_DUP_OBJECT). Memory: mem.c memCopyConstruct_IMPL:
+ * both parents must be devices or both subdevices; the duplicate shares the
+ * memdesc (DupCount + 1, isMemDescOwner false, inserted after the source on
+ * the dup list) and its Length. Other classes are set up as if allocated
+ * without params.
+ */
+static u32 nvstub_obj_copy(struct nvstub_obj *obj, struct nvstub_obj *src)
+{
+	if (!src->md && !src->mem_size)
+		return nvstub_obj_setup(obj, NULL);
+	if ((src->parent->cls == NV20_SUBDEVICE_0) != (obj->parent->cls == NV20_SUBDEVICE_0))
+		return NV_ERR_INVALID_OBJECT_PARENT;
+	obj->mem_size = src->mem_size;
+	obj->mem_vid = src->mem_vid;
+	if (src->md) {
+		obj->md = src->md;
+		obj->md->dup_count++;
+		obj->md_owner = false;
+		list_add(&obj->dup_node, &src->dup_node);
+	}
+	return NV_OK;
+}
+
+/*
  * Create object @h of class @ci under @parent. Returns an NV status; on
  * NV_OK *out is the new object, linked into the tree.
  */
 static u32 nvstub_obj_create(struct nvstub_client *cl, struct nvstub_obj *parent,
 			     u32 *handle, const struct nvstub_class_info *ci,
-			     void *params, struct nvstub_obj **out)
+			     void *params, struct nvstub_obj *src, struct nvstub_obj **out)
 {
 	struct nvstub_obj *obj;
 	u32 h = *handle;
@@ -329,12 +576,13 @@ static u32 nvstub_obj_create(struct nvstub_client *cl, struct nvstub_obj *parent
 	obj->gpu = parent->gpu;
 	INIT_LIST_HEAD(&obj->children);
 	INIT_LIST_HEAD(&obj->sibling);
+	INIT_LIST_HEAD(&obj->dup_node);
 	if (xa_insert(&cl->objs, h, obj, GFP_KERNEL)) {
 		kfree(obj);
 		return NV_ERR_NO_MEMORY;
 	}
 	list_add_tail(&obj->sibling, &parent->children);
-	st = nvstub_obj_setup(obj, params);
+	st = src ? nvstub_obj_copy(obj, src) : nvstub_obj_setup(obj, params);
 	if (st != NV_OK) {
 		nvstub_obj_destroy(obj);
 		return st;
@@ -344,7 +592,15 @@ static u32 nvstub_obj_create(struct nvstub_client *cl, struct nvstub_obj *parent
 	return NV_OK;
 }
 
-/* NV_ESC_RM_ALLOC (escape.c, rmapi/alloc_free.c). */
+/*
+ * NV_ESC_RM_ALLOC (escape.c RmIoctl, rs_server.c serverAllocResource).
+ * Called without nvstub_lock. As RM does, the params block is read once,
+ * sized by the class (alloc_free.c serverAllocApiCopyIn, from the class
+ * table, not from the caller's paramsSize), before any lock is taken and
+ * before the client is looked at; a fault there is NV_ERR_INVALID_ADDRESS
+ * (os-interface.c os_memcpy_from_user). It is written back only if the
+ * allocation succeeded (serverAllocApiCopyOut, after the locks).
+ */
 int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 {
 	struct nvos64_params *p = arg;
@@ -353,7 +609,7 @@ int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 	struct nvstub_obj *parent, *obj;
 	void __user *uparams;
 	void *params = NULL;
-	u32 h;
+	u32 h, st;
 
 	if (size != sizeof(struct nvos64_params))
 		return -EINVAL;
@@ -362,46 +618,53 @@ int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 		if (!nvstub_is_ctl(nf))
 			return -EINVAL;
 		h = p->h_object_new;
+		mutex_lock(&nvstub_lock);
 		p->status = nvstub_client_alloc(nf, &h);
+		mutex_unlock(&nvstub_lock);
 		if (p->status == NV_OK)
 			p->h_object_new = h;
 		return 0;
 	}
 	if (p->h_class != NV01_EVENT_OS_EVENT && !nvstub_is_ctl(nf))
 		return -EINVAL;
-	cl = nvstub_client_validate(nf, p->h_root, &p->status);
-	if (!cl)
-		return 0;
+	/* param_copy.c rmapiParamsCopyInit -> rmapiGetClassAllocParamSize */
 	ci = nvstub_class_find(p->h_class);
 	if (!ci) {
 		p->status = NV_ERR_INVALID_CLASS;
-		return 0;
-	}
-	parent = nvstub_obj_get(cl, p->h_object_parent);
-	if (!parent) {
-		p->status = NV_ERR_INVALID_OBJECT_PARENT;
 		return 0;
 	}
 	uparams = u64_to_user_ptr(p->p_alloc_parms);
 	if (ci->params_size && uparams) {
 		params = kmalloc(ci->params_size, GFP_KERNEL);
 		if (!params) {
-			p->status = NV_ERR_NO_MEMORY;
+			p->status = NV_ERR_INSUFFICIENT_RESOURCES;
 			return 0;
 		}
+		nvstub_race_delay();	/* TEST ONLY, see nvstub_main.c */
 		if (copy_from_user(params, uparams, ci->params_size)) {
 			kfree(params);
-			p->status = NV_ERR_INVALID_POINTER;
+			p->status = NV_ERR_INVALID_ADDRESS;
 			return 0;
 		}
 	}
-	h = p->h_object_new;
-	p->status = nvstub_obj_create(cl, parent, &h, ci, params, &obj);
-	if (p->status == NV_OK) {
-		p->h_object_new = h;
-		if (params && copy_to_user(uparams, params, ci->params_size))
-			p->status = NV_ERR_INVALID_POINTER;
+	mutex_lock(&nvstub_lock);
+	cl = nvstub_client_validate(nf, p->h_root, &st);
+	if (!cl)
+		goto unlock;
+	parent = nvstub_obj_get(cl, p->h_object_parent);
+	if (!parent) {
+		st = NV_ERR_INVALID_OBJECT_PARENT;
+		goto unlock;
 	}
+	h = p->h_object_new;
+	st = nvstub_obj_create(cl, parent, &h, ci, params, NULL, &obj);
+	if (st == NV_OK)
+		p->h_object_new = h;
+unlock:
+	mutex_unlock(&nvstub_lock);
+	if (st == NV_OK && params && copy_to_user(uparams, params, ci->params_size))
+		st = NV_ERR_INVALID_ADDRESS;
+	p->status = st;
 	kfree(params);
 	return 0;
 }
@@ -432,7 +695,8 @@ int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size)
 }
 
 /* NV_ESC_RM_DUP_OBJECT (NVOS55). The duplicate is a new object of the same
- * class; memory stays charged to the original.
+ * class; memory is shared (nvstub_obj_copy) and stays in the pool until the
+ * last duplicate goes.
  */
 int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size)
 {
@@ -473,7 +737,7 @@ int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size)
 		return 0;
 	}
 	h = p->h_object;
-	p->status = nvstub_obj_create(cl, parent, &h, ci, NULL, &obj);
+	p->status = nvstub_obj_create(cl, parent, &h, ci, NULL, src, &obj);
 	if (p->status == NV_OK)
 		p->h_object = h;
 	return 0;
@@ -512,7 +776,7 @@ int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size)
 		return 0;
 	}
 	h = p->h_object_new;
-	p->status = nvstub_obj_create(cl, parent, &h, ci, NULL, &obj);
+	p->status = nvstub_obj_create(cl, parent, &h, ci, NULL, NULL, &obj);
 	if (p->status == NV_OK) {
 		p->h_object_new = h;
 		obj->mem_size = p->limit + 1;
@@ -520,13 +784,160 @@ int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size)
 	return 0;
 }
 
+/*
+ * gpu_rmapi.c _gpuConvertPid: the client's pid as the caller's pid namespace
+ * sees it (os-interface.c os_find_ns_pid: pid_vnr(); 0 = not visible, which
+ * RM reports as NV_ERR_OBJECT_NOT_FOUND). Without pid info: ProcID.
+ */
+static u32 nvstub_client_ns_pid(struct nvstub_client *cl)
+{
+	return cl->pid_info ? pid_vnr(cl->pid_info) : cl->pid;
+}
+
+/* device.c deviceGetByGpu: the client's first device on @gpu. */
+static struct nvstub_obj *nvstub_client_device(struct nvstub_client *cl, unsigned int gpu)
+{
+	struct nvstub_obj *o;
+
+	list_for_each_entry(o, &cl->root.children, sibling)
+		if (o->cls == NV01_DEVICE_0 && o->gpu == gpu)
+			return o;
+	return NULL;
+}
+
+enum nvstub_pid_kind { NVSTUB_PIDS_SUBDEVICE, NVSTUB_PIDS_CHANNEL_DESCENDANT, NVSTUB_PIDS_NONE };
+
+/* Does @o count for GET_PIDS (gpu_rmapi.c gpuGetProcWithObject_IMPL)? */
+static bool nvstub_pids_match(struct nvstub_obj *o, enum nvstub_pid_kind kind, u32 id,
+			      struct nvstub_obj *dev)
+{
+	switch (kind) {
+	case NVSTUB_PIDS_SUBDEVICE:	/* classId(Subdevice), anywhere in the client */
+		return o->cls == NV20_SUBDEVICE_0;
+	case NVSTUB_PIDS_CHANNEL_DESCENDANT:
+		/* a ChannelDescendant (an object whose parent is a channel) of
+		 * external class @id whose channel is on the device found */
+		return o->cls == id && o->cls != NV01_EVENT_OS_EVENT && o->parent &&
+		       o->parent->chan && nvstub_obj_ancestor(o->parent, NV01_DEVICE_0) == dev;
+	default:	/* MpsApi, KernelHostVgpuDeviceApi: not modelled, none exist */
+		return false;
+	}
+}
+
+/*
+ * NV2080_CTRL_CMD_GPU_GET_PIDS on a subdevice of @gpu
+ * (subdevice_ctrl_gpu_kernel.c subdeviceCtrlCmdGpuGetPids_IMPL ->
+ * gpu_rmapi.c gpuGetProcWithObject_IMPL): every client (no kernel clients
+ * exist here) that has a device on the GPU and an object of the asked kind,
+ * by its pid in the caller's namespace; a pid already in the table (compared
+ * as the raw ProcID, as RM does) is skipped; at most
+ * NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT. Entries past the count are left as the
+ * caller wrote them. Clients are visited in handle order.
+ */
+u32 nvstub_rm_get_pids(unsigned int gpu, u32 id_type, u32 id, u32 *tbl, u32 *count)
+{
+	enum nvstub_pid_kind kind;
+	struct nvstub_client *cl;
+	struct nvstub_obj *dev, *o;
+	unsigned long idx, h;
+	u32 n = 0, i;
+	bool saved;
+
+	if (id_type == NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_CLASS) {
+		if (id == NV20_SUBDEVICE_0)
+			kind = NVSTUB_PIDS_SUBDEVICE;
+		else if (id == MPS_COMPUTE)
+			kind = NVSTUB_PIDS_NONE;
+		else
+			kind = NVSTUB_PIDS_CHANNEL_DESCENDANT;
+	} else if (id_type == NV2080_CTRL_GPU_GET_PIDS_ID_TYPE_VGPU_GUEST) {
+		kind = NVSTUB_PIDS_NONE;
+	} else {
+		return NV_ERR_INVALID_ARGUMENT;
+	}
+	xa_for_each(&nvstub_clients, idx, cl) {
+		for (saved = false, i = 0; i < n && !saved; i++)
+			saved = tbl[i] == (u32)cl->pid;	/* _gpuiIsPidSavedAlready */
+		if (saved)
+			continue;
+		dev = nvstub_client_device(cl, gpu);
+		if (!dev)
+			continue;
+		xa_for_each(&cl->objs, h, o) {
+			if (!nvstub_pids_match(o, kind, id, dev))
+				continue;
+			tbl[n] = nvstub_client_ns_pid(cl);
+			if (tbl[n])
+				n++;
+			break;
+		}
+		if (n == NV2080_CTRL_GPU_GET_PIDS_MAX_COUNT)
+			break;
+	}
+	*count = n;
+	return NV_OK;
+}
+
+/*
+ * NV2080_CTRL_GPU_PID_INFO_INDEX_VIDEO_MEMORY_USAGE of @pid on @gpu
+ * (gpu_rmapi.c gpuFindClientInfoWithPidIterator_IMPL -> _gpuCollectMemInfo):
+ * for every client whose pid in the caller's namespace is @pid and every
+ * device of it on the GPU, every NV01_MEMORY_LOCAL_USER object of the client
+ * under that device counts its Length (the reported size): into memPrivate
+ * (data[0]) if its memdesc has one duplicate, memSharedOwned (data[1]) if it
+ * owns a shared memdesc, memSharedDuped (data[2]) otherwise. The protected
+ * counters (data[3..5]) stay 0 (no confidential computing). A pid without
+ * clients gets zeros and NV_OK.
+ */
+u32 nvstub_rm_pid_vidmem(unsigned int gpu, u32 pid, u64 *data)
+{
+	struct nvstub_client *cl;
+	struct nvstub_obj *dev, *o;
+	unsigned long idx, h;
+
+	xa_for_each(&nvstub_clients, idx, cl) {
+		if (nvstub_client_ns_pid(cl) != pid)	/* _gpuMatchClientPid */
+			continue;
+		list_for_each_entry(dev, &cl->root.children, sibling) {
+			if (dev->cls != NV01_DEVICE_0 || dev->gpu != gpu)
+				continue;
+			xa_for_each(&cl->objs, h, o) {
+				if (o->cls != NV01_MEMORY_LOCAL_USER || !o->md ||
+				    nvstub_obj_ancestor(o, NV01_DEVICE_0) != dev)
+					continue;
+				if (o->md->dup_count == 1)
+					data[0] += o->mem_size;
+				else if (o->md_owner)
+					data[1] += o->mem_size;
+				else
+					data[2] += o->mem_size;
+			}
+		}
+	}
+	return NV_OK;
+}
+
+/*
+ * /proc/nvstub/clients, one line per client: its handle, the global tgid that
+ * made it, and vidmem, the pool bytes of the memdescs it owns (pool pages, as
+ * charged; a shared memdesc counts for the client of its owner). The vidmem
+ * of all clients adds up to the pools' used bytes (/proc/nvstub/pool).
+ */
 void nvstub_rm_report(struct seq_file *m)
 {
 	struct nvstub_client *cl;
-	unsigned long idx;
+	struct nvstub_obj *o;
+	unsigned long idx, h;
+	u64 vidmem;
 
-	xa_for_each(&nvstub_clients, idx, cl)
-		seq_printf(m, "client=0x%08x pid=%d\n", cl->root.handle, cl->pid);
+	xa_for_each(&nvstub_clients, idx, cl) {
+		vidmem = 0;
+		xa_for_each(&cl->objs, h, o)
+			if (o->md && o->md_owner)
+				vidmem += o->md->charged;
+		seq_printf(m, "client=0x%08x pid=%d vidmem=%llu\n", cl->root.handle, cl->pid,
+			   vidmem);
+	}
 }
 
 int nvstub_rm_init(void)

@@ -6,13 +6,16 @@
  * checks of kernel-open/nvidia-uvm/uvm.c that matter to an interposer: the
  * file must be initialized (UVM_INITIALIZE) first, and every fd argument
  * (rmCtrlFd: an nvidiactl file, uvmFd: an nvidia-uvm file) is resolved with
- * fget() and checked to be a file of this driver. No memory is managed.
+ * fget() and checked to be a file of this driver. No memory is managed:
+ * mmap() creates a "managed" mapping with uvm_mmap()'s checks, backed by
+ * zeroed pages of system memory (nvstub_uvm_mmap()).
  */
 #include <linux/cdev.h>
 #include <linux/device.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
+#include <linux/sched/mm.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/xarray.h>
@@ -20,9 +23,10 @@
 #include "nvstub.h"
 
 struct nvstub_uvm_file {
-	bool initialized;
-	bool mm_initialized;
+	bool initialized;		/* UVM_FD_VA_SPACE */
+	bool mm_initialized;		/* UVM_FD_MM */
 	u64 flags;
+	struct mm_struct *mm;		/* va_space_mm.mm, held with mmgrab() */
 	struct xarray range_groups;
 	u32 next_range_group;
 };
@@ -80,6 +84,8 @@ static int nvstub_uvm_release(struct inode *inode, struct file *filp)
 {
 	struct nvstub_uvm_file *uf = filp->private_data;
 
+	if (uf->mm)
+		mmdrop(uf->mm);
 	xa_destroy(&uf->range_groups);
 	kfree(uf);
 	return 0;
@@ -130,6 +136,20 @@ static u32 nvstub_uvm_do(struct nvstub_uvm_file *uf, u32 cmd, void *p)
 			return NV_ERR_INVALID_ARGUMENT;
 		if (uf->initialized && uf->flags != ip->flags)
 			return NV_ERR_INVALID_ARGUMENT;
+		if (uf->mm_initialized)		/* UVM_FD_MM: uvm.c uvm_api_initialize */
+			return NV_ERR_INVALID_ARGUMENT;
+		if (uf->initialized)
+			return NV_OK;
+		/*
+		 * uvm_va_space.c uvm_va_space_create -> uvm_va_space_mm.c
+		 * uvm_va_space_mm_register: the va_space is tied to the
+		 * caller's mm unless it shares across processes
+		 * (uvm_va_space_mm_enabled; uvm_enable_va_space_mm is 1).
+		 */
+		if (!(ip->flags & UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE) && current->mm) {
+			uf->mm = current->mm;
+			mmgrab(uf->mm);
+		}
 		uf->initialized = true;
 		uf->flags = ip->flags;
 		return NV_OK;
@@ -265,10 +285,52 @@ static long nvstub_uvm_ioctl(struct file *filp, unsigned int cmd, unsigned long 
 	return 0;
 }
 
-/* CUDA reserves VA by mmapping nvidia-uvm; nothing is ever populated. */
+/*
+ * A managed range's CPU fault: a fresh zeroed page (uvm_vm_fault would
+ * populate the range's CPU pages, zero-filled). The page belongs to the PTE
+ * and goes when the range is unmapped; no GPU memory is involved.
+ */
+static vm_fault_t nvstub_uvm_fault(struct vm_fault *vmf)
+{
+	struct page *page = alloc_page(GFP_HIGHUSER | __GFP_ZERO);
+
+	if (!page)
+		return VM_FAULT_OOM;
+	vmf->page = page;
+	return 0;
+}
+
+static const struct vm_operations_struct nvstub_uvm_vm_ops_managed = {
+	.fault = nvstub_uvm_fault,
+};
+
+/*
+ * kernel-open/nvidia-uvm/uvm.c uvm_mmap(): the only way user space creates a
+ * managed VA range (uvm_va_range.c uvm_va_range_create_mmap; cudaMallocManaged
+ * on the non-HMM path). Its checks, in order: the file must hold a va_space
+ * (UVM_INITIALIZE; an uninitialized or UVM_MM_INITIALIZE'd file: -EBADFD); a
+ * va_space tied to an mm accepts only that mm (-EOPNOTSUPP); the offset must
+ * equal the address (vm_start == vm_pgoff << PAGE_SHIFT, else -EINVAL); the
+ * mapping must be MAP_SHARED, readable and writable (-EINVAL). Then
+ * VM_MIXEDMAP | VM_DONTEXPAND | VM_DONTCOPY. Not modelled: the range tree
+ * (no -EADDRINUSE for collisions with ranges made by ioctls), the PM lock,
+ * GPU residency (see README).
+ */
 static int nvstub_uvm_mmap(struct file *filp, struct vm_area_struct *vma)
 {
-	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
+	struct nvstub_uvm_file *uf = filp->private_data;
+
+	if (!uf->initialized)
+		return -EBADFD;
+	if (uf->mm && uf->mm != current->mm)
+		return -EOPNOTSUPP;
+	if (vma->vm_start != (vma->vm_pgoff << PAGE_SHIFT))
+		return -EINVAL;
+	if ((vma->vm_flags & (VM_SHARED | VM_READ | VM_WRITE)) !=
+	    (VM_SHARED | VM_READ | VM_WRITE))
+		return -EINVAL;
+	vma->vm_flags |= VM_MIXEDMAP | VM_DONTEXPAND | VM_DONTCOPY;
+	vma->vm_ops = &nvstub_uvm_vm_ops_managed;
 	return 0;
 }
 
