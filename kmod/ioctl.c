@@ -252,10 +252,15 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 			break;
 		}
 		ret = gs_call_real(gf, &c, cmd, arg, compat, &drv_ns, &fault);
-		/* the driver ran but the reply is gone: the core assumes it succeeded */
-		c.reply_lost = !ret && fault;
+		/*
+		 * The driver ran but its reply is gone: it could not write it
+		 * (-EFAULT: another thread made the block read-only or unmapped
+		 * it mid-call, after RM acted) or we cannot read it. The core
+		 * then assumes the call succeeded: what it charged stays.
+		 */
+		c.reply_lost = (!ret && fault) || ret == -EFAULT;
 		if (decode)
-			gs_post(inst->core, &c, &gs_user_io, ret);
+			gs_post(inst->core, &c, &gs_user_io, c.reply_lost ? 0 : ret);
 		if (!ret && !fault)
 			gs_check_version_reply(&c);
 		if (fault || (c.arg_size && copy_to_user(arg, c.arg, c.arg_size)))
