@@ -265,6 +265,7 @@ def test_a_reply_made_unreadable_mid_call_is_still_charged(nl, pool):
     limit = 64 * MIB
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
     with Instance(nl, limit) as inst:
         s = session(inst)
         page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -280,7 +281,7 @@ def test_a_reply_made_unreadable_mid_call_is_still_charged(nl, pool):
                 ctypes.memmove(addr, blk, len(blk))
                 t = threading.Timer(0.05, lambda: libc.mprotect(addr, mmap.PAGESIZE, 1))
                 t.start()
-                ret = libc.ioctl(s.ctl, abi.iowr(abi.NV_ESC_RM_ALLOC, abi.NVOS64.size), ctypes.c_void_p(addr))
+                ret = libc.ioctl(s.ctl, abi.iowr(abi.NV_ESC_RM_ALLOC, abi.NVOS64.size), addr)
                 t.join()
                 assert ret == -1  # the reply could not be written back
                 check_invariant(inst, pool, limit)
