@@ -725,3 +725,26 @@ def test_channel_cap_refuses_like_rm_out_of_resources(env):
     assert core.call(FREE, cs.free_arg(p.client, DEV, 0x9000), rm.ok(12)).verdict == cs.GS_PASS
     r = core.call(ALLOC, cs.alloc_arg(p.client, DEV, 0xA000, abi.HOPPER_CHANNEL_GPFIFO_A), rm.ok(40))
     assert r.verdict == cs.GS_PASS
+
+
+def test_a_reply_rm_could_not_write_back_still_charges(env):
+    """RM allocated, then failed to copy the parameters out (the caller made them
+    read-only): status NV_ERR_INVALID_ADDRESS with the object alive (rs_server.c
+    serverAllocApiCopyOut). The core charges the reservation under the handle asked."""
+    core, rm = env
+    p = Proc(core, rm)
+    for i in range(3):
+        params = cs.mem_params(64 * MiB)
+        arg = cs.alloc_arg(p.client, DEV, 0x7100 + i, abi.NV01_MEMORY_LOCAL_USER, cs.addr(params))
+
+        def rm_then_copyout_fails(a: bytearray) -> int:
+            struct.pack_into("<I", a, 40, abi.NV_ERR_INVALID_ADDRESS)
+            return 0
+
+        r = core.call(ALLOC, arg, rm_then_copyout_fails, file_id=p.file_id, pid=p.pid)
+        assert r.verdict == cs.GS_PASS
+    assert core.stats()["used"] == 3 * 64 * MiB
+    # freeing the handles returns it
+    for i in range(3):
+        assert p.free(0x7100 + i).verdict == cs.GS_PASS
+    assert core.stats()["used"] == 0

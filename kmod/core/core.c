@@ -432,6 +432,20 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	struct gs_obj *ob;
 	nv_handle h;
 
+	/*
+	 * RM allocated, then could not write the parameters back (another
+	 * thread made them read-only or unmapped them): the object lives, and
+	 * the status says NV_ERR_INVALID_ADDRESS (resserv/src/rs_server.c
+	 * serverAllocApiCopyOut keeps the copy-out error; os-interface.c
+	 * os_memcpy_to_user). It may also be a copy-in that failed, in which
+	 * case the caller is charged for nothing until it frees the handle or
+	 * its client: never too little.
+	 */
+	if (status == NV_ERR_INVALID_ADDRESS && !is_client && req->h_object_new) {
+		c->reply_lost = 1;
+		status = NV_OK;
+	}
+
 	if (c->priv[0]) {
 		gs_quota_post(in, c, io, req, status, q);
 		return;

@@ -251,6 +251,35 @@ def test_instance_delete_waits_for_rm(nl, pool):
         check_drained(inst, pool)
 
 
+def test_read_only_parameters_do_not_hide_an_allocation(nl, pool):
+    """Parameters on a read-only page: the module reads them, RM reads them and allocates,
+    then cannot write them back and answers NV_ERR_INVALID_ADDRESS with the memory alive
+    (rs_server.c serverAllocApiCopyOut). No race needed: before the fix the module charged
+    nothing, and a process held any amount of memory."""
+    limit = 32 * MIB
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        page = mmap.mmap(-1, mmap.PAGESIZE)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        params = (ctypes.c_char * abi.MEMORY_ALLOCATION_PARAMS_SIZE).from_address(addr)
+        ctypes.memmove(addr + 64, (8 * MIB).to_bytes(8, "little"), 8)
+        libc.mprotect(addr, mmap.PAGESIZE, 1)
+        try:
+            statuses = []
+            for _ in range(8):
+                st, _ = nvstub.rm_alloc(s.ctl, s.client, s.device, s.handle(), abi.NV01_MEMORY_LOCAL_USER, params)
+                statuses.append(st)
+                check_invariant(inst, pool, limit)
+            assert abi.NV_ERR_INVALID_ADDRESS in statuses, statuses
+            assert pool.held() == limit and inst.get()["mem_used"] == limit
+        finally:
+            libc.mprotect(addr, mmap.PAGESIZE, 3)
+        s.close()
+        check_drained(inst, pool)
+
+
 def _race_delay_param() -> str:
     return "/sys/module/nvstub/parameters/race_delay_us"
 
@@ -272,14 +301,14 @@ def test_a_reply_made_unreadable_mid_call_is_still_charged(nl, pool):
         addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
         params = nvstub.mem_params(8 * MIB)
         with open(_race_delay_param(), "w") as f:
-            f.write("200000")
+            f.write("1000000")
         try:
             for i in range(4):
                 libc.mprotect(addr, mmap.PAGESIZE, 3)
                 blk = abi.NVOS64.pack(s.client, s.device, 0x5D000000 + i, abi.NV01_MEMORY_LOCAL_USER,
                                       ctypes.addressof(params), 0, 0, 0, 0)
                 ctypes.memmove(addr, blk, len(blk))
-                t = threading.Timer(0.05, lambda: libc.mprotect(addr, mmap.PAGESIZE, 1))
+                t = threading.Timer(0.3, lambda: libc.mprotect(addr, mmap.PAGESIZE, 1))
                 t.start()
                 ret = libc.ioctl(s.ctl, abi.iowr(abi.NV_ESC_RM_ALLOC, abi.NVOS64.size), addr)
                 t.join()
@@ -295,39 +324,46 @@ def test_a_reply_made_unreadable_mid_call_is_still_charged(nl, pool):
 
 
 RACER = r'''
-import ctypes, os, sys, threading, time
+import ctypes, mmap, os, sys, threading, time
 sys.path[:0] = sys.argv[4].split(":")
 from gpuslice import abi
 import nvstub
 from gsinst import InstSession
 
-ctl, dev, small, big = sys.argv[1], sys.argv[2], int(sys.argv[3]), 0
+# What beats a check whose charge follows RM's written-back size: let RM read a
+# bigger size than was checked, then make the parameters read-only so that RM cannot
+# write back what it allocated (it answers NV_ERR_INVALID_POINTER, the memory stays):
+# the module sees a failed call and charges nothing.
+ctl, dev, small = sys.argv[1], sys.argv[2], int(sys.argv[3])
 big = int(os.environ["RACE_BIG"])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 s = InstSession(ctl, dev)
-p = nvstub.mem_params(small)
-size_off = 64
+page = mmap.mmap(-1, mmap.PAGESIZE)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+p = (ctypes.c_char * abi.MEMORY_ALLOCATION_PARAMS_SIZE).from_address(addr)
 go = threading.Event()
-stop = False
 
 def flip():
-    # rewrite the nested size after the check, inside the stand-in's window
-    while not stop:
-        if go.wait(0.5):
-            go.clear()
-            time.sleep(float(os.environ["RACE_AFTER"]))
-            ctypes.memmove(ctypes.addressof(p) + size_off, big.to_bytes(8, "little"), 8)
+    while True:
+        go.wait()
+        go.clear()
+        time.sleep(float(os.environ["RACE_AFTER"]))
+        ctypes.memmove(addr + 64, big.to_bytes(8, "little"), 8)
+        libc.mprotect(addr, mmap.PAGESIZE, 1)
 
-t = threading.Thread(target=flip, daemon=True)
-t.start()
+threading.Thread(target=flip, daemon=True).start()
 n = 0
 while True:
-    ctypes.memmove(ctypes.addressof(p) + size_off, small.to_bytes(8, "little"), 8)
+    libc.mprotect(addr, mmap.PAGESIZE, 3)
+    ctypes.memset(addr, 0, abi.MEMORY_ALLOCATION_PARAMS_SIZE)
+    ctypes.memmove(addr + 64, small.to_bytes(8, "little"), 8)
     h = s.handle()
     go.set()
     st, _ = nvstub.rm_alloc(s.ctl, s.client, s.device, h, abi.NV01_MEMORY_LOCAL_USER, p)
     n += 1
-    print(f"alloc {n} status {st:#x} got {nvstub.mem_size(p)}", flush=True)
-    time.sleep(0.01)
+    print(f"alloc {n} status {st:#x}", flush=True)
+    time.sleep(0.2)
 '''
 
 
@@ -357,11 +393,11 @@ def test_a_size_rewritten_after_the_check_is_caught_and_killed(nl, pool, tmp_pat
     with Instance(nl, limit) as inst:
         guard = _guard_running(str(tmp_path / "state"))
         with open(_race_delay_param(), "w") as f:
-            f.write("100000")  # 100 ms between the driver's two reads
+            f.write("300000")  # 300 ms between the driver's two reads
         try:
             racer = subprocess.Popen([sys.executable, "-c", RACER, inst.path("nvidiactl"), inst.path("nvidia0"),
                                       str(2 * MIB), path],
-                                     env={**os.environ, "RACE_BIG": str(48 * MIB), "RACE_AFTER": "0.03"},
+                                     env={**os.environ, "RACE_BIG": str(48 * MIB), "RACE_AFTER": "0.1"},
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             over_at = None
             end = time.monotonic() + 120
