@@ -1,7 +1,7 @@
 """A hostile process: allocates video memory while a second thread rewrites the nested
 size between the interposer's check and RM's own read of it (issue 10's race).
 
-  race_alloc.py SMALL_MIB BIG_MIB SECONDS [race|direct]
+  race_alloc.py SMALL_MIB BIG_MIB SECONDS [race|direct|readonly]
 
 Opens /dev/nvidiactl and /dev/nvidia0, sets up a client, device and subdevice as libcuda
 does (as rmclient.py), then loops RM_ALLOC of NV01_MEMORY_LOCAL_USER asking SMALL_MIB
@@ -10,7 +10,9 @@ ioctl goes through libc (ctypes releases the GIL, so the flipper runs during the
 so LD_PRELOAD=libgpuslice.so checks it: whenever the check read SMALL and RM read BIG,
 RM holds BIG while SMALL was charged. `direct` instead allocates BIG through the ioctl
 syscall itself, which LD_PRELOAD cannot see: in user space, the simplest allocation the
-core never checks, and for the guard the same as a race won every time. What RM really holds is read from RM by whoever
+core never checks, and for the guard the same as a race won every time. `readonly` asks
+BIG with the parameters on a read-only page: RM allocates, cannot write them back, and
+answers NV_ERR_INVALID_ADDRESS with the memory alive (the core must charge it anyway). What RM really holds is read from RM by whoever
 watches (the size RM writes back is rewritten by the flipper too). Prints one JSON line of
 totals at the end; the guard (gpuctl guard --source environ) is expected to kill it first.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import struct
 import sys
@@ -45,7 +48,8 @@ TEMPLATE = bytes.fromhex(
 
 def main() -> None:
     small, big, seconds = int(sys.argv[1]) * MIB, int(sys.argv[2]) * MIB, float(sys.argv[3])
-    direct = len(sys.argv) > 4 and sys.argv[4] == "direct"
+    mode = sys.argv[4] if len(sys.argv) > 4 else "race"
+    direct = mode == "direct"
     ctl = os.open("/dev/nvidiactl", os.O_RDWR | os.O_CLOEXEC)
     gpu = os.open("/dev/nvidia0", os.O_RDWR | os.O_CLOEXEC)
     ioctl(gpu, abi.IOCTL_REGISTER_FD, ctypes.create_string_buffer(struct.pack("<i", ctl)))
@@ -59,7 +63,9 @@ def main() -> None:
                  ctypes.create_string_buffer(struct.pack("<II", 0, client) + bytes(48)))[3] == 0
     assert alloc(ctl, client, DEV, SUB, abi.NV20_SUBDEVICE_0, ctypes.create_string_buffer(bytes(16)))[3] == 0
 
-    params = ctypes.create_string_buffer(TEMPLATE, 128)
+    page = mmap.mmap(-1, mmap.PAGESIZE)
+    params = (ctypes.c_char * 128).from_buffer(page)
+    ctypes.memmove(ctypes.addressof(params), TEMPLATE, 128)
     struct.pack_into("<I", params, 0, client)
     size_at = ctypes.addressof(params) + 64
     small_b, big_b = small.to_bytes(8, "little"), big.to_bytes(8, "little")
@@ -71,7 +77,12 @@ def main() -> None:
             ctypes.memmove(size_at, small_b, 8)
 
     t = threading.Thread(target=flip, daemon=True)
-    if direct:
+    if mode == "readonly":
+        ctypes.memmove(size_at, big_b, 8)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        assert libc.mprotect(ctypes.addressof(params), mmap.PAGESIZE, 1) == 0
+    elif direct:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
         ctypes.memmove(size_at, big_b, 8)
@@ -89,6 +100,10 @@ def main() -> None:
         h += 1
         if direct:
             r, st = alloc_direct(h)
+            time.sleep(0.05)
+        elif mode == "readonly":
+            r, _, _, st = alloc(ctl, client, DEV, h, abi.NV01_MEMORY_LOCAL_USER, params)
+            ok += st == abi.NV_ERR_INVALID_ADDRESS  # allocated, reply lost
             time.sleep(0.05)
         else:
             ctypes.memmove(size_at, small_b, 8)
