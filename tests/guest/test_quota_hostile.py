@@ -264,7 +264,7 @@ def test_read_only_parameters_do_not_hide_an_allocation(nl, pool):
         page = mmap.mmap(-1, mmap.PAGESIZE)
         addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
         params = (ctypes.c_char * abi.MEMORY_ALLOCATION_PARAMS_SIZE).from_address(addr)
-        ctypes.memmove(addr + 64, (8 * MIB).to_bytes(8, "little"), 8)
+        ctypes.memmove(addr, nvstub.mem_params(8 * MIB).raw, abi.MEMORY_ALLOCATION_PARAMS_SIZE)
         libc.mprotect(addr, mmap.PAGESIZE, 1)
         try:
             statuses = []
@@ -277,6 +277,47 @@ def test_read_only_parameters_do_not_hide_an_allocation(nl, pool):
         finally:
             libc.mprotect(addr, mmap.PAGESIZE, 3)
         s.close()
+        check_drained(inst, pool)
+
+
+def test_small_requests_with_the_largest_page_never_pass_the_limit(nl, pool):
+    """A 4 KiB request with the 512 MiB huge-page attribute takes 512 MiB in RM
+    (mem_mgr.c memmgrDeterminePageSize). From many threads at once, reservations of the
+    requested size alone let RM hand out many times the limit; the module reserves the
+    largest page the attributes allow."""
+    import threading
+
+    limit = 1 << 30
+    attr, attr2 = nvstub.page_attrs(abi.NVOS32_ATTR_PAGE_SIZE_HUGE, abi.NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB)
+    with Instance(nl, limit) as inst:
+        sessions = [session(inst) for _ in range(6)]
+        peak = [0]
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], pool.held())
+                time.sleep(0.005)
+
+        def grab(s) -> None:
+            for _ in range(3):
+                p = nvstub.mem_params(4096, attr=attr, attr2=attr2)
+                nvstub.rm_alloc(s.ctl, s.client, s.device, s.handle(), abi.NV01_MEMORY_LOCAL_USER, p)
+
+        w = threading.Thread(target=watch)
+        w.start()
+        ts = [threading.Thread(target=grab, args=(s,)) for s in sessions]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        stop.set()
+        w.join()
+        check_invariant(inst, pool, limit)
+        assert peak[0] <= limit, f"the stand-in held {peak[0]} for a limit of {limit}"
+        assert pool.held() == limit  # two 512 MiB pages: the limit, not more
+        for s in sessions:
+            s.close()
         check_drained(inst, pool)
 
 
@@ -356,8 +397,7 @@ threading.Thread(target=flip, daemon=True).start()
 n = 0
 while True:
     libc.mprotect(addr, mmap.PAGESIZE, 3)
-    ctypes.memset(addr, 0, abi.MEMORY_ALLOCATION_PARAMS_SIZE)
-    ctypes.memmove(addr + 64, small.to_bytes(8, "little"), 8)
+    ctypes.memmove(addr, nvstub.mem_params(small).raw, abi.MEMORY_ALLOCATION_PARAMS_SIZE)
     h = s.handle()
     go.set()
     st, _ = nvstub.rm_alloc(s.ctl, s.client, s.device, h, abi.NV01_MEMORY_LOCAL_USER, p)
