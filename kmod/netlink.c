@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * netlink.c - the "gpuslice" generic netlink family; the contract is
- * uapi/gpuslice.h. Mutations need CAP_SYS_ADMIN in the initial user namespace,
- * checked by gs_nl_admin() (GENL_ADMIN_PERM would check CAP_NET_ADMIN); reads
- * do not. Attributes are validated strictly against gs_nl_policy; values out
- * of range are refused with -EINVAL like malformed ones.
+ * uapi/gpuslice.h. Every command, reads and dumps too, needs CAP_NET_ADMIN
+ * (GENL_ADMIN_PERM) and CAP_SYS_ADMIN in the initial user namespace (checked
+ * by gs_nl_admin()): replies and events name host pids and RM handles. Joining
+ * the events group needs CAP_SYS_ADMIN where the kernel can say so. Attributes
+ * are validated strictly against gs_nl_policy; values out of range are
+ * refused with -EINVAL like malformed ones.
  */
 #include <linux/capability.h>
 #include <linux/kernel.h>
@@ -31,8 +33,19 @@ static const struct nla_policy gs_nl_policy[GPUSLICE_A_MAX + 1] = {
 	[GPUSLICE_A_MODE]		= { .type = NLA_U32 },
 };
 
+/*
+ * Events name host pids and RM handles: only CAP_SYS_ADMIN may join. Kernels
+ * without GENL_MCAST_CAP_SYS_ADMIN (before 6.7, unless backported, as Debian's
+ * 6.1 has it) let anyone join: there, events are not filtered.
+ */
+#ifdef GENL_MCAST_CAP_SYS_ADMIN
+#define GS_NL_MCAST_FLAGS	GENL_MCAST_CAP_SYS_ADMIN
+#else
+#define GS_NL_MCAST_FLAGS	0
+#endif
+
 static const struct genl_multicast_group gs_nl_mcgrps[] = {
-	{ .name = GPUSLICE_MCGRP_EVENTS },
+	{ .name = GPUSLICE_MCGRP_EVENTS, .flags = GS_NL_MCAST_FLAGS },
 };
 
 static int gs_nl_admin(struct sk_buff *skb)
@@ -203,6 +216,9 @@ static int gs_nl_instance_get(struct sk_buff *skb, struct genl_info *info)
 	struct sk_buff *msg;
 	int err;
 
+	err = gs_nl_admin(skb);
+	if (err)
+		return err;
 	if (!info->attrs[GPUSLICE_A_NAME])
 		return -EINVAL;
 	nla_strscpy(name, info->attrs[GPUSLICE_A_NAME], sizeof(name));
@@ -219,6 +235,12 @@ static int gs_nl_instance_get(struct sk_buff *skb, struct genl_info *info)
 		return err;
 	}
 	return genlmsg_reply(msg, info);
+}
+
+/* Dumps start here: the same check as every doit. */
+static int gs_nl_dump_start(struct netlink_callback *cb)
+{
+	return gs_nl_admin(cb->skb);
 }
 
 static int gs_nl_instance_dump(struct sk_buff *skb, struct netlink_callback *cb)
@@ -323,26 +345,38 @@ static int gs_nl_object_dump(struct sk_buff *skb, struct netlink_callback *cb)
 	return skb->len;
 }
 
+/*
+ * GENL_ADMIN_PERM: genetlink refuses a command (doit or dump) from a sender
+ * without CAP_NET_ADMIN before calling us; gs_nl_admin() (each doit, and
+ * gs_nl_dump_start() for dumps) then asks for CAP_SYS_ADMIN.
+ */
 static const struct genl_ops gs_nl_ops[] = {
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_NEW,
+		.flags = GENL_ADMIN_PERM,
 		.doit = gs_nl_instance_new,
 	},
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_DEL,
+		.flags = GENL_ADMIN_PERM,
 		.doit = gs_nl_instance_del,
 	},
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_SET,
+		.flags = GENL_ADMIN_PERM,
 		.doit = gs_nl_instance_set,
 	},
 	{
 		.cmd = GPUSLICE_CMD_INSTANCE_GET,
+		.flags = GENL_ADMIN_PERM,
 		.doit = gs_nl_instance_get,
+		.start = gs_nl_dump_start,
 		.dumpit = gs_nl_instance_dump,
 	},
 	{
 		.cmd = GPUSLICE_CMD_OBJECT_GET,
+		.flags = GENL_ADMIN_PERM,
+		.start = gs_nl_dump_start,
 		.dumpit = gs_nl_object_dump,
 	},
 };

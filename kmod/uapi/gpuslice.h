@@ -6,25 +6,30 @@
  *
  * Generic netlink family GPUSLICE_GENL_NAME, version GPUSLICE_GENL_VERSION.
  *
+ * Every command needs CAP_NET_ADMIN and CAP_SYS_ADMIN in the initial user
+ * namespace (-EPERM without), reads and dumps included: replies name host
+ * pids and RM handles. Joining GPUSLICE_MCGRP_EVENTS needs CAP_SYS_ADMIN on
+ * kernels that have GENL_MCAST_CAP_SYS_ADMIN (upstream 6.7, Debian's 6.1).
+ *
  * Commands (all attributes are top-level unless said otherwise):
  *
- *   GPUSLICE_CMD_INSTANCE_NEW   (CAP_SYS_ADMIN)
+ *   GPUSLICE_CMD_INSTANCE_NEW
  *       in:  NAME (required), GPU_MASK (required), MEM_LIMIT (required),
  *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE
  *       Creates /dev/gpuslice/<NAME>/{nvidiactl,nvidia<N>...,nvidia-uvm}.
  *       -EEXIST if NAME exists, -EINVAL on a bad name, mask or limit,
  *       -ENODEV if a GPU in GPU_MASK is not present.
- *   GPUSLICE_CMD_INSTANCE_DEL   (CAP_SYS_ADMIN)
+ *   GPUSLICE_CMD_INSTANCE_DEL
  *       in:  NAME. -EBUSY while any of its nodes is open (no draining).
- *   GPUSLICE_CMD_INSTANCE_SET   (CAP_SYS_ADMIN)
+ *   GPUSLICE_CMD_INSTANCE_SET
  *       in:  NAME, any of MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE.
  *       Takes effect for the next call; lowering MEM_LIMIT below MEM_USED
  *       refuses further allocations but frees nothing.
- *   GPUSLICE_CMD_INSTANCE_GET   (anyone; doit with NAME, or dump)
+ *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump)
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
  *            MEM_USED, MEM_PEAK, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
  *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER, PIDS (nest of PID).
- *   GPUSLICE_CMD_OBJECT_GET     (anyone; dump, NAME filters)
+ *   GPUSLICE_CMD_OBJECT_GET     (dump, NAME filters)
  *       out: one message per tracked RM object of kind TSG or CHANNEL:
  *            NAME, OBJ_KIND, PID, CLIENT, HANDLE, PARENT, CLASS, ENGINE, GPU.
  *   GPUSLICE_CMD_EVENT          (multicast group GPUSLICE_MCGRP_EVENTS)

@@ -278,8 +278,12 @@ new = [(n["name"], string("unpriv")), (n["gpu_mask"], u32(1)), (n["mem_limit"], 
 got = [g.request(n["new"], new)[0], g.request(n["del"], [(n["name"], string(name))])[0],
        g.request(n["set"], [(n["name"], string(name)), (n["weight"], u32(3))])[0]]
 assert got == [errno.EPERM] * 3, got
-err, replies = g.request(n["get"], [(n["name"], string(name))])
-assert err == 0 and [get_str(r, n["name"]) for r in replies] == [name], (err, replies)
+# reads too: replies and events name host pids and RM handles
+reads = {"get": g.request(n["get"], [(n["name"], string(name))]),
+         "dump": g.request(n["get"], [], dump=True),
+         "objects": g.request(n["obj"], [], dump=True)}
+assert {k: v for k, v in reads.items() if v != (errno.EPERM, [])} == {}, reads
+assert g.join("events") == errno.EPERM
 print("ok")
 """
 
@@ -303,21 +307,28 @@ UNPRIV_HOW = (["--reuid=65534", "--regid=65534", "--clear-groups"],  # nobody: n
               ["--inh-caps=-all", "--bounding-set=-sys_admin"])       # root without CAP_SYS_ADMIN
 
 
-def test_netlink_mutations_need_cap_sys_admin(nl):
+def test_netlink_commands_and_events_need_cap_sys_admin(nl):
+    """Without CAP_SYS_ADMIN (uid 65534, or root with it dropped from the bounding set)
+    every command is refused with EPERM, reads and dumps too, and the events group
+    cannot be joined."""
     import json
 
     from gpuslice import netlink as gnl
 
     a = gnl.ATTR_IDS
     nums = {"new": gnl.CMD_INSTANCE_NEW, "del": gnl.CMD_INSTANCE_DEL, "set": gnl.CMD_INSTANCE_SET,
-            "get": gnl.CMD_INSTANCE_GET, "name": a["GPUSLICE_A_NAME"], "gpu_mask": a["GPUSLICE_A_GPU_MASK"],
-            "mem_limit": a["GPUSLICE_A_MEM_LIMIT"], "weight": a["GPUSLICE_A_WEIGHT"]}
+            "get": gnl.CMD_INSTANCE_GET, "obj": gnl.CMD_OBJECT_GET, "name": a["GPUSLICE_A_NAME"],
+            "gpu_mask": a["GPUSLICE_A_GPU_MASK"], "mem_limit": a["GPUSLICE_A_MEM_LIMIT"],
+            "weight": a["GPUSLICE_A_WEIGHT"]}
     with Instance(nl, 16 * MIB) as inst:
         for how in UNPRIV_HOW:
             r = _unpriv_run(how, str(REPO), UNPRIV, inst.name, json.dumps(nums))
             assert r.returncode == 0 and "ok" in r.stdout, (how, r.stderr)
         assert inst.get()["weight"] != 3
         assert [d["name"] for d in nl.instances()].count("unpriv") == 0
+        with rawgenl.Genl("gpuslice") as g:  # root may
+            assert g.join("events") == 0
+            assert g.request(gnl.CMD_INSTANCE_GET, [(a["GPUSLICE_A_NAME"], rawgenl.string(inst.name))])[0] == 0
 
 
 def test_proc_attach_detach_and_object_events(nl):
