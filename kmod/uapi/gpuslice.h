@@ -25,10 +25,15 @@
  *       in:  NAME, any of MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE.
  *       Takes effect for the next call; lowering MEM_LIMIT below MEM_USED
  *       refuses further allocations but frees nothing.
- *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump)
+ *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump; NAME filters a dump)
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
  *            MEM_USED, MEM_PEAK, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
- *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER, PIDS (nest of PID).
+ *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER, and PIDS: one
+ *            or more nests of PID (at most 4096 each; the list is their
+ *            concatenation, in increasing order).
+ *       The doit's reply holds every pid. In a dump, an instance whose pids
+ *       do not fit one message continues in the next ones, which carry NAME,
+ *       ID and PIDS only (the next pids, still in increasing order).
  *   GPUSLICE_CMD_OBJECT_GET     (dump, NAME filters)
  *       out: one message per tracked RM object of kind TSG or CHANNEL:
  *            NAME, OBJ_KIND, PID, CLIENT, HANDLE, PARENT, CLASS, ENGINE, GPU.
