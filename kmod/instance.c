@@ -309,6 +309,7 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	mutex_init(&inst->cfg_lock);
 	INIT_LIST_HEAD(&inst->procs);
 	spin_lock_init(&inst->refused_lock);
+	gs_nl_ratelimit_init(&inst->refusal_events);
 	inst->gpu_mask = cfg->gpu_mask;
 	inst->weight = cfg->set & GS_CFG_WEIGHT ? cfg->weight : 100;
 	inst->share = cfg->set & GS_CFG_SHARE ? cfg->share : 0;

@@ -31,6 +31,7 @@
 #include <linux/uidgid.h>
 
 #include "core.h"
+#include "netlink.h"
 #include "uapi/gpuslice.h"
 
 #define GS_MAX_GPUS	32
@@ -78,6 +79,7 @@ struct gs_instance {
 	spinlock_t refused_lock;	/* size of the last quota refusal, per thread */
 	pid_t refused_tid;
 	u64 refused_size;
+	struct gs_nl_ratelimit refusal_events;
 };
 
 /* What INSTANCE_NEW / INSTANCE_SET carry; 'set' says which fields are given. */

@@ -12,6 +12,13 @@
  * core lock, which a container's call can hold for long, with
  * gs_instances_lock held: they copy what they need under it, take a
  * reference, and read the core after dropping it.
+ *
+ * Refusal events (ALLOC_REFUSED, FILTER_REFUSED) are rate-limited per
+ * instance (a token bucket, GS_NL_REFUSALS_PER_SEC with a burst of
+ * GS_NL_REFUSALS_BURST): a loop of refused calls would otherwise fill the
+ * listeners' sockets and other instances' TSG and channel events would be
+ * lost. Those, and PROC events, are never limited. What was suppressed is
+ * counted (NR_EVENTS_SUPPRESSED, in INSTANCE_GET and in each refusal event).
  */
 #include <linux/capability.h>
 #include <linux/kernel.h>
@@ -182,6 +189,7 @@ struct gs_nl_inst {
 	u32 uid;
 	u32 gid;
 	u32 mode;
+	u64 nr_events_suppressed;
 	struct gs_stats st;
 	u32 *pids;		/* sorted; kvfree() */
 	unsigned int nr_pids;
@@ -279,6 +287,7 @@ static int gs_nl_inst_at(struct gs_nl_inst *s, long *pos, const struct nlattr *f
 	if (!inst)
 		return -ENOENT;
 	gs_inst_stats(inst->core, &s->st);
+	s->nr_events_suppressed = gs_nl_ratelimit_suppressed(&inst->refusal_events);
 	err = gs_nl_pids(inst, &s->pids, &s->nr_pids);
 	gs_instance_put(inst);
 	return err;
@@ -297,7 +306,7 @@ static size_t gs_nl_instance_size(unsigned int nr_pids)
 
 	return nla_total_size(GPUSLICE_NAME_MAX) +		/* NAME */
 	       7 * nla_total_size(sizeof(u32)) +		/* ID ... MODE */
-	       7 * nla_total_size_64bit(sizeof(u64)) +		/* MEM_LIMIT ... */
+	       8 * nla_total_size_64bit(sizeof(u64)) +		/* MEM_LIMIT ... */
 	       nests * nla_total_size(0) +			/* PIDS */
 	       nr_pids * nla_total_size(sizeof(u32));		/* PID */
 }
@@ -363,7 +372,8 @@ static int gs_nl_fill_instance(struct sk_buff *skb, const struct gs_nl_inst *s,
 	     nla_put_u32(skb, GPUSLICE_A_MODE, s->mode) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_IOCTLS, st->nr_ioctls) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_QUOTA, st->nr_refused_quota) ||
-	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_FILTER, st->nr_refused_filter)))
+	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_FILTER, st->nr_refused_filter) ||
+	     gs_nl_put_u64(skb, GPUSLICE_A_NR_EVENTS_SUPPRESSED, s->nr_events_suppressed)))
 		goto err_cancel;
 	if (*next == s->nr_pids) {
 		nest = nla_nest_start(skb, GPUSLICE_A_PIDS);
@@ -605,6 +615,48 @@ static struct genl_family gs_genl_family __ro_after_init = {
 	.n_mcgrps = ARRAY_SIZE(gs_nl_mcgrps),
 };
 
+#define GS_NL_REFUSALS_PER_SEC	100
+#define GS_NL_REFUSALS_BURST	100
+#define GS_NL_REFUSAL_COST_NS	(NSEC_PER_SEC / GS_NL_REFUSALS_PER_SEC)
+
+void gs_nl_ratelimit_init(struct gs_nl_ratelimit *rl)
+{
+	spin_lock_init(&rl->lock);
+	rl->credit_ns = GS_NL_REFUSALS_BURST * GS_NL_REFUSAL_COST_NS;
+	rl->last_ns = ktime_get_ns();
+	rl->suppressed = 0;
+}
+
+u64 gs_nl_ratelimit_suppressed(struct gs_nl_ratelimit *rl)
+{
+	u64 n;
+
+	spin_lock(&rl->lock);
+	n = rl->suppressed;
+	spin_unlock(&rl->lock);
+	return n;
+}
+
+/* Takes one token if there is one, else counts a suppressed event. */
+static bool gs_nl_ratelimit_take(struct gs_nl_ratelimit *rl, u64 *suppressed)
+{
+	u64 now = ktime_get_ns();
+	bool ok;
+
+	spin_lock(&rl->lock);
+	rl->credit_ns = min_t(u64, rl->credit_ns + (now - rl->last_ns),
+			      GS_NL_REFUSALS_BURST * GS_NL_REFUSAL_COST_NS);
+	rl->last_ns = now;
+	ok = rl->credit_ns >= GS_NL_REFUSAL_COST_NS;
+	if (ok)
+		rl->credit_ns -= GS_NL_REFUSAL_COST_NS;
+	else
+		rl->suppressed++;
+	*suppressed = rl->suppressed;
+	spin_unlock(&rl->lock);
+	return ok;
+}
+
 void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev)
 {
 	struct sk_buff *skb;
@@ -613,8 +665,11 @@ void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev)
 		   ev->type == GPUSLICE_EV_CHANNEL_NEW || ev->type == GPUSLICE_EV_CHANNEL_DEL;
 	bool refusal = ev->type == GPUSLICE_EV_ALLOC_REFUSED ||
 		       ev->type == GPUSLICE_EV_FILTER_REFUSED;
+	u64 suppressed = 0;
 
 	if (!READ_ONCE(gs_genl_registered))
+		return;
+	if (refusal && !gs_nl_ratelimit_take(&inst->refusal_events, &suppressed))
 		return;
 	skb = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
 	if (!skb)
@@ -637,7 +692,8 @@ void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev)
 	if (refusal && (gs_nl_put_u64(skb, GPUSLICE_A_SIZE, ev->size) ||
 			nla_put_u32(skb, GPUSLICE_A_STATUS, ev->status) ||
 			nla_put_u32(skb, GPUSLICE_A_CMD, ev->cmd) ||
-			nla_put_u32(skb, GPUSLICE_A_CLASS, ev->klass)))
+			nla_put_u32(skb, GPUSLICE_A_CLASS, ev->klass) ||
+			gs_nl_put_u64(skb, GPUSLICE_A_NR_EVENTS_SUPPRESSED, suppressed)))
 		goto err_free;
 	genlmsg_end(skb, hdr);
 	genlmsg_multicast(&gs_genl_family, skb, 0, 0, GFP_KERNEL);

@@ -129,8 +129,9 @@ def _pids_nest(pids: list[int]) -> bytes:
 def test_pids_in_several_nests_are_joined() -> None:
     """The module puts at most 4096 pids in one PIDS nest (an attribute holds < 64 KiB)."""
     first, second = list(range(1, 4097)), [5000, 5001]
-    d = _instance_get_msg(nla(N.ATTR_IDS["GPUSLICE_A_NAME"], b"big\0") + _pids_nest(first) + _pids_nest(second))
-    assert d["pids"] == first + second
+    d = _instance_get_msg(nla(N.ATTR_IDS["GPUSLICE_A_NAME"], b"big\0") + _pids_nest(first) + _pids_nest(second)
+                          + nla(N.ATTR_IDS["GPUSLICE_A_NR_EVENTS_SUPPRESSED"], struct.pack("<Q", 7)))
+    assert d["pids"] == first + second and d["nr_events_suppressed"] == 7
 
 
 def test_dump_continuations_fold_into_their_instance() -> None:

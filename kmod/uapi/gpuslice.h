@@ -28,9 +28,9 @@
  *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump; NAME filters a dump)
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
  *            MEM_USED, MEM_PEAK, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
- *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER, and PIDS: one
- *            or more nests of PID (at most 4096 each; the list is their
- *            concatenation, in increasing order).
+ *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
+ *            NR_EVENTS_SUPPRESSED, and PIDS: one or more nests of PID (at most
+ *            4096 each; the list is their concatenation, in increasing order).
  *       The doit's reply holds every pid. In a dump, an instance whose pids
  *       do not fit one message continues in the next ones, which carry NAME,
  *       ID and PIDS only (the next pids, still in increasing order).
@@ -39,7 +39,11 @@
  *            NAME, OBJ_KIND, PID, CLIENT, HANDLE, PARENT, CLASS, ENGINE, GPU.
  *   GPUSLICE_CMD_EVENT          (multicast group GPUSLICE_MCGRP_EVENTS)
  *       out: EVENT (enum gpuslice_event), NAME, and the attributes of the
- *            object (as OBJECT_GET), PID, or SIZE and STATUS for a refusal.
+ *            object (as OBJECT_GET), PID, or SIZE, STATUS, CMD, CLASS and
+ *            NR_EVENTS_SUPPRESSED for a refusal. Refusals (ALLOC_REFUSED,
+ *            FILTER_REFUSED) are rate-limited per instance, 100/s with a
+ *            burst of 100; NR_EVENTS_SUPPRESSED counts those not sent. TSG,
+ *            CHANNEL and PROC events are never limited.
  *
  * Sizes are bytes; SHARE is in parts per 10000 (10000 = the whole GPU);
  * WEIGHT is 1..10000; TIMESLICE_US 0 means "leave the driver's default".
@@ -99,6 +103,7 @@ enum gpuslice_attr {
 	GPUSLICE_A_STATUS,		/* u32 NV status returned to the caller */
 	GPUSLICE_A_CMD,			/* u32 RM control cmd or escape of a refusal */
 	GPUSLICE_A_PAD,
+	GPUSLICE_A_NR_EVENTS_SUPPRESSED,	/* u64 refusal events not sent (rate limit) */
 	__GPUSLICE_A_MAX,
 };
 #define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)

@@ -74,6 +74,7 @@ ATTRS: tuple[tuple[str, str], ...] = (
     ("GPUSLICE_A_STATUS", "uint32"),
     ("GPUSLICE_A_CMD", "uint32"),
     ("GPUSLICE_A_PAD", "none"),
+    ("GPUSLICE_A_NR_EVENTS_SUPPRESSED", "uint64"),
 )
 ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
 

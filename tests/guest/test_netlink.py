@@ -1,6 +1,7 @@
 """The netlink family under load and attack (guest only): INSTANCE_GET of an instance
 with 1000 processes, handlers that must not hold the instance list while a container
-holds its instance's core lock, and open() racing delete."""
+holds its instance's core lock, open() racing delete, and refusal floods that must
+not cost other instances' channel events."""
 
 from __future__ import annotations
 
@@ -344,3 +345,65 @@ def test_open_races_delete_and_recreate(nl) -> None:
     assert int(opened) > 0 and rounds >= 5, (opened, rounds, busy)
     assert not read_errs
     assert not kernel_bugs(since), dmesg_tail()
+
+
+# ---- refusal floods --------------------------------------------------------------------
+
+# Opens NODE and makes N RM_CONTROL calls naming a client that is not the instance's:
+# each is refused by the filter (FILTER_REFUSED event).
+FLOOD = r"""
+import fcntl, os, struct, sys, time
+path, n, req, cmd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+fd = os.open(path, os.O_RDWR)
+buf = bytearray(struct.pack("<IIIIQII", 0x7E57C11E, 0x7E57C11F, cmd, 0, 0, 0, 0))
+print("start", flush=True)
+t0 = time.monotonic()
+for _ in range(n):
+    fcntl.ioctl(fd, req, buf, True)
+print("%.2f %x" % (time.monotonic() - t0, struct.unpack_from("<I", buf, 28)[0]), flush=True)
+"""
+N_FLOOD = 50000
+RCVBUF = 8 << 20
+
+
+def test_refusal_flood_loses_no_channel_event(nl) -> None:
+    """One instance loops refused calls while another creates channels; a listener that
+    reads only at the end (a slow daemon) must still see every channel event: refusal
+    events are limited per instance (100/s, burst 100), TSG/CHANNEL events never."""
+    with Instance(nl, 64 * MIB) as a, Instance(nl, 256 * MIB) as b, \
+            rawgenl.Genl("gpuslice", rcvbuf=RCVBUF) as listener:
+        assert listener.join(gnl.MCGRP_EVENTS) == 0
+        sb = session(b)
+        flood = subprocess.Popen([PY, "-I", "-c", FLOOD, a.path("nvidiactl"), str(N_FLOOD),
+                                  str(abi.IOCTL_RM_CONTROL), str(abi.NV2080_CTRL_CMD_FB_GET_INFO_V2)],
+                                 stdout=subprocess.PIPE, text=True, cwd="/")
+        channels = []
+        try:
+            assert flood.stdout is not None and flood.stdout.readline() == "start\n"
+            while (flood.poll() is None and len(channels) < 40) or len(channels) < 10:
+                channels.append(sb.tsg_channel()[1])
+                time.sleep(0.1)
+            out = flood.stdout.read()
+            channels.append(sb.tsg_channel()[1])  # and one after the flood
+            events, overruns = listener.events(2.0)
+        finally:
+            flood.wait(60)
+            sb.close()
+        elapsed, status = out.split()
+        assert flood.returncode == 0 and int(status, 16) == abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+        ev = A["GPUSLICE_A_EVENT"]
+        seen = {rawgenl.get_u32(e, A["GPUSLICE_A_HANDLE"]) for e in events
+                if rawgenl.get_str(e, A["GPUSLICE_A_NAME"]) == b.name
+                and rawgenl.get_u32(e, ev) == gnl.EVENTS["GPUSLICE_EV_CHANNEL_NEW"]}
+        missing = [h for h in channels if h not in seen]
+        assert not missing and overruns == 0, (f"{len(missing)} of {len(channels)} channel events lost, "
+                                               f"{overruns} overruns, flood {elapsed}s")
+        refused = [e for e in events if rawgenl.get_str(e, A["GPUSLICE_A_NAME"]) == a.name
+                   and rawgenl.get_u32(e, ev) == gnl.EVENTS["GPUSLICE_EV_FILTER_REFUSED"]]
+        assert 100 <= len(refused) <= 100 + 100 * (float(elapsed) + 3)
+        d = a.get()
+        assert d["nr_refused_filter"] == N_FLOOD
+        assert d["nr_events_suppressed"] == N_FLOOD - len(refused)
+        last = [p for t, p in refused[-1] if t == A["GPUSLICE_A_NR_EVENTS_SUPPRESSED"]]
+        assert last and 0 < struct.unpack("<Q", last[0])[0] <= d["nr_events_suppressed"]
+        assert b.get()["nr_events_suppressed"] == 0
