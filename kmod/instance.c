@@ -11,7 +11,10 @@
  * An instance cannot be destroyed while any of its nodes is open (-EBUSY):
  * RM objects live in the real files the open nodes hold, and the decision core
  * must outlive them. The module cannot be unloaded while a node is open
- * (gs_fops.owner = THIS_MODULE).
+ * (gs_fops.owner = THIS_MODULE). Destroying unlists the instance and removes
+ * its nodes under gs_instances_lock (gs_node_open() looks minors up under it);
+ * the rest goes with the last reference (netlink handlers hold one while they
+ * read an instance without that lock).
  */
 #include <linux/cdev.h>
 #include <linux/ctype.h>
@@ -224,20 +227,53 @@ u64 gs_refused_size(struct gs_instance *inst)
 	return size;
 }
 
-static void gs_instance_free(struct gs_instance *inst)
+void gs_instance_hold(struct gs_instance *inst)
 {
-	struct gs_proc *proc, *tmp;
+	lockdep_assert_held(&gs_instances_lock);
+	kref_get(&inst->ref);
+}
 
+struct gs_instance *gs_instance_get(const char *name)
+{
+	struct gs_instance *inst;
+
+	mutex_lock(&gs_instances_lock);
+	inst = gs_instance_find(name);
+	if (inst)
+		gs_instance_hold(inst);
+	mutex_unlock(&gs_instances_lock);
+	return inst;
+}
+
+/* Removes the nodes (and their minors, so open() cannot find them), in reverse. */
+static void gs_instance_unpublish(struct gs_instance *inst)
+{
+	lockdep_assert_held(&gs_instances_lock);
+	inst->live = false;
 	while (inst->nr_nodes)
 		gs_node_destroy(inst->nodes[--inst->nr_nodes]);
+}
+
+static void gs_instance_release(struct kref *ref)
+{
+	struct gs_instance *inst = container_of(ref, struct gs_instance, ref);
+	struct gs_proc *proc, *tmp;
+
+	WARN_ON_ONCE(inst->nr_nodes);
 	if (inst->core)
 		gs_inst_free(inst->core);
 	list_for_each_entry_safe(proc, tmp, &inst->procs, list)
 		kfree(proc);
 	mutex_destroy(&inst->procs_lock);
+	mutex_destroy(&inst->cfg_lock);
 	if (inst->id)
 		ida_free(&gs_id_ida, inst->id);
 	kfree(inst);
+}
+
+void gs_instance_put(struct gs_instance *inst)
+{
+	kref_put(&inst->ref, gs_instance_release);
 }
 
 static int gs_instance_add_node(struct gs_instance *inst, enum gs_file_kind kind, u32 gpu)
@@ -268,10 +304,13 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	inst = kzalloc(sizeof(*inst), GFP_KERNEL);
 	if (!inst)
 		return -ENOMEM;
+	kref_init(&inst->ref);
 	strscpy(inst->name, cfg->name, sizeof(inst->name));
 	mutex_init(&inst->procs_lock);
+	mutex_init(&inst->cfg_lock);
 	INIT_LIST_HEAD(&inst->procs);
 	spin_lock_init(&inst->refused_lock);
+	gs_nl_ratelimit_init(&inst->refusal_events);
 	inst->gpu_mask = cfg->gpu_mask;
 	inst->weight = cfg->set & GS_CFG_WEIGHT ? cfg->weight : 100;
 	inst->share = cfg->set & GS_CFG_SHARE ? cfg->share : 0;
@@ -322,9 +361,10 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	return 0;
 
 err_unlock:
+	gs_instance_unpublish(inst);	/* the nodes made so far */
 	mutex_unlock(&gs_instances_lock);
 err_free:
-	gs_instance_free(inst);	/* destroys the nodes made so far, in reverse */
+	gs_instance_put(inst);
 	return err;
 }
 
@@ -344,36 +384,37 @@ int gs_instance_del(const char *name)
 		mutex_unlock(&gs_instances_lock);
 		return -EBUSY;
 	}
-	inst->live = false;
 	list_del(&inst->list);
+	gs_instance_unpublish(inst);
 	mutex_unlock(&gs_instances_lock);
-	gs_instance_free(inst);
+	gs_instance_put(inst);
 	return 0;
 }
 
 int gs_instance_set(const struct gs_inst_cfg *cfg)
 {
+	kuid_t uid = make_kuid(&init_user_ns, cfg->uid);
+	kgid_t gid = make_kgid(&init_user_ns, cfg->gid);
 	struct gs_instance *inst;
 	unsigned int i;
-	kuid_t uid;
-	kgid_t gid;
 	int err = 0;
 
+	if ((cfg->set & GS_CFG_UID && !uid_valid(uid)) ||
+	    (cfg->set & GS_CFG_GID && !gid_valid(gid)) ||
+	    (cfg->set & GS_CFG_MEM_LIMIT && !cfg->mem_limit))
+		return -EINVAL;
+	inst = gs_instance_get(cfg->name);
+	if (!inst)
+		return -ENOENT;
+	mutex_lock(&inst->cfg_lock);
+	/* A call may hold the core lock long: wait for it without gs_instances_lock. */
+	if (cfg->set & GS_CFG_MEM_LIMIT)
+		gs_inst_set_limit(inst->core, cfg->mem_limit);
 	mutex_lock(&gs_instances_lock);
-	inst = gs_instance_find(cfg->name);
-	if (!inst) {
+	if (!inst->live) {
 		err = -ENOENT;
 		goto out;
 	}
-	uid = cfg->set & GS_CFG_UID ? make_kuid(&init_user_ns, cfg->uid) : inst->uid;
-	gid = cfg->set & GS_CFG_GID ? make_kgid(&init_user_ns, cfg->gid) : inst->gid;
-	if (!uid_valid(uid) || !gid_valid(gid) ||
-	    (cfg->set & GS_CFG_MEM_LIMIT && !cfg->mem_limit)) {
-		err = -EINVAL;
-		goto out;
-	}
-	if (cfg->set & GS_CFG_MEM_LIMIT)
-		gs_inst_set_limit(inst->core, cfg->mem_limit);
 	if (cfg->set & GS_CFG_WEIGHT)
 		inst->weight = cfg->weight;
 	if (cfg->set & GS_CFG_SHARE)
@@ -383,8 +424,10 @@ int gs_instance_set(const struct gs_inst_cfg *cfg)
 		atomic_inc(&inst->timeslice_gen);
 	}
 	if (cfg->set & (GS_CFG_UID | GS_CFG_GID | GS_CFG_MODE)) {
-		inst->uid = uid;
-		inst->gid = gid;
+		if (cfg->set & GS_CFG_UID)
+			inst->uid = uid;
+		if (cfg->set & GS_CFG_GID)
+			inst->gid = gid;
 		if (cfg->set & GS_CFG_MODE)
 			inst->mode = cfg->mode;
 		for (i = 0; i < inst->nr_nodes; i++) {
@@ -397,6 +440,8 @@ int gs_instance_set(const struct gs_inst_cfg *cfg)
 	}
 out:
 	mutex_unlock(&gs_instances_lock);
+	mutex_unlock(&inst->cfg_lock);
+	gs_instance_put(inst);
 	return err;
 }
 
@@ -509,9 +554,9 @@ void gs_instances_exit(void)
 	/* No node is open: each open file holds a reference on this module. */
 	mutex_lock(&gs_instances_lock);
 	list_for_each_entry_safe(inst, tmp, &gs_instances, list) {
-		inst->live = false;
 		list_del(&inst->list);
-		gs_instance_free(inst);
+		gs_instance_unpublish(inst);
+		gs_instance_put(inst);
 	}
 	mutex_unlock(&gs_instances_lock);
 	cdev_del(&gs_cdev);

@@ -8,12 +8,22 @@
  *
  * Locking: gs_instances_lock (a mutex) guards the instance list, the minor
  * table, every instance's configuration and its nr_open count. procs_lock
- * guards an instance's process list. The decision core has its own lock.
+ * guards an instance's process list. The decision core has its own lock,
+ * which a container's call can hold for long (it reads user memory under it):
+ * never wait for it with gs_instances_lock held.
+ *
+ * Lifetime: the list holds one reference (ref); netlink handlers take their
+ * own under gs_instances_lock (gs_instance_get(), gs_instance_hold()) and
+ * use the instance after dropping that lock. Deleting an instance unlists it
+ * and removes its nodes and minors under gs_instances_lock, so no open() can
+ * find it afterwards; the core and the struct go with the last reference.
+ * Open files need no reference: an instance with open files is not deleted.
  */
 #ifndef GPUSLICE_INSTANCE_H
 #define GPUSLICE_INSTANCE_H
 
 #include <linux/device.h>
+#include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/spinlock.h>
@@ -21,6 +31,7 @@
 #include <linux/uidgid.h>
 
 #include "core.h"
+#include "netlink.h"
 #include "uapi/gpuslice.h"
 
 #define GS_MAX_GPUS	32
@@ -45,6 +56,7 @@ struct gs_proc {
 
 struct gs_instance {
 	struct list_head list;
+	struct kref ref;
 	u32 id;
 	char name[GPUSLICE_NAME_MAX];
 	u32 gpu_mask;
@@ -61,11 +73,13 @@ struct gs_instance {
 	unsigned int nr_nodes;
 	unsigned int nr_open;	/* open files on any node */
 	bool live;		/* set once fully created, cleared on destroy */
+	struct mutex cfg_lock;	/* orders INSTANCE_SETs of this instance */
 	struct mutex procs_lock;
 	struct list_head procs;
 	spinlock_t refused_lock;	/* size of the last quota refusal, per thread */
 	pid_t refused_tid;
 	u64 refused_size;
+	struct gs_nl_ratelimit refusal_events;
 };
 
 /* What INSTANCE_NEW / INSTANCE_SET carry; 'set' says which fields are given. */
@@ -101,6 +115,11 @@ int gs_instance_del(const char *name);
 int gs_instance_set(const struct gs_inst_cfg *cfg);
 /* Caller holds gs_instances_lock. */
 struct gs_instance *gs_instance_find(const char *name);
+/* Caller holds gs_instances_lock and found inst listed: takes a reference. */
+void gs_instance_hold(struct gs_instance *inst);
+/* The listed instance NAME with a reference taken, or NULL. */
+struct gs_instance *gs_instance_get(const char *name);
+void gs_instance_put(struct gs_instance *inst);
 bool gs_instance_name_valid(const char *name);
 
 /* Open/close bookkeeping for fops.c. */

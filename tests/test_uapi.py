@@ -112,3 +112,37 @@ def test_unknown_attribute_rejected() -> None:
     with pytest.raises(KeyError):
         N.build(N.CMD_INSTANCE_SET, {"bogus": 1})
     assert N.mask_of([0, 3]) == 9
+
+
+def _instance_get_msg(attrs: bytes) -> dict:
+    body = struct.pack("<BBH", N.CMD_INSTANCE_GET, N.VERSION, 0) + attrs
+    msg = N.GsMsg(struct.pack("<IHHII", 16 + len(body), 0x1F, 2, 1, 0) + body)
+    msg.decode()
+    return N.to_dict(msg)
+
+
+def _pids_nest(pids: list[int]) -> bytes:
+    inner = b"".join(nla(N.ATTR_IDS["GPUSLICE_A_PID"], struct.pack("<I", p)) for p in pids)
+    return nla(N.ATTR_IDS["GPUSLICE_A_PIDS"] | 0x8000, inner)
+
+
+def test_pids_in_several_nests_are_joined() -> None:
+    """The module puts at most 4096 pids in one PIDS nest (an attribute holds < 64 KiB)."""
+    first, second = list(range(1, 4097)), [5000, 5001]
+    d = _instance_get_msg(nla(N.ATTR_IDS["GPUSLICE_A_NAME"], b"big\0") + _pids_nest(first) + _pids_nest(second)
+                          + nla(N.ATTR_IDS["GPUSLICE_A_NR_EVENTS_SUPPRESSED"], struct.pack("<Q", 7)))
+    assert d["pids"] == first + second and d["nr_events_suppressed"] == 7
+
+
+def test_dump_continuations_fold_into_their_instance() -> None:
+    """A dump continues an instance's PIDS in messages carrying NAME, ID and PIDS only."""
+    def msg(name: bytes, iid: int, pids: list[int], full: bool) -> dict:
+        a = nla(N.ATTR_IDS["GPUSLICE_A_NAME"], name + b"\0") + nla(N.ATTR_IDS["GPUSLICE_A_ID"], struct.pack("<I", iid))
+        if full:
+            a += nla(N.ATTR_IDS["GPUSLICE_A_WEIGHT"], struct.pack("<I", 3))
+        return _instance_get_msg(a + _pids_nest(pids))
+
+    got = N.merge_instances([msg(b"a", 1, [10, 11], True), msg(b"a", 1, [12], False), msg(b"a", 1, [13], False),
+                             msg(b"b", 2, [], True)])
+    assert got == [{"name": "a", "id": 1, "weight": 3, "pids": [10, 11, 12, 13]},
+                   {"name": "b", "id": 2, "weight": 3, "pids": []}]

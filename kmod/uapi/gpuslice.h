@@ -6,30 +6,44 @@
  *
  * Generic netlink family GPUSLICE_GENL_NAME, version GPUSLICE_GENL_VERSION.
  *
+ * Every command needs CAP_NET_ADMIN and CAP_SYS_ADMIN in the initial user
+ * namespace (-EPERM without), reads and dumps included: replies name host
+ * pids and RM handles. Joining GPUSLICE_MCGRP_EVENTS needs CAP_SYS_ADMIN on
+ * kernels that have GENL_MCAST_CAP_SYS_ADMIN (upstream 6.7, Debian's 6.1).
+ *
  * Commands (all attributes are top-level unless said otherwise):
  *
- *   GPUSLICE_CMD_INSTANCE_NEW   (CAP_SYS_ADMIN)
+ *   GPUSLICE_CMD_INSTANCE_NEW
  *       in:  NAME (required), GPU_MASK (required), MEM_LIMIT (required),
  *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE
  *       Creates /dev/gpuslice/<NAME>/{nvidiactl,nvidia<N>...,nvidia-uvm}.
  *       -EEXIST if NAME exists, -EINVAL on a bad name, mask or limit,
  *       -ENODEV if a GPU in GPU_MASK is not present.
- *   GPUSLICE_CMD_INSTANCE_DEL   (CAP_SYS_ADMIN)
+ *   GPUSLICE_CMD_INSTANCE_DEL
  *       in:  NAME. -EBUSY while any of its nodes is open (no draining).
- *   GPUSLICE_CMD_INSTANCE_SET   (CAP_SYS_ADMIN)
+ *   GPUSLICE_CMD_INSTANCE_SET
  *       in:  NAME, any of MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE.
  *       Takes effect for the next call; lowering MEM_LIMIT below MEM_USED
  *       refuses further allocations but frees nothing.
- *   GPUSLICE_CMD_INSTANCE_GET   (anyone; doit with NAME, or dump)
+ *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump; NAME filters a dump)
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
  *            MEM_USED, MEM_PEAK, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
- *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER, PIDS (nest of PID).
- *   GPUSLICE_CMD_OBJECT_GET     (anyone; dump, NAME filters)
+ *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
+ *            NR_EVENTS_SUPPRESSED, and PIDS: one or more nests of PID (at most
+ *            4096 each; the list is their concatenation, in increasing order).
+ *       The doit's reply holds every pid. In a dump, an instance whose pids
+ *       do not fit one message continues in the next ones, which carry NAME,
+ *       ID and PIDS only (the next pids, still in increasing order).
+ *   GPUSLICE_CMD_OBJECT_GET     (dump, NAME filters)
  *       out: one message per tracked RM object of kind TSG or CHANNEL:
  *            NAME, OBJ_KIND, PID, CLIENT, HANDLE, PARENT, CLASS, ENGINE, GPU.
  *   GPUSLICE_CMD_EVENT          (multicast group GPUSLICE_MCGRP_EVENTS)
  *       out: EVENT (enum gpuslice_event), NAME, and the attributes of the
- *            object (as OBJECT_GET), PID, or SIZE and STATUS for a refusal.
+ *            object (as OBJECT_GET), PID, or SIZE, STATUS, CMD, CLASS and
+ *            NR_EVENTS_SUPPRESSED for a refusal. Refusals (ALLOC_REFUSED,
+ *            FILTER_REFUSED) are rate-limited per instance, 100/s with a
+ *            burst of 100; NR_EVENTS_SUPPRESSED counts those not sent. TSG,
+ *            CHANNEL and PROC events are never limited.
  *
  * Sizes are bytes; SHARE is in parts per 10000 (10000 = the whole GPU);
  * WEIGHT is 1..10000; TIMESLICE_US 0 means "leave the driver's default".
@@ -89,6 +103,7 @@ enum gpuslice_attr {
 	GPUSLICE_A_STATUS,		/* u32 NV status returned to the caller */
 	GPUSLICE_A_CMD,			/* u32 RM control cmd or escape of a refusal */
 	GPUSLICE_A_PAD,
+	GPUSLICE_A_NR_EVENTS_SUPPRESSED,	/* u64 refusal events not sent (rate limit) */
 	__GPUSLICE_A_MAX,
 };
 #define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)

@@ -292,7 +292,8 @@ def instance_show(ctx: click.Context, name: str) -> None:
             lines.append((f"gpu{g} policy", f"{st.policy_of(g).policy}, "
                           f"period {units.format_duration_ns(st.policy_of(g).period_ns)}"))
             lines.append((f"gpu{g} share (all busy)", units.format_share(shares[g])))
-        for key in ("mem_used", "mem_peak", "nr_ioctls", "nr_refused_quota", "nr_refused_filter", "pids"):
+        for key in ("mem_used", "mem_peak", "nr_ioctls", "nr_refused_quota", "nr_refused_filter",
+                    "nr_events_suppressed", "pids"):
             if key in k:
                 v = k[key]
                 lines.append((key, units.format_size(v) if key.startswith("mem_") else str(v)))

@@ -74,6 +74,7 @@ ATTRS: tuple[tuple[str, str], ...] = (
     ("GPUSLICE_A_STATUS", "uint32"),
     ("GPUSLICE_A_CMD", "uint32"),
     ("GPUSLICE_A_PAD", "none"),
+    ("GPUSLICE_A_NR_EVENTS_SUPPRESSED", "uint64"),
 )
 ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
 
@@ -132,17 +133,32 @@ def build(cmd: int, attrs: dict[str, Any]) -> Any:
 
 
 def to_dict(msg: Any) -> dict[str, Any]:
-    """Attributes of a reply as {short name: value}; PIDS becomes a list of ints."""
+    """Attributes of a reply as {short name: value}; PIDS becomes a list of ints (the
+    PIDS nests of a message, one per 4096 pids, joined in order)."""
     out: dict[str, Any] = {}
     for name, value in msg.get("attrs", []):
         if not name.startswith("GPUSLICE_A_") or name in ("GPUSLICE_A_PAD", "GPUSLICE_A_UNSPEC"):
             continue
         key = name[len("GPUSLICE_A_"):].lower()
         if key == "pids":
-            out[key] = [v for n, v in value.get("attrs", []) if n == "GPUSLICE_A_PID"]
+            out.setdefault(key, []).extend(v for n, v in value.get("attrs", []) if n == "GPUSLICE_A_PID")
         else:
             out[key] = value
     return out
+
+
+def merge_instances(replies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """INSTANCE_GET replies, one dict per instance: a dump splits an instance whose
+    pids do not fit one message into that message and continuations (NAME, ID and
+    more PIDS), folded here into the first by ID."""
+    out: dict[Any, dict[str, Any]] = {}
+    for d in replies:
+        key = d.get("id", d.get("name"))
+        if key in out:
+            out[key].setdefault("pids", []).extend(d.get("pids", []))
+        else:
+            out[key] = d
+    return list(out.values())
 
 
 class NetlinkError(OSError):
@@ -197,8 +213,8 @@ class GpusliceNetlink:
 
     def instances(self, name: str | None = None) -> list[dict[str, Any]]:
         if name is not None:
-            return self._request(CMD_INSTANCE_GET, {"name": name})
-        return self._request(CMD_INSTANCE_GET, {}, dump=True)
+            return merge_instances(self._request(CMD_INSTANCE_GET, {"name": name}))
+        return merge_instances(self._request(CMD_INSTANCE_GET, {}, dump=True))
 
     def objects(self, name: str | None = None) -> list[dict[str, Any]]:
         return self._request(CMD_OBJECT_GET, {"name": name}, dump=True)

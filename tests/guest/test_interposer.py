@@ -16,9 +16,11 @@ from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
+import rawgenl
 from gsinst import Instance, rdev_major, real_session, session
 
 MIB = 1 << 20
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
                                 reason="needs nvstub.ko and gpuslice.ko loaded")
@@ -266,36 +268,67 @@ def test_netlink_malformed_attribute_is_einval(nl):
     assert not [x for x in nl.instances() if x["name"].startswith("mal")]
 
 
+# Runs as the unprivileged user: the standard library and rawgenl's source only, so it
+# works wherever root cloned the checkout (a 0700 /root/x is unreadable to uid 65534).
 UNPRIV = r"""
-import errno, sys
-print(open('/proc/self/status').read().split('CapInh')[1][:120], file=sys.stderr)
-from gpuslice.netlink import GpusliceNetlink
-nl = GpusliceNetlink()
-got = []
-for fn in (lambda: nl.instance_new('unpriv', 1, 1 << 20), lambda: nl.instance_del(sys.argv[1]),
-           lambda: nl.instance_set(sys.argv[1], weight=3)):
-    try:
-        fn()
-        got.append(0)
-    except OSError as e:
-        got.append(e.errno)
+import errno, json, sys
+name, n = sys.argv[1], json.loads(sys.argv[2])
+g = Genl("gpuslice")
+new = [(n["name"], string("unpriv")), (n["gpu_mask"], u32(1)), (n["mem_limit"], u64(1 << 20))]
+got = [g.request(n["new"], new)[0], g.request(n["del"], [(n["name"], string(name))])[0],
+       g.request(n["set"], [(n["name"], string(name)), (n["weight"], u32(3))])[0]]
 assert got == [errno.EPERM] * 3, got
-assert [d['name'] for d in nl.instances(sys.argv[1])] == [sys.argv[1]]
-print('ok')
+# reads too: replies and events name host pids and RM handles
+reads = {"get": g.request(n["get"], [(n["name"], string(name))]),
+         "dump": g.request(n["get"], [], dump=True),
+         "objects": g.request(n["obj"], [], dump=True)}
+assert {k: v for k, v in reads.items() if v != (errno.EPERM, [])} == {}, reads
+assert g.join("events") == errno.EPERM
+print("ok")
 """
 
 
-def test_netlink_mutations_need_cap_sys_admin(nl):
+def _unpriv_run(how: list[str], hide: str, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``script`` (after rawgenl's source) with the system interpreter under
+    ``setpriv how``, in a mount namespace where ``hide`` (the checkout) is an empty
+    0700 directory: nothing the child needs may come from there."""
     import sys
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    py = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    assert not py.startswith(hide.rstrip("/") + "/"), py
+    code = rawgenl.source() + "\n" + script
+    sh = 'mount -t tmpfs -o mode=0700 gs-hidden "$0" && exec setpriv "$@"'
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", sh, hide, *how,
+                           "--", py, "-I", "-c", code, *args],
+                          capture_output=True, text=True, cwd="/", env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+UNPRIV_HOW = (["--reuid=65534", "--regid=65534", "--clear-groups"],  # nobody: no capability at all
+              ["--inh-caps=-all", "--bounding-set=-sys_admin"])       # root without CAP_SYS_ADMIN
+
+
+def test_netlink_commands_and_events_need_cap_sys_admin(nl):
+    """Without CAP_SYS_ADMIN (uid 65534, or root with it dropped from the bounding set)
+    every command is refused with EPERM, reads and dumps too, and the events group
+    cannot be joined."""
+    import json
+
+    from gpuslice import netlink as gnl
+
+    a = gnl.ATTR_IDS
+    nums = {"new": gnl.CMD_INSTANCE_NEW, "del": gnl.CMD_INSTANCE_DEL, "set": gnl.CMD_INSTANCE_SET,
+            "get": gnl.CMD_INSTANCE_GET, "obj": gnl.CMD_OBJECT_GET, "name": a["GPUSLICE_A_NAME"],
+            "gpu_mask": a["GPUSLICE_A_GPU_MASK"], "mem_limit": a["GPUSLICE_A_MEM_LIMIT"],
+            "weight": a["GPUSLICE_A_WEIGHT"]}
     with Instance(nl, 16 * MIB) as inst:
-        for how in (["--reuid=65534", "--regid=65534", "--clear-groups"],
-                    ["--inh-caps=-all", "--bounding-set=-sys_admin"]):
-            r = subprocess.run(["setpriv", *how, "--", sys.executable, "-c", UNPRIV, inst.name],
-                               capture_output=True, text=True, cwd="/", env=env)
+        for how in UNPRIV_HOW:
+            r = _unpriv_run(how, str(REPO), UNPRIV, inst.name, json.dumps(nums))
             assert r.returncode == 0 and "ok" in r.stdout, (how, r.stderr)
         assert inst.get()["weight"] != 3
+        assert [d["name"] for d in nl.instances()].count("unpriv") == 0
+        with rawgenl.Genl("gpuslice") as g:  # root may
+            assert g.join("events") == 0
+            assert g.request(gnl.CMD_INSTANCE_GET, [(a["GPUSLICE_A_NAME"], rawgenl.string(inst.name))])[0] == 0
 
 
 def test_proc_attach_detach_and_object_events(nl):
