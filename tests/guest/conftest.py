@@ -13,3 +13,16 @@ IN_GUEST = os.environ.get("GPUSLICE_GUEST") == "1"
 
 # Relative to this directory: ignore every test module (and helper) on the host.
 collect_ignore_glob: list[str] = [] if IN_GUEST else ["*.py", "*/"]
+
+
+if IN_GUEST:
+    import pytest
+
+    @pytest.fixture
+    def nl():
+        """A netlink connection to gpuslice.ko (tests that use it also mark
+        themselves with gsinst.needs_modules)."""
+        from gpuslice.netlink import GpusliceNetlink
+
+        with GpusliceNetlink() as s:
+            yield s

@@ -10,6 +10,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
@@ -21,6 +23,11 @@ MODULE = "gpuslice"
 
 def loaded(mod: str = MODULE) -> bool:
     return Path(f"/sys/module/{mod}").exists()
+
+
+# for the tests of the interposer: pytestmark = needs_modules
+needs_modules = pytest.mark.skipif(not (nvstub.present() and loaded()),
+                                   reason="needs nvstub.ko and gpuslice.ko loaded")
 
 
 def unique(prefix: str = "t") -> str:

@@ -13,23 +13,15 @@ import subprocess
 import pytest
 
 from gpuslice import abi
-from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
 import rawgenl
-from gsinst import Instance, rdev_major, real_session, session
+from gsinst import Instance, needs_modules, rdev_major, real_session, session
 
 MIB = 1 << 20
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
-                                reason="needs nvstub.ko and gpuslice.ko loaded")
-
-
-@pytest.fixture
-def nl():
-    with GpusliceNetlink() as s:
-        yield s
+pytestmark = needs_modules
 
 
 def test_nodes_created_with_owner_mode_and_our_major(nl):

@@ -22,25 +22,17 @@ import pytest
 
 from gpuslice import abi
 from gpuslice import netlink as gnl
-from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
 import rawgenl
-from gsinst import Instance, dmesg_tail, node, session, unique
+from gsinst import Instance, dmesg_tail, needs_modules, node, session, unique
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[2]
 A = gnl.ATTR_IDS
 PY = os.path.realpath(getattr(sys, "_base_executable", sys.executable))  # stdlib-only children
 
-pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
-                                reason="needs nvstub.ko and gpuslice.ko loaded")
-
-
-@pytest.fixture
-def nl():
-    with GpusliceNetlink() as s:
-        yield s
+pytestmark = needs_modules
 
 
 def gpuctl(state: Path, *args: str) -> subprocess.CompletedProcess[str]:

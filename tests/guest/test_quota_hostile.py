@@ -17,21 +17,13 @@ import time
 import pytest
 
 from gpuslice import abi
-from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
-from gsinst import Instance, real_session, session
+from gsinst import Instance, needs_modules, real_session, session
 
 MIB = 1 << 20
 
-pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
-                                reason="needs nvstub.ko and gpuslice.ko loaded")
-
-
-@pytest.fixture
-def nl():
-    with GpusliceNetlink() as s:
-        yield s
+pytestmark = needs_modules
 
 
 class Pool:
