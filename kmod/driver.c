@@ -10,6 +10,7 @@
  * container's cgroup deny major 195 while our major is allowed.
  */
 #include <linux/cred.h>
+#include <linux/ctype.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/kdev_t.h>
@@ -124,14 +125,24 @@ static bool gs_version_tested(const char *v)
 	return false;
 }
 
+/*
+ * The reply was read back from the caller's memory, so it is the caller's
+ * text as much as the driver's: only a version string (digits and dots) is
+ * ever printed, never what a container chose to write into the host's log.
+ */
 void gs_driver_seen_version(const char *version, size_t len)
 {
 	char v[NV_RM_API_VERSION_STRING_LENGTH];
+	size_t i;
 
 	strscpy(v, version, min(len + 1, sizeof(v)));
-	if (strcmp(v, gs_version))
-		pr_warn_ratelimited("gpuslice: the driver answered version %s, loaded against %s\n",
-				    v, gs_version);
+	if (!strcmp(v, gs_version))
+		return;
+	for (i = 0; v[i]; i++)
+		if (!isdigit(v[i]) && v[i] != '.')
+			return;
+	pr_warn_ratelimited("gpuslice: the driver answered version %s, loaded against %s\n",
+			    v, gs_version);
 }
 
 static int gs_check_version(void)
