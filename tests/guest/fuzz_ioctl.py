@@ -83,12 +83,42 @@ _munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _mprotect = libc.mprotect
 _mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
-MAP_SHARED, MAP_PRIVATE, MAP_ANON = 0x01, 0x02, 0x20
+MAP_SHARED, MAP_PRIVATE, MAP_ANON, MAP_32BIT = 0x01, 0x02, 0x20, 0x40
 MAP_FAILED = ctypes.c_void_p(-1).value
 
 NVC36F_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
 KERNEL_PTR = 0xFFFF888000000000
 NONCANON_PTR = 0x8000000000000000
+
+
+def _compat_ioctl_fn():
+    """ioctl through the 32-bit system call entry (int $0x80) of a 64-bit process:
+    in_compat_syscall() is true, so the kernel takes the files' compat_ioctl path."""
+    code = bytes([
+        0x53,                          # push rbx
+        0x89, 0xFB,                    # mov ebx, edi   (fd)
+        0x89, 0xF1,                    # mov ecx, esi   (request)
+        # edx: the argument, already in place
+        0xB8, 0x36, 0x00, 0x00, 0x00,  # mov eax, 54    (__NR_ioctl on i386)
+        0xCD, 0x80,                    # int 0x80
+        0x5B,                          # pop rbx
+        0xC3,                          # ret
+    ])
+    page = mmap_anon(1, PROT_READ | PROT_WRITE)
+    ctypes.memmove(page, code, len(code))
+    _mprotect(page, PAGE, PROT_READ | 4)  # PROT_EXEC
+    return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint)(page)
+
+
+_compat = None
+
+
+def compat_ioctl(fd: int, req: int, ptr: int) -> int:
+    """0.. or -errno, like raw_ioctl; ptr must be below 4 GiB."""
+    global _compat
+    if _compat is None:
+        _compat = _compat_ioctl_fn()
+    return _compat(fd, req & 0xFFFFFFFF, ptr & 0xFFFFFFFF)
 
 
 def raw_ioctl(fd: int, req: int, ptr: int) -> int:
@@ -97,8 +127,8 @@ def raw_ioctl(fd: int, req: int, ptr: int) -> int:
     return -ctypes.get_errno() if r < 0 else r
 
 
-def mmap_anon(npages: int, prot: int = PROT_READ | PROT_WRITE) -> int:
-    a = _mmap(None, npages * PAGE, prot, MAP_PRIVATE | MAP_ANON, -1, 0)
+def mmap_anon(npages: int, prot: int = PROT_READ | PROT_WRITE, flags: int = 0) -> int:
+    a = _mmap(None, npages * PAGE, prot, MAP_PRIVATE | MAP_ANON | flags, -1, 0)
     if a in (None, MAP_FAILED):
         raise OSError(ctypes.get_errno(), "mmap")
     return a
@@ -110,7 +140,7 @@ def iowr(nr: int, size: int) -> int:
 
 # ---- shared counters -------------------------------------------------------------------
 
-CATS = ("valid", "trace", "random", "size", "pointer", "foreign", "uvm", "mmap", "fork")
+CATS = ("valid", "trace", "random", "size", "pointer", "foreign", "uvm", "mmap", "fork", "compat", "fdtable")
 CAT = {c: i for i, c in enumerate(CATS)}
 # slots of one row (one thread; two extra rows per process: chaos threads, fork children)
 S_UVM = 256          # 256 + (cmd & 0x7f); INITIALIZE/DEINITIALIZE at 256+126/127
@@ -133,6 +163,9 @@ S_DUP2S = 452
 S_PROTECTS = 453
 S_KILLS = 454
 S_EXECS = 455
+S_PROCREADS = 456    # /proc/<pid>/task/<tid>/fd entries the proc reader resolved
+S_PROCREAL = 457     # ... that resolved to a real NVIDIA device file (issue 11 item 3's window)
+S_TSSETS = 458       # INSTANCE_SET timeslice_us on A by the parent (lazy SET_TIMESLICE in each file)
 S_ERRNO = 460        # 460 + errno (< 140)
 NSLOT = 600
 
@@ -183,7 +216,7 @@ class Arena:
     RW_PAGES = 4
 
     def __init__(self) -> None:
-        self.base = mmap_anon(7)
+        self.base = mmap_anon(7, flags=MAP_32BIT)  # below 4 GiB: usable by 32-bit (compat) calls too
         _mprotect(self.base + 4 * PAGE, PAGE, PROT_NONE)
         _mprotect(self.base + 5 * PAGE, PAGE, PROT_READ)
         _munmap(self.base + 6 * PAGE, PAGE)
@@ -283,7 +316,7 @@ class FuzzConfig:
 
     def weights(self) -> dict[str, int]:
         w = {"valid": 20, "trace": 25, "random": 15, "size": 8, "pointer": 12, "foreign": 10,
-             "uvm": 8, "mmap": 3, "fork": 1}
+             "uvm": 8, "mmap": 3, "fork": 1, "compat": 6, "fdtable": 2}
         return w
 
 
@@ -340,6 +373,8 @@ class Fuzzer:
         self.next_h = 0x5D000000 + (ctx.proc_idx << 20) + (tid << 16)
         self.bad_streak = 0
         self.children: list[int] = []
+        self.in_child = False
+        self.compat = False
         # touches of device mappings go through the kernel (a pipe), never through a
         # Python store: a racing dup2 can leave a mapping without pages (SIGBUS)
         self.pipe_r, self.pipe_w = os.pipe()
@@ -358,11 +393,14 @@ class Fuzzer:
 
     def call(self, cat: str, fd: int, req: int, ptr: int, uvm: bool = False) -> int:
         r = self.row
+        if self.compat:
+            cat = "compat"
         self.st[r + S_CURCAT] = CAT[cat]
         self.st[r + S_CURREQ] = req & 0xFFFFFFFF
         t0 = now_ms()
-        self.st[r + S_CURT0] = t0
-        ret = raw_ioctl(fd, req, ptr)
+        if not self.in_child:  # a SIGKILLed child would leave its mark: children are reaped with a timeout
+            self.st[r + S_CURT0] = t0
+        ret = compat_ioctl(fd, req, ptr) if self.compat else raw_ioctl(fd, req, ptr)
         dt = now_ms() - t0
         self.st[r + S_CURT0] = 0
         self.st[r + S_HEART] += 1
@@ -383,7 +421,7 @@ class Fuzzer:
         return ret
 
     def ok(self, cat: str) -> None:
-        self.st[self.row + S_CAT_OK + CAT[cat]] += 1
+        self.st[self.row + S_CAT_OK + CAT["compat" if self.compat else cat]] += 1
 
     # -- session
     def open_session(self) -> None:
@@ -843,7 +881,7 @@ class Fuzzer:
         else:
             # GET_PIDS / GET_PID_INFO: rewritten in gs_post from user memory (virt.c)
             cmd = rng.choice((0x2080018D, 0x2080018E))
-            size = rng.choice((8, 12, 16, 3812, 4016, 6416))
+            size = rng.choice((12, 16, 3812, 4016, 6416))
             params = bytearray(size)
             struct.pack_into("<III", params, 0, 0, os.getpid(), rng.choice((1, 2, 950, 951, 0xFFFFFFFF)))
             kind, ptr = a.bad_ptr(rng, size)
@@ -1059,6 +1097,46 @@ class Fuzzer:
         else:
             _munmap(addr, length)
 
+    def op_compat(self) -> None:
+        """A call of another category through the 32-bit entry (fops compat_ioctl)."""
+        op = self.rng.choice((self.op_valid, self.op_trace, self.op_trace, self.op_random, self.op_size,
+                              self.op_pointer, self.op_foreign, self.op_uvm))
+        self.compat = True
+        try:
+            op()
+        finally:
+            self.compat = False
+
+    def op_fdtable(self) -> None:
+        """Calls through a high fd number: the private fd table of fdswap.c is then larger
+        than NR_OPEN_DEFAULT and allocated like alloc_fdtable()."""
+        s = self.ensure_session()
+        rng = self.rng
+        hi = rng.choice((64, 65, 127, 128, 1000, 4095, 20000))
+        try:
+            import fcntl
+            fd = fcntl.fcntl(s.ctl, fcntl.F_DUPFD_CLOEXEC, hi)  # the lowest free fd >= hi: clobbers nothing
+        except OSError:
+            return
+        self.ctx.reg.add(fd, self.tid)
+        try:
+            p = bytearray(abi.FB_GET_INFO_V2_SIZE)
+            struct.pack_into("<III", p, 0, 1, abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE, 0)
+            blk = abi.NVOS54.pack(s.client, s.subdevice, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, 0,
+                                  self.params_at(bytes(p)), len(p), 0)
+            ret, out = self.rm_call("fdtable", fd, abi.NV_ESC_RM_CONTROL, blk)
+            if ret == 0 and out and abi.NVOS54.unpack(out)[6] == 0:
+                self.ok("fdtable")
+            # a device allocation scans the caller's whole table for its nvidia0 file
+            h = self.handle()
+            dp = abi.DEVICE_ALLOC_PARAMS.pack(0, 0, 0, 0, 0, 0, 0, 0, 0)
+            ret, out = self.rm_call("fdtable", fd, abi.NV_ESC_RM_ALLOC, abi.NVOS64.pack(
+                s.client, s.client, h, abi.NV01_DEVICE_0, self.params_at(dp), 0, 0, 0, 0))
+            if ret == 0 and out and abi.NVOS64.unpack(out)[8] == 0:
+                self.track(abi.NV01_DEVICE_0, h)
+        finally:
+            self.ctx.reg.close_own(fd, self.tid)
+
     def op_fork(self) -> None:
         s = self.ensure_session()
         rng = self.rng
@@ -1092,6 +1170,7 @@ class Fuzzer:
         self.arena = Arena()
         self.row = self.ctx.child_row * NSLOT
         self.children = []
+        self.in_child = True
         # locks other threads of the parent may have held at the fork
         self.ctx.reg = Registry()
         self.ctx._vlock = threading.Lock()
@@ -1099,11 +1178,16 @@ class Fuzzer:
         if how == "exec":
             stop = [False]
 
-            def hammer() -> None:
-                while not stop[0]:
-                    self._child_op()
+            def hammer(seed: int) -> None:
+                import copy
 
-            ts = [threading.Thread(target=hammer, daemon=True) for _ in range(2)]
+                f = copy.copy(self)  # each thread its own arena and generator (the fds are shared)
+                f.arena = Arena()
+                f.rng = random.Random(seed)
+                while not stop[0]:
+                    f._child_op()
+
+            ts = [threading.Thread(target=hammer, args=(self.rng.getrandbits(32),), daemon=True) for _ in range(2)]
             for t in ts:
                 t.start()
             time.sleep(self.rng.random() * 0.05)
@@ -1140,7 +1224,13 @@ class Fuzzer:
     def run(self) -> None:
         rng = self.rng
         stop = self.ctx.stop
+        ops, rebuild_at = 0, rng.randrange(500, 3000)
         while not stop.value:
+            ops += 1
+            if ops >= rebuild_at:
+                # a fresh session now and then: the release path, and bounded state in long runs
+                ops, rebuild_at = 0, rng.randrange(500, 3000)
+                self.close_session()
             cat = rng.choices(self.cat_names, self.cat_w)[0]
             try:
                 getattr(self, "op_" + cat)()
@@ -1168,7 +1258,7 @@ def closer_loop(ctx: "ProcCtx", rng: random.Random, row: int) -> None:
     r, w = os.pipe()
     os.set_blocking(r, False)  # dup2'ed over a thread's fd: its read() must not block
     while not ctx.stop.value:
-        time.sleep(rng.random() * 0.02)
+        time.sleep(rng.random() * 0.04)
         with ctx.reg.lock:
             fds = list(ctx.reg.fds)
             if not fds:
@@ -1204,6 +1294,35 @@ def protector_loop(ctx: "ProcCtx", rng: random.Random, row: int) -> None:
             time.sleep(rng.random() * 0.002)
             _mprotect(page, PAGE, PROT_READ | PROT_WRITE)
         st[row + S_PROTECTS] += 1
+
+
+def proc_reader_loop(ctx: "ProcCtx", rng: random.Random, row: int) -> None:
+    """Reads the fd tables of the process's threads through /proc while they call: the
+    calling thread's table is the private one during its call (fdswap.c)."""
+    st = ctx.stats
+    pid = os.getpid()
+    while not ctx.stop.value:
+        time.sleep(rng.random() * 0.01)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            d = f"/proc/{pid}/task/{tid}/fd"
+            try:
+                fds = os.listdir(d)
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    rdev = os.stat(f"{d}/{fd}").st_rdev
+                    with open(f"/proc/{pid}/task/{tid}/fdinfo/{fd}") as f:
+                        f.read()
+                except OSError:
+                    continue
+                st[row + S_PROCREADS] += 1
+                if rdev and os.major(rdev) in ctx.real_majors:
+                    st[row + S_PROCREAL] += 1
 
 
 def rewriter_loop(ctx: "ProcCtx", rng: random.Random, row: int) -> None:
@@ -1245,6 +1364,7 @@ class ProcCtx:
         self.child_row = self.first_row + cfg.threads + 1
         self.stuck_children: list[int] = []
         self._vlock = threading.Lock()
+        self.real_majors = {abi.NV_MAJOR_DEVICE_NUMBER, os.major(os.stat(nvstub.UVM_PATH).st_rdev)}
         self.notes: list[str] = []
         self.notes_buf = shared["notes"][proc_idx]
 
@@ -1262,7 +1382,14 @@ class ProcCtx:
 
 
 def worker_main(cfg: FuzzConfig, proc_idx: int, shared: dict, corpus: Corpus, release, done) -> None:
+    import resource
+
     ctx = ProcCtx(cfg, proc_idx, shared, corpus)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 16), hard))
+    except (OSError, ValueError):
+        pass
     base = random.Random(f"{cfg.seed}:{proc_idx}")
     fuzzers = [Fuzzer(ctx, t, ctx.first_row + t, random.Random(base.getrandbits(64))) for t in range(cfg.threads)]
     ctx.arenas = [f.arena for f in fuzzers]
@@ -1273,6 +1400,9 @@ def worker_main(cfg: FuzzConfig, proc_idx: int, shared: dict, corpus: Corpus, re
                                         daemon=True))
         threads.append(threading.Thread(target=protector_loop, args=(ctx, random.Random(base.getrandbits(64)), cr),
                                         daemon=True))
+    threads.append(threading.Thread(target=proc_reader_loop, args=(ctx, random.Random(base.getrandbits(64)),
+                                                                   ctx.chaos_row * NSLOT), daemon=True))
+    if cfg.mode == "chaos":
         if cfg.races:
             threads.append(threading.Thread(target=rewriter_loop, args=(ctx, random.Random(base.getrandbits(64)), cr),
                                             daemon=True))
@@ -1381,7 +1511,7 @@ def summarize(stats, nrows: int) -> dict:
         "foreign_ok": tot[S_VIOL], "slow_calls": tot[S_SLOW], "max_call_ms": maxms,
         "py_errors": tot[S_PYERR], "sessions": tot[S_SESS], "forks": tot[S_FORKS], "kills": tot[S_KILLS],
         "execs": tot[S_EXECS], "mmaps": tot[S_MMAPS], "closes": tot[S_CLOSES], "dup2s": tot[S_DUP2S],
-        "protects": tot[S_PROTECTS],
+        "protects": tot[S_PROTECTS], "proc_fd_reads": tot[S_PROCREADS], "proc_fd_real": tot[S_PROCREAL],
     }
 
 
@@ -1399,11 +1529,15 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
     report: dict = {"seed": cfg.seed, "mode": cfg.mode, "seconds": cfg.seconds, "procs": cfg.procs,
                     "threads": cfg.threads, "races": cfg.races, "problems": problems}
     mctx = mp.get_context("fork")
-    real = nvstub.Session()
-    pool0 = real.fb_free_kib()
+    # The stand-in's pool, read on the real nodes. The session is opened only after the
+    # fuzzing processes are forked: they must not inherit real device files.
+    r0 = nvstub.Session()
+    pool0 = r0.fb_free_kib()
+    r0.close()
+    real = None
     t_start = time.monotonic()
     try:
-        with Instance(nl, cfg.limit_a) as A, Instance(nl, cfg.limit_b) as B:
+        with Instance(nl, cfg.limit_a, timeslice_us=2000) as A, Instance(nl, cfg.limit_b) as B:
             # the victim
             vstop = mctx.RawValue(ctypes.c_int, 0)
             vconn, vchild = mctx.Pipe()
@@ -1413,6 +1547,8 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
             if not vconn.poll(120):
                 raise RuntimeError("victim did not start")
             foreign = vconn.recv()
+            foreign["timeslice_us"] = next((c.timeslice_us for c in nvstub.read_engine()
+                                            if c.client == foreign["client"] and c.channel == foreign["channel"]), -1)
             # the fuzzers
             nrows = cfg.procs * (cfg.threads + 2)
             shared = {
@@ -1432,11 +1568,19 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
             log(f"fuzz[{cfg.mode}] seed={cfg.seed} A={A.name} B={B.name} procs={cfg.procs} "
                 f"threads={cfg.threads} for {cfg.seconds:.0f}s")
             stats = shared["stats"]
+            real = nvstub.Session()
             end = time.monotonic() + cfg.seconds
             hung = None
-            last_log = time.monotonic()
+            last_log = last_ts = time.monotonic()
+            ts_rng = random.Random(cfg.seed ^ 0x7153)
+            ts_sets = 0
             while time.monotonic() < end and hung is None:
                 time.sleep(0.5)
+                if time.monotonic() - last_ts > 3:
+                    # each file of A applies the new value to its TSGs at its next call (ioctl.c)
+                    last_ts = time.monotonic()
+                    nl.instance_set(A.name, timeslice_us=ts_rng.choice((0, 1000, 2000, 5000)))
+                    ts_sets += 1
                 t = now_ms()
                 for r in range(nrows):
                     t0 = stats[r * NSLOT + S_CURT0]
@@ -1457,12 +1601,14 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
                                 f"{CATS[stats[hung * NSLOT + S_CURCAT]]}) in flight for over {cfg.hang_s}s "
                                 f"in pid {proc.pid}:\n{_stacks(proc.pid)}")
             # stop: every worker finishes its call and its children
+            stop_deadline = time.monotonic() + cfg.hang_s + 30
             for i, w in enumerate(workers):
-                if not dones[i].wait(cfg.hang_s + 30):
+                if not dones[i].wait(max(1.0, stop_deadline - time.monotonic())):
                     problems.append(f"worker {w.pid} did not stop within {cfg.hang_s + 30}s:\n{_stacks(w.pid)}")
             vstop.value = 1
             vres = vconn.recv() if vconn.poll(60) else {"errors": ["victim did not answer"], "nerrors": 1}
             summ = summarize(stats, nrows)
+            summ["timeslice_sets"] = ts_sets
             report.update(summ)
             report["victim"] = vres
             report["wall_s"] = round(time.monotonic() - t_start, 1)
@@ -1479,6 +1625,8 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
                 if (foreign["client"], h) not in objs:
                     problems.append(f"B's object {h:#x} is gone from the registry")
             eng = [c for c in nvstub.read_engine() if c.client == foreign["client"] and c.channel == foreign["channel"]]
+            if eng and eng[0].timeslice_us != foreign["timeslice_us"]:
+                problems.append(f"B's timeslice changed: {foreign['timeslice_us']} -> {eng[0].timeslice_us} us")
             if not eng:
                 problems.append("B's channel is gone from the stand-in")
             elif eng[0].disabled:
@@ -1519,7 +1667,8 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
                 problems.append(f"after all: B.used {B.get()['mem_used']}, stand-in {_pool_used_kib(real, pool0)} KiB")
         # Instance.__exit__ deleted both: EBUSY there (a leaked open file) raises
     finally:
-        real.close()
+        if real is not None:
+            real.close()
         if own_nl:
             nl.close()
     report["wall_s"] = round(time.monotonic() - t_start, 1)
@@ -1540,7 +1689,9 @@ def format_report(rep: dict) -> str:
         lines.append("  errno: " + ", ".join(f"{k}={v}" for k, v in rep["errno"].items()))
         lines.append(f"  sessions={rep['sessions']} forks={rep['forks']} kills={rep['kills']} execs={rep['execs']} "
                      f"mmaps={rep['mmaps']} closes={rep['closes']} dup2s={rep['dup2s']} protects={rep['protects']} "
-                     f"max_call_ms={rep['max_call_ms']} slow={rep['slow_calls']} py_errors={rep['py_errors']}")
+                     f"max_call_ms={rep['max_call_ms']} slow={rep['slow_calls']} py_errors={rep['py_errors']} "
+                     f"timeslice_sets={rep.get('timeslice_sets')} proc_fd_reads={rep['proc_fd_reads']} "
+                     f"(real device files seen through /proc: {rep['proc_fd_real']})")
         lines.append(f"  victim: {rep.get('victim')}")
         lines.append(f"  accounting while held: {rep.get('held_during')}; after A exited: {rep.get('after_a_exit')}")
     for n in rep.get("fuzzer_notes", [])[:2]:

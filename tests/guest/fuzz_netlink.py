@@ -302,7 +302,8 @@ def fuzz(seed: int, seconds: float, reply_s: float = 10.0, unpriv: bool = False,
             e = err_msgs[-1] if err_msgs else 0
             key = f"cmd{cmd if cmd <= 6 else 'X'}:{errno.errorcode.get(e, e) if e else 'ok'}"
             errs[key] = errs.get(key, 0) + 1
-            if not broken and e == 0 and cmd in MUTATIONS and not flags & F_DUMP:
+            # without NLM_F_REQUEST the kernel only ACKs (netlink_rcv_skb): nothing ran
+            if not broken and e == 0 and cmd in MUTATIONS and flags & F_REQUEST and not flags & F_DUMP:
                 if unpriv:
                     problems.append(f"unprivileged cmd {cmd} succeeded: {msg[:96].hex()}")
                 names = parse_names([b"\0" * 4 + attrs])

@@ -41,7 +41,8 @@ TOTAL = float(os.environ.get("GPUSLICE_FUZZ_SECONDS", "0") or 0)
 SHARES = {"accounting": (0.35, 28), "chaos": (0.40, 32), "netlink": (0.12, 12), "churn": (0.10, 10),
           "unpriv": (0.03, 4)}
 SEED = int(os.environ.get("GPUSLICE_FUZZ_SEED") or int.from_bytes(os.urandom(4), "little"))
-BAD = re.compile(r"BUG:|Oops|WARNING:|general protection|KASAN|list_del corruption|Poison overwritten|"
+BAD = re.compile(r"BUG:|kernel BUG|Oops|WARNING:|general protection|KASAN|list_del corruption|list_add corruption|"
+                 r"usercopy:|Poison overwritten|"
                  r"Redzone|Object padding|Freepointer corrupt|double free|use-after-free|slab_out_of_bounds|"
                  r"INFO: task .* blocked|soft lockup|rcu_sched self-detected|hung_task")
 
