@@ -1258,7 +1258,7 @@ def closer_loop(ctx: "ProcCtx", rng: random.Random, row: int) -> None:
     r, w = os.pipe()
     os.set_blocking(r, False)  # dup2'ed over a thread's fd: its read() must not block
     while not ctx.stop.value:
-        time.sleep(rng.random() * 0.04)
+        time.sleep(rng.random() * 0.08)
         with ctx.reg.lock:
             fds = list(ctx.reg.fds)
             if not fds:

@@ -251,7 +251,7 @@ def fuzz(seed: int, seconds: float, reply_s: float = 10.0, unpriv: bool = False,
     expected = {n for n in before if n.startswith("nlf")}
     errs: dict[str, int] = {}
     problems: list[str] = []
-    sent = answered = unanswered_ok = probes = 0
+    sent = answered = unanswered_ok = probes = resyncs = 0
     per_cmd: dict[int, int] = {}
     end = time.monotonic() + seconds
     while time.monotonic() < end and len(problems) < 10:
@@ -318,9 +318,17 @@ def fuzz(seed: int, seconds: float, reply_s: float = 10.0, unpriv: bool = False,
         if broken or rng.random() < 0.02:
             probes += 1
             try:
-                list_names(probe)
+                names = list_names(probe)
             except TimeoutError:
                 problems.append("a valid INSTANCE_GET dump was not answered after a broken message")
+                continue
+            if broken:
+                # what a broken datagram did is not known from its ACKs (a shortened header
+                # leaves the rest to be read as further messages, a second message has its own
+                # ACK): start again from what is listed. The kernel ran the whole datagram
+                # before send() returned.
+                expected = {n for n in names if n.startswith("nlf")}
+                resyncs += 1
     sk.drain()
     after = set(list_names(probe))
     ours = {n for n in after if n.startswith("nlf")}
@@ -328,10 +336,16 @@ def fuzz(seed: int, seconds: float, reply_s: float = 10.0, unpriv: bool = False,
         problems.append(f"instances after the fuzz: {sorted(ours)}, expected from the ACKs: {sorted(expected)}")
     if (after - ours) != (before - {n for n in before if n.startswith('nlf')}):
         problems.append(f"other instances changed: before {sorted(before)}, after {sorted(after)}")
+    if unpriv and after != before:
+        problems.append(f"instances changed without privilege: before {sorted(before)}, after {sorted(after)}")
+    for n in ours:  # every listed instance has its nodes
+        leaves = {x.name for x in Path(f"/dev/gpuslice/{n}").glob("*")} if Path(f"/dev/gpuslice/{n}").is_dir() else set()
+        if not {"nvidiactl", "nvidia0"} <= leaves:
+            problems.append(f"instance {n} is listed but /dev/gpuslice/{n} holds {sorted(leaves)}")
     sk.close()
     probe.close()
     return {"seed": seed, "sent": sent, "answered": answered, "unanswered_allowed": unanswered_ok,
-            "probes": probes, "per_cmd": per_cmd, "results": dict(sorted(errs.items())),
+            "probes": probes, "resyncs": resyncs, "per_cmd": per_cmd, "results": dict(sorted(errs.items())),
             "created_left": sorted(ours), "problems": problems}
 
 
@@ -342,7 +356,12 @@ def cleanup(prefix: str = "nlf") -> list[str]:
         for n in list_names(sk):
             if n.startswith(prefix):
                 sk.request(gnl.CMD_INSTANCE_DEL, name_attr(n))
-        return [n for n in list_names(sk) if n.startswith(prefix)]
+        left = [n for n in list_names(sk) if n.startswith(prefix)]
+        time.sleep(0.2)  # devtmpfs removes the nodes from its own thread
+        for d in Path("/dev/gpuslice").glob(prefix + "*"):
+            if d.name not in left and any(d.iterdir()):
+                left.append(f"{d.name} (nodes without an instance: {sorted(x.name for x in d.iterdir())})")
+        return left
     finally:
         sk.close()
 

@@ -119,6 +119,8 @@ def test_repro_ro_alloc_params_escape_quota(nl, kernel_log):
                 statuses.append(abi.NVOS64.unpack(buf)[8])
             held = (pool0 - real.fb_free_kib()) << 10
             used = inst.get()["mem_used"]
+            # the handles name live memory: freeing one gives its 4 MiB back to the pool
+            freed = s.free(0x5E000001) == abi.NV_OK and (pool0 - real.fb_free_kib()) << 10 == held - 4 * MIB
         finally:
             s.close()
             real.close()
@@ -126,7 +128,7 @@ def test_repro_ro_alloc_params_escape_quota(nl, kernel_log):
         assert inst.get()["mem_used"] == 0
         assert held <= limit and held == used, \
             f"the stand-in holds {held >> 20} MiB for an instance limited to {limit >> 20} MiB " \
-            f"(used {used}); statuses {[hex(x) for x in statuses]}"
+            f"(used {used}); statuses {[hex(x) for x in statuses]}; a handle frees 4 MiB: {freed}"
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -195,7 +197,7 @@ def test_netlink_fuzz(say, kernel_log):
     finally:
         left = fn.cleanup()
     say("", f"netlink fuzz seed={seed} sent={rep['sent']} answered={rep['answered']} "
-            f"unanswered(allowed)={rep['unanswered_allowed']} probes={rep['probes']}",
+            f"unanswered(allowed)={rep['unanswered_allowed']} probes={rep['probes']} resyncs={rep['resyncs']}",
         f"  per cmd: {rep['per_cmd']}", f"  results: {rep['results']}")
     record({"test": "netlink_fuzz", **rep})
     assert not rep["problems"], "\n".join(rep["problems"])
