@@ -3,8 +3,9 @@
 # command in it as root, with cwd = repo root. Prints the command's output and exits
 # with its exit code (125 when the guest never reported one, 124 on timeout).
 #
-#   scripts/vm.sh [--mem 2G] [--cpus 2] [--timeout 600] [--lock-wait 1800] -- CMD...
+#   scripts/vm.sh [--mem 2G] [--cpus 2] [--timeout 600] [--lock-wait 1800] [--append ARGS] -- CMD...
 #
+# --append adds kernel command-line arguments (e.g. "slub_debug=FZPU"); it may repeat.
 # Guest runs are serialised between everyone on this machine by an exclusive
 # flock on /tmp/gpuslice-vm.lock (2 cores: two TCG guests at once crawl).
 # Inside the guest: the repo is read-write, the rest of the root fs is read-only
@@ -19,14 +20,16 @@ CPUS=2
 TIMEOUT=600
 LOCK_WAIT=1800
 LOCK=/tmp/gpuslice-vm.lock
+APPEND=()
 
-usage() { sed -n '2,11p' "$0" >&2; exit 2; }
+usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 while (($#)); do
     case "$1" in
         --mem) MEM="$2"; shift 2 ;;
         --cpus) CPUS="$2"; shift 2 ;;
         --timeout) TIMEOUT="$2"; shift 2 ;;
         --lock-wait) LOCK_WAIT="$2"; shift 2 ;;
+        --append) APPEND+=(--append "$2"); shift 2 ;;
         --) shift; break ;;
         -h|--help) usage ;;
         *) echo "vm.sh: unknown option $1 (put the command after --)" >&2; usage ;;
@@ -71,7 +74,7 @@ printf 'pid %s since %s: %s\n' "$$" "$(date -u +%H:%M:%S)" "${cmd_q# }" >"$HOLDE
 
 set +e
 timeout -k 15 "$TIMEOUT" vng --run "$KIMG" --user root --disable-kvm \
-    --memory "$MEM" --cpus "$CPUS" \
+    --memory "$MEM" --cpus "$CPUS" "${APPEND[@]}" \
     --rwdir "$REPO" --rwdir "$RUNDIR" --cwd "$REPO" \
     --exec "/bin/bash $RUNDIR/run.sh" </dev/null 2>&1 | cat
 vrc=${PIPESTATUS[0]}
