@@ -92,16 +92,11 @@ def record(rep: dict) -> None:
             f.write(json.dumps(rep, default=str) + "\n")
 
 
-# ---- reproducers of what the fuzzers found (each fails today) ------------------------------
+# ---- reproducers of what the fuzzers found (each failed before its fix) --------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kmod/core/quota.c gs_quota_post() (via core.c gs_post_alloc): RM_ALLOC of "
-    "NV01_MEMORY_LOCAL_USER whose NV_MEMORY_ALLOCATION_PARAMS are on a read-only page: the "
-    "core reads them, reserves, passes; RM (and the stand-in) allocates, fails to copy the "
-    "parameters back and answers NV_ERR_INVALID_POINTER with the object alive "
-    "(rs_server.c serverAllocResource -> serverAllocApiCopyOut); gs_quota_post sees "
-    "status != NV_OK, drops the reservation and charges nothing: no limit applies"))
+# Fixed: core.c gs_post_alloc() charges an allocation RM made but could not copy out
+# (NV_ERR_INVALID_ADDRESS with the object alive, rs_server.c serverAllocApiCopyOut).
 def test_repro_ro_alloc_params_escape_quota(nl, kernel_log):
     limit = 8 * MIB
     with Instance(nl, limit) as inst:
@@ -131,13 +126,8 @@ def test_repro_ro_alloc_params_escape_quota(nl, kernel_log):
             f"(used {used}); statuses {[hex(x) for x in statuses]}; a handle frees 4 MiB: {freed}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kmod/ioctl.c gs_check_version_reply() -> kmod/driver.c gs_driver_seen_version(): after a "
-    "CHECK_VERSION_STR that the driver accepts, the version string of the reply (read back "
-    "from the caller's memory: in a relaxed or strict check that matches, the driver leaves "
-    "the caller's own bytes) is printed with pr_warn_ratelimited: a container writes text "
-    "of its choosing (up to 63 bytes, newlines included) into the host's kernel log, "
-    "e.g. 'WARNING:' lines that log scanners (guest-tests.sh) take for kernel bugs"))
+# Fixed: driver.c gs_driver_seen_version() prints only digits and dots from the reply,
+# which is read back from the caller's memory.
 def test_repro_version_reply_log_injection(nl, kernel_log):
     marker = f"gsfuzz-{uuid.uuid4().hex[:12]}"
     with Instance(nl, 8 * MIB) as inst:
