@@ -299,10 +299,18 @@ def test_small_requests_with_the_largest_page_never_pass_the_limit(nl, pool):
         w = threading.Thread(target=watch)
         w.start()
         ts = [threading.Thread(target=grab, args=(s,)) for s in sessions]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        # every call in flight at once: RM (through GSP, ~1 ms) and the stand-in (here
+        # 200 ms, race_delay_us) read the parameters well after the module's check
+        with open(_race_delay_param(), "w") as f:
+            f.write("200000")
+        try:
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        finally:
+            with open(_race_delay_param(), "w") as f:
+                f.write("0")
         stop.set()
         w.join()
         check_invariant(inst, pool, limit)
