@@ -163,3 +163,32 @@ def test_daemon_without_device_fails_cleanly(run, tmp_path) -> None:
 def test_bare_group_prints_help(run) -> None:
     res = run("instance")
     assert res.exit_code == 2 and "create" in res.stdout and res.stderr == ""
+
+
+def test_guard_child_dies_with_its_parent(tmp_path):
+    """The daemon's guard must not outlive a daemon killed with SIGKILL (it would keep an
+    RM client open)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import subprocess, sys, time\n"
+            "from gpuslice.cli import _die_with_parent\n"
+            "p = subprocess.Popen(['sleep', '60'], preexec_fn=_die_with_parent)\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split(")")[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the child outlived its parent")

@@ -685,7 +685,14 @@ def _spawn_guard(ctx: click.Context, ctl: str, interval_ns: int) -> subprocess.P
         return None  # no module: no instances to guard (user-space build: run guard --source environ)
     cmd = [sys.executable, "-m", "gpuslice", "--state", ctx.obj["state"], "guard", "--ctl", ctl,
            "--interval", f"{max(1, interval_ns // 1_000_000)}ms"]
-    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=False)
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+
+def _die_with_parent() -> None:
+    """In a child: SIGTERM when the daemon dies, even by SIGKILL (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
 
 
 def _stop_child(p: subprocess.Popen[bytes]) -> None:
