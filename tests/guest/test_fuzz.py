@@ -197,12 +197,33 @@ def test_netlink_fuzz(say, kernel_log):
 
 def test_netlink_fuzz_unprivileged(say, kernel_log):
     """Without CAP_SYS_ADMIN (uid 65534, no capabilities) no mutation passes."""
+    import shutil
+    import tempfile
+
     seed = seed_for("unpriv")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                        "--", sys.executable, fi.__file__.replace("fuzz_ioctl", "fuzz_netlink"),
-                        "--seed", str(seed), "--seconds", str(budget("unpriv")), "--unpriv"],
-                       capture_output=True, text=True, cwd="/", env=env, timeout=budget("unpriv") + 120)
+    # uid 65534 cannot read a checkout root cloned into a 0700 directory (issue 13): the
+    # fuzzer and the package it imports (standard library only) go to a readable copy,
+    # run by the system interpreter
+    here = os.path.dirname(os.path.abspath(__file__))
+    tmp = tempfile.mkdtemp(prefix="gs-unpriv-")
+    os.chmod(tmp, 0o755)
+    shutil.copy(os.path.join(here, "fuzz_netlink.py"), tmp)
+    shutil.copytree(os.path.join(here, "..", "..", "pyctl", "gpuslice"), os.path.join(tmp, "gpuslice"))
+    for root, dirs, files in os.walk(tmp):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    py = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    try:
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                            "--", py, "-B", os.path.join(tmp, "fuzz_netlink.py"),
+                            "--seed", str(seed), "--seconds", str(budget("unpriv")), "--unpriv"],
+                           capture_output=True, text=True, cwd="/",
+                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": tmp},
+                           timeout=budget("unpriv") + 120)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, r.stderr[-2000:]
     rep = json.loads(lines[-1][len("RESULT "):])
