@@ -748,3 +748,23 @@ def test_a_reply_rm_could_not_write_back_still_charges(env):
     for i in range(3):
         assert p.free(0x7100 + i).verdict == cs.GS_PASS
     assert core.stats()["used"] == 0
+
+
+def test_a_forged_rm_chosen_handle_cannot_free_another_allocation(env):
+    """An allocation that lets RM choose its handle (hObjectNew 0): the reply names the
+    handle, and another thread can rewrite it to one already registered. That must not
+    replace (and uncharge) the registered allocation."""
+    core, rm = env
+    p = Proc(core, rm)
+    r, h = p.mem(64 * MiB)
+    assert r.verdict == cs.GS_PASS and core.stats()["used"] == 64 * MiB
+    params = cs.mem_params(64 * MiB)
+    arg = cs.alloc_arg(p.client, DEV, 0, abi.NV01_MEMORY_LOCAL_USER, cs.addr(params))
+
+    def rm_then_forged(a: bytearray) -> int:
+        struct.pack_into("<I", a, 8, h)  # the reply now names the first allocation
+        struct.pack_into("<I", a, 40, 0)
+        return 0
+
+    assert core.call(ALLOC, arg, rm_then_forged, file_id=p.file_id, pid=p.pid).verdict == cs.GS_PASS
+    assert core.stats()["used"] == 128 * MiB

@@ -210,7 +210,10 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	    io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)) ||
 	    size < asked)
 		size = reserved;
+	/* an RM-chosen handle that is registered already is a rewritten reply */
 	h = p->h_object_new ? p->h_object_new : (c->reply_lost ? 0 : rep->h_object_new);
+	if (!p->h_object_new && h && gs_obj_find(in, p->h_root, h))
+		h = 0;
 	mem = gs_zalloc(sizeof(*mem));
 	if (!mem)
 		return;
