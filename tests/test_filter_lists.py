@@ -128,3 +128,9 @@ def test_uvm_allowlist_covers_the_traces_and_refuses_the_rest(core):
     for cmd in (62, 63, 9, 56, 76, 71, 80):
         r = core.call(cmd, bytearray(), kind=cs.GS_FILE_UVM)
         assert (r.verdict, r.err, r.refusal) == (cs.GS_FAIL, 1, cs.GS_REFUSE_UNLISTED), hex(cmd)
+
+
+def test_nvlink_caps_allowed(core):
+    """NV2080_CTRL_CMD_NVLINK_GET_NVLINK_CAPS was refused for a workload on the H100
+    (issue 11 item 9): a read-only query in nvproxy's compute set."""
+    assert 0x20803001 in ALLOWED

@@ -114,6 +114,7 @@ static const nv_u32 gs_allowed_controls[] = {
 	0x2080220c,	/* dt NV2080_RC_RELEASE_WATCHDOG_REQUESTS */
 	0x20802210,	/* dt NV2080_RC_SOFT_DISABLE_WATCHDOG */
 	0x20802a0a,	/* dt NV2080_CE_GET_ALL_CAPS */
+	0x20803001,	/* h NV2080_NVLINK_GET_NVLINK_CAPS: refused for a workload on the H100; read-only, non-privileged, in nvproxy's compute set (docs/allowlist.md) */
 	0x20803002,	/* dt NV2080_NVLINK_GET_NVLINK_STATUS */
 	0x20803083,	/* s NV2080_NVLINK_GET_PLATFORM_INFO */
 	0x20803404,	/* s NV2080_ECC_GET_REPAIR_STATUS */
