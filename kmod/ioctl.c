@@ -31,6 +31,7 @@
 #include "fops.h"
 #include "instance.h"
 #include "ioctl.h"
+#include "shadow.h"
 #include "uscratch.h"
 
 #define CREATE_TRACE_POINTS
@@ -39,20 +40,64 @@
 #define GS_STACK_ARG	128
 #define GS_TS_BATCH	64
 
+/*
+ * The core's view of user memory during one call: the nested parameter block
+ * the glue copied before gs_pre() (gs_nested()), and nothing else. The core
+ * never reads user memory itself, so nothing it decides on can change after
+ * it read it, and it makes no user copy under its lock.
+ */
+struct gs_uio {
+	struct gs_nested n;
+	void *buf;		/* n.size bytes copied from n.uaddr, or NULL */
+	bool dirty;		/* the core wrote to buf */
+};
+
+static void *gs_uio_at(struct gs_uio *u, nv_u64 uaddr, nv_u32 len)
+{
+	if (!u->buf || uaddr < u->n.uaddr || len > u->n.size ||
+	    uaddr - u->n.uaddr > u->n.size - len)
+		return NULL;
+	return u->buf + (uaddr - u->n.uaddr);
+}
+
 static int gs_io_read(void *ctx, nv_u64 uaddr, void *dst, nv_u32 len)
 {
-	return copy_from_user(dst, u64_to_user_ptr(uaddr), len) ? -EFAULT : 0;
+	void *src = gs_uio_at(ctx, uaddr, len);
+
+	if (!src)
+		return -EFAULT;
+	memcpy(dst, src, len);
+	return 0;
 }
 
 static int gs_io_write(void *ctx, nv_u64 uaddr, const void *src, nv_u32 len)
 {
-	return copy_to_user(u64_to_user_ptr(uaddr), src, len) ? -EFAULT : 0;
+	struct gs_uio *u = ctx;
+	void *dst = gs_uio_at(u, uaddr, len);
+
+	if (!dst)
+		return -EFAULT;
+	memcpy(dst, src, len);
+	u->dirty = true;
+	return 0;
 }
 
-static const struct gs_io gs_user_io = {
-	.read = gs_io_read,
-	.write = gs_io_write,
-};
+/* Copies the nested block in once; without it the core's reads fail. */
+static int gs_uio_fill(struct gs_uio *u, const struct gs_call *c)
+{
+	if (!gs_nested(c, &u->n))
+		return 0;
+	u->buf = kvmalloc(u->n.size, GFP_KERNEL);
+	if (!u->buf)
+		return -ENOMEM;
+	if (copy_from_user(u->buf, u64_to_user_ptr(u->n.uaddr), u->n.size)) {
+		/* the driver gets the caller's pointer and fails on it itself */
+		kvfree(u->buf);
+		u->buf = NULL;
+		u->n.stage = 0;
+	}
+	return 0;
+}
 
 struct gs_ts_collect {
 	u64 file_id;
@@ -112,16 +157,17 @@ static void gs_ts_apply_lazy(struct gs_file *gf)
 	kfree(tc);
 }
 
-/* After a real RM_ALLOC, with the private fd table still in place. */
-static void gs_ts_after_alloc(struct gs_file *gf, void __user *arg, unsigned int size)
+/* After a real RM_ALLOC, with the private fd table still in place; c->arg is the reply. */
+static void gs_ts_after_alloc(struct gs_file *gf, const struct gs_call *c)
 {
 	u64 us = READ_ONCE(gf->node->inst->timeslice_us);
-	struct nvos64_params p;
+	const struct nvos64_params *req = (const void *)c->checked;
+	const struct nvos64_params *rep = c->arg;
 
-	if (!us || size != sizeof(p) || copy_from_user(&p, arg, sizeof(p)))
+	if (!us || c->arg_size != sizeof(*rep))
 		return;
-	if (p.h_class == KEPLER_CHANNEL_GROUP_A && p.status == NV_OK)
-		gs_ts_set(gf, p.h_root, p.h_object_new, us);
+	if (req->h_class == KEPLER_CHANNEL_GROUP_A && rep->status == NV_OK)
+		gs_ts_set(gf, req->h_root, req->h_object_new ? req->h_object_new : rep->h_object_new, us);
 }
 
 static long gs_real_ioctl(struct file *real, unsigned int cmd, void __user *arg,
@@ -155,35 +201,114 @@ static void gs_fix_moved_fd(struct gs_call *c, const struct gs_fdswap_moved *mov
 	}
 }
 
-/*
- * Returns the driver's return. *fault: the reply could not be read back (a
- * racing thread unmapped the block); the core still learns the driver ran.
- */
-static long gs_call_real(struct gs_file *gf, struct gs_call *c, unsigned int cmd,
-			 void __user *arg, bool compat, u64 *drv_ns, bool *fault)
+/* Where the nested block goes in a shadow slot: after the argument block. */
+static size_t gs_nested_off(const struct gs_call *c)
 {
+	return ALIGN(c->arg_size, 64);
+}
+
+/*
+ * Puts the checked argument block (and the staged nested block, its pointer
+ * rewritten to the copy) in a shadow slot (shadow.c) for the driver to read.
+ */
+static int gs_stage(struct gs_shadow_slot *slot, const struct gs_call *c,
+		    const struct gs_uio *u)
+{
+	size_t off = gs_nested_off(c);
+	bool nested = u->buf && u->n.stage;
+	int err;
+
+	err = gs_shadow_get(slot, off + (nested ? u->n.size : 0));
+	if (err)
+		return err;
+	memcpy(slot->kaddr, c->arg, c->arg_size);
+	if (nested) {
+		u64 p = slot->uaddr + off;
+
+		memcpy(slot->kaddr + off, u->buf, u->n.size);
+		memcpy(slot->kaddr + u->n.ptr_off, &p, sizeof(p));
+	}
+	return 0;
+}
+
+/* The driver's replies, back from the slot; the caller's pointer restored. */
+static int gs_unstage(struct gs_shadow_slot *slot, struct gs_call *c, struct gs_uio *u)
+{
+	if (u->buf && u->n.stage) {
+		memcpy(u->buf, slot->kaddr + gs_nested_off(c), u->n.size);
+		memcpy(slot->kaddr + u->n.ptr_off, &u->n.uaddr, sizeof(u->n.uaddr));
+	}
+	memcpy(c->arg, slot->kaddr, c->arg_size);
+	return gs_shadow_put(slot);
+}
+
+/*
+ * Returns the driver's return. *fault: the reply could not be read back
+ * (the caller unmapped its block, or the shadow, mid-call); the core still
+ * learns the driver ran. stage: the driver reads the checked copies from a
+ * shadow slot; otherwise (no decoding, UVM) the caller's memory.
+ */
+static long gs_call_real(struct gs_file *gf, struct gs_call *c, struct gs_uio *u,
+			 unsigned int cmd, void __user *arg, bool compat, bool stage,
+			 u64 *drv_ns, bool *fault)
+{
+	struct gs_shadow_slot slot;
 	struct gs_fdswap_moved moved;
 	struct gs_fdswap *swap;
+	void __user *uarg = arg;
 	long ret;
 	u64 t;
 
+	*fault = false;
 	ret = gs_fdswap_enter(&swap);
 	if (ret)
 		return ret;
+	/* our own calls take shadow pages too: before this call holds any */
 	if (!gs_passthrough_only && c->kind != GS_FILE_UVM)
 		gs_ts_apply_lazy(gf);
+	if (stage) {
+		ret = gs_stage(&slot, c, u);
+		if (ret)
+			goto out;
+		uarg = (void __user *)slot.uaddr;
+	}
 	t = ktime_get_ns();
-	ret = gs_real_ioctl(gf->real, cmd, arg, compat);
+	ret = gs_real_ioctl(gf->real, cmd, uarg, compat);
 	*drv_ns = ktime_get_ns() - t;
-	if (!ret && !gs_passthrough_only && c->kind != GS_FILE_UVM &&
+	if (stage)
+		*fault = gs_unstage(&slot, c, u) != 0;
+	else
+		*fault = c->arg_size && copy_from_user(c->arg, arg, c->arg_size);
+	if (!ret && !*fault && !gs_passthrough_only && c->kind != GS_FILE_UVM &&
 	    c->escape == NV_ESC_RM_ALLOC)
-		gs_ts_after_alloc(gf, arg, c->arg_size);
+		gs_ts_after_alloc(gf, c);
+out:
 	gs_fdswap_exit(swap, &moved);
 
-	*fault = c->arg_size && copy_from_user(c->arg, arg, c->arg_size);
 	if (moved.nr && !*fault)
 		gs_fix_moved_fd(c, &moved);
 	return ret;
+}
+
+/*
+ * The nested reply (RM's, as the core rewrote it) to the caller. RM answers
+ * NV_ERR_INVALID_ADDRESS, its work done, when it cannot copy its reply out
+ * (rs_server.c serverAllocApiCopyOut(), serverControlApiCopyOut()): so does
+ * this, when the caller's parameters cannot take the reply.
+ */
+static void gs_nested_out(struct gs_call *c, const struct gs_uio *u)
+{
+	u32 off = c->escape == NV_ESC_RM_ALLOC ? 40 : 28;	/* status */
+	u32 st;
+
+	if (!u->buf || !u->n.stage ||
+	    !copy_to_user(u64_to_user_ptr(u->n.uaddr), u->buf, u->n.size))
+		return;
+	memcpy(&st, c->arg + off, sizeof(st));
+	if (st == NV_OK) {
+		st = NV_ERR_INVALID_ADDRESS;
+		memcpy(c->arg + off, &st, sizeof(st));
+	}
 }
 
 static void gs_check_version_reply(const struct gs_call *c)
@@ -203,6 +328,12 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 	u64 t0 = ktime_get_ns(), drv_ns = 0;
 	u8 stack_arg[GS_STACK_ARG];
 	enum gs_verdict verdict;
+	struct gs_uio u = { };
+	struct gs_io io = {
+		.read = gs_io_read,
+		.write = gs_io_write,
+		.ctx = &u,
+	};
 	bool fault = false;
 	struct gs_call c = {
 		.kind = gf->node->kind,
@@ -230,39 +361,47 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 			ret = -EFAULT;
 			goto out_free;
 		}
+		if (decode) {
+			ret = gs_uio_fill(&u, &c);
+			if (ret)
+				goto out_free;
+		}
 	}
 
-	verdict = decode ? gs_pre(inst->core, &c, &gs_user_io) : GS_PASS;
+	verdict = decode ? gs_pre(inst->core, &c, &io) : GS_PASS;
 	switch (verdict) {
 	case GS_FAIL:
 		ret = -c.err;
 		break;
 	case GS_REPLY:
 		ret = 0;
+		if (u.dirty)
+			gs_nested_out(&c, &u);
 		if (copy_to_user(arg, c.arg, c.arg_size))
 			ret = -EFAULT;
 		break;
 	default:
-		/* the driver reads the block from user memory: give it the
-		 * block the core decided on */
-		if (c.arg_size && copy_to_user(arg, c.arg, c.arg_size)) {
-			ret = -EFAULT;
-			if (decode)
-				gs_post(inst->core, &c, &gs_user_io, ret);
-			break;
-		}
-		ret = gs_call_real(gf, &c, cmd, arg, compat, &drv_ns, &fault);
+		/*
+		 * The driver reads the block the core decided on, from a page
+		 * the caller cannot write (shadow.c); UVM ioctls are decided on
+		 * their number alone and read where the caller put them.
+		 */
+		ret = gs_call_real(gf, &c, &u, cmd, arg, compat,
+				   decode && c.kind != GS_FILE_UVM && c.arg_size,
+				   &drv_ns, &fault);
 		/*
 		 * The driver ran but its reply is gone: it could not write it
-		 * (-EFAULT: another thread made the block read-only or unmapped
-		 * it mid-call, after RM acted) or we cannot read it. The core
-		 * then assumes the call succeeded: what it charged stays.
+		 * (-EFAULT: another thread unmapped the block mid-call, after
+		 * RM acted) or we cannot read it. The core then assumes the
+		 * call succeeded: what it charged stays.
 		 */
 		c.reply_lost = (!ret && fault) || ret == -EFAULT;
 		if (decode)
-			gs_post(inst->core, &c, &gs_user_io, c.reply_lost ? 0 : ret);
+			gs_post(inst->core, &c, &io, c.reply_lost ? 0 : ret);
 		if (!ret && !fault)
 			gs_check_version_reply(&c);
+		if (!fault)
+			gs_nested_out(&c, &u);
 		if (fault || (c.arg_size && copy_to_user(arg, c.arg, c.arg_size)))
 			ret = -EFAULT;
 		break;
@@ -275,6 +414,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 				       c.what, c.refusal, c.status,
 				       gs_refused_size(inst));
 out_free:
+	kvfree(u.buf);
 	if (c.arg != stack_arg)
 		kfree(c.arg);
 	return ret;

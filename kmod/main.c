@@ -11,6 +11,7 @@
 #include "instance.h"
 #include "netlink.h"
 #include "reaper.h"
+#include "shadow.h"
 
 bool gs_passthrough_only;
 module_param_named(passthrough_only, gs_passthrough_only, bool, 0444);
@@ -26,9 +27,12 @@ static int __init gs_init(void)
 {
 	int err;
 
-	err = gs_driver_init();
+	err = gs_shadow_init();
 	if (err)
 		return err;
+	err = gs_driver_init();
+	if (err)
+		goto err_shadow;
 	err = gs_instances_init();
 	if (err)
 		goto err_driver;
@@ -42,6 +46,8 @@ err_instances:
 	gs_instances_exit();
 err_driver:
 	gs_driver_exit();
+err_shadow:
+	gs_shadow_exit();
 	return err;
 }
 
@@ -52,6 +58,7 @@ static void __exit gs_exit(void)
 	gs_instances_exit();
 	gs_fdswap_barrier();
 	gs_driver_exit();
+	gs_shadow_exit();
 }
 
 module_init(gs_init);

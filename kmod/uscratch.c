@@ -4,17 +4,15 @@
  *
  * nvidia_ioctl() (kernel-open/nvidia/nv.c) copies its argument block from a
  * user address, and RM copies control parameters from the user address in
- * NVOS54_PARAMETERS.params. So a call gpuslice makes itself (SET_TIMESLICE on
- * a caller's TSG, the version query at load) is staged in an anonymous page
- * mapped into current->mm for the duration of the call and unmapped after.
+ * NVOS54_PARAMETERS.params. So a call gpuslice makes itself on a caller's
+ * objects (SET_TIMESLICE on a caller's TSG) is staged in the caller's shadow
+ * pages (shadow.c), which the caller cannot write; the version query at load
+ * runs in insmod's context, in an anonymous page mapped for the call.
  * It must run in the context of the process that owns the RM client: RM ties
  * clients to the calling file and process (FINDINGS.md: SET_TIMESLICE on a
  * foreign client is refused with NV_ERR_INVALID_CLIENT).
  *
- * Another thread of the process could read or rewrite the page during the
- * call; it could only change a call on its own process's objects, which it
- * could issue itself, except for a SET_TIMESLICE that the core would refuse
- * from the container. That narrow race is documented in docs/fd-translation.md.
+ * Another thread of the process can read the shadow page, not rewrite it.
  */
 #include <linux/err.h>
 #include <linux/mm.h>
@@ -23,6 +21,7 @@
 #include <linux/uaccess.h>
 
 #include "core.h"
+#include "shadow.h"
 #include "uscratch.h"
 
 #define GS_SCRATCH_SIZE		PAGE_SIZE
@@ -52,32 +51,25 @@ int gs_scratch_control(struct file *real, u32 h_client, u32 h_object, u32 cmd,
 		.cmd = cmd,
 		.params_size = params_size,
 	};
-	unsigned long uaddr;
+	struct gs_shadow_slot slot;
 	long ret;
 
-	if (params_size > GS_SCRATCH_SIZE - GS_SCRATCH_PARAMS)
+	if (params_size > PAGE_SIZE - GS_SCRATCH_PARAMS)
 		return -EINVAL;
-	ret = gs_scratch_map();
-	if (IS_ERR_VALUE(ret))
-		return ret;
-	uaddr = ret;
-	p.params = uaddr + GS_SCRATCH_PARAMS;
-	ret = -EFAULT;
-	if (copy_to_user((void __user *)uaddr, &p, sizeof(p)) ||
-	    copy_to_user((void __user *)(uaddr + GS_SCRATCH_PARAMS), params, params_size))
-		goto out;
-	ret = gs_real_ioctl(real, _IOWR(NV_IOCTL_MAGIC, NV_ESC_RM_CONTROL, struct nvos54_params),
-			    uaddr);
+	ret = gs_shadow_get(&slot, GS_SCRATCH_PARAMS + params_size);
 	if (ret)
-		goto out;
-	ret = -EFAULT;
-	if (copy_from_user(&p, (void __user *)uaddr, sizeof(p)) ||
-	    copy_from_user(params, (void __user *)(uaddr + GS_SCRATCH_PARAMS), params_size))
-		goto out;
-	*status = p.status;
-	ret = 0;
-out:
-	vm_munmap(uaddr, GS_SCRATCH_SIZE);
+		return ret;
+	p.params = slot.uaddr + GS_SCRATCH_PARAMS;
+	memcpy(slot.kaddr, &p, sizeof(p));
+	memcpy(slot.kaddr + GS_SCRATCH_PARAMS, params, params_size);
+	ret = gs_real_ioctl(real, _IOWR(NV_IOCTL_MAGIC, NV_ESC_RM_CONTROL, struct nvos54_params),
+			    slot.uaddr);
+	memcpy(&p, slot.kaddr, sizeof(p));
+	memcpy(params, slot.kaddr + GS_SCRATCH_PARAMS, params_size);
+	if (gs_shadow_put(&slot) && !ret)
+		ret = -EFAULT;
+	if (!ret)
+		*status = p.status;
 	return ret;
 }
 

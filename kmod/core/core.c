@@ -199,6 +199,31 @@ static int gs_read_u32(const struct gs_io *io, nv_u64 uaddr, nv_u32 *v)
 	return io->read(io->ctx, uaddr, v, sizeof(*v));
 }
 
+/*
+ * NV0080_ALLOC_PARAMETERS (class/cl0080.h) names other clients. hClientShare:
+ * the device attaches to that client's device-default VA space
+ * (src/nvidia/src/kernel/gpu/device_share.c deviceInitClientShare(), which
+ * resolves the handle with serverGetClientUnderLock(): a lookup, no ownership
+ * check), so channels using the implicit VA space run in the victim's address
+ * space. hTargetClient/hTargetDevice are stored and forwarded to GSP
+ * unchecked. Each must be 0 or one of the instance's clients.
+ */
+static enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c,
+				     const struct gs_io *io, const struct nvos64_params *p)
+{
+	struct nv0080_alloc_params dp;
+
+	if (!io || io->read(io->ctx, p->p_alloc_parms, &dp, sizeof(dp))) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		gs_put_status(c, 40, NV_ERR_INVALID_POINTER);
+		return GS_REPLY;
+	}
+	if ((dp.h_client_share && !gs_is_client(in, dp.h_client_share)) ||
+	    (dp.h_target_client && !gs_is_client(in, dp.h_target_client)))
+		return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
+	return GS_PASS;
+}
+
 static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 				    const struct gs_io *io, struct gs_evq *q)
 {
@@ -222,6 +247,8 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	if (p->h_class == NV01_DEVICE_0 && p->p_alloc_parms)
+		return gs_pre_device(in, c, io, p);
 	if (gs_counted_class(p->h_class))
 		return gs_quota_pre(in, c, io, p, q);
 	return GS_PASS;
@@ -247,6 +274,16 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	}
 	if (r != GS_REFUSE_NONE)
 		return gs_refuse(c, r, st);
+	/*
+	 * A TSG's timeslice is the operator's (the instance's TIMESLICE_US,
+	 * which the glue applies itself): CUDA's own (2048 us at every
+	 * context, seen in the traces) and a tenant raising its share of the
+	 * runlist are answered NV_OK and not passed.
+	 */
+	if (p->cmd == NVA06C_CTRL_CMD_SET_TIMESLICE) {
+		gs_put_status(c, st, NV_OK);
+		return GS_REPLY;
+	}
 	return GS_PASS;
 }
 
@@ -315,11 +352,63 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	case NV_ESC_ALLOC_OS_EVENT:
 	case NV_ESC_FREE_OS_EVENT:
 		return gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
+	case NV_ESC_SYS_PARAMS:
+		/*
+		 * The first caller on the host sets the NUMA memory block size
+		 * for everyone (nv.c, nv_ctl_device.numa_memblock_size); libcuda
+		 * sends it on every nvidiactl. From a container: 0, not passed.
+		 */
+		return GS_REPLY;
 	}
 	r = gs_filter_escape(in, c->escape);
 	if (r != GS_REFUSE_NONE)
 		return gs_fail(c, r, EPERM);
 	return GS_PASS;
+}
+
+int gs_nested(const struct gs_call *c, struct gs_nested *n)
+{
+	memset(n, 0, sizeof(*n));
+	if (c->kind == GS_FILE_UVM || !c->arg || NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
+		return 0;
+	switch (NV_IOC_NR(c->req)) {
+	case NV_ESC_RM_ALLOC: {
+		const struct nvos64_params *p = c->arg;
+
+		if (c->arg_size < sizeof(*p) || !p->p_alloc_parms)
+			return 0;
+		n->uaddr = p->p_alloc_parms;
+		n->ptr_off = 16;	/* pAllocParms */
+		/* RM copies the class's parameter size (rmapiGetClassAllocParamSize) */
+		if (gs_counted_class(p->h_class)) {
+			n->size = sizeof(struct nv_memory_allocation_params);
+			n->stage = 1;
+		} else if (p->h_class == NV01_DEVICE_0) {
+			n->size = sizeof(struct nv0080_alloc_params);
+			n->stage = 1;
+		} else if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_TSG) {
+			n->size = 16;	/* up to engineType */
+		} else if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL) {
+			n->size = 132;	/* up to engineType */
+		} else {
+			return 0;
+		}
+		return 1;
+	}
+	case NV_ESC_RM_CONTROL: {
+		const struct nvos54_params *p = c->arg;
+
+		if (c->arg_size < sizeof(*p) || !p->params || !p->params_size ||
+		    p->params_size > GS_NESTED_MAX)
+			return 0;
+		n->uaddr = p->params;
+		n->ptr_off = 16;	/* params */
+		n->size = p->params_size;
+		n->stage = 1;
+		return 1;
+	}
+	}
+	return 0;
 }
 
 /* the client and object a refused RM call named, for the event */

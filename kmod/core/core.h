@@ -102,6 +102,26 @@ struct gs_call {
 	nv_u64 checked[GS_CHECKED_WORDS];
 };
 
+/*
+ * The parameter block that an argument block points at (RM_ALLOC's
+ * pAllocParms, RM_CONTROL's params). The glue copies it once, before
+ * gs_pre(), and serves the core's gs_io reads of it from that copy, never
+ * from user memory again. With stage set, RM copies in exactly size bytes
+ * from there, so the glue hands the driver its copy (kmod/shadow.c) and
+ * nothing the caller writes after the check reaches RM. Without, the copy
+ * only feeds the core's bookkeeping (a channel's engine), which a racer can
+ * falsify for its own objects only.
+ */
+struct gs_nested {
+	nv_u64 uaddr;		/* the caller's pointer */
+	nv_u32 ptr_off;		/* where that pointer is in the argument block */
+	nv_u32 size;		/* bytes at it */
+	nv_u8 stage;		/* RM reads exactly size bytes */
+};
+
+/* Largest nested block that is copied (RM controls' params are smaller). */
+#define GS_NESTED_MAX		(12 * 1024)
+
 /* what happened, for the glue to publish (netlink multicast / unix socket) */
 struct gs_event {
 	nv_u32 type;		/* enum gpuslice_event (kmod/uapi/gpuslice.h) */
@@ -160,6 +180,8 @@ int gs_inst_pids(struct gs_inst *in, nv_u32 *pids, int max);
 
 /* Decide on a call before the real driver sees it. */
 enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io);
+/* 1 and *n set if c's argument block (req, kind, arg, arg_size) points at one */
+int gs_nested(const struct gs_call *c, struct gs_nested *n);
 /* Account for / rewrite the reply of a call GS_PASS sent to the driver; ret: its return */
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret);
 /* The file died (close, process exit, kill -9): RM frees every client it owned. */

@@ -226,14 +226,17 @@ static const nv_u32 gs_allowed_classes[] = {
 	HOPPER_COMPUTE_A,		/* dt */
 };
 
-/* escapes on nvidiactl / nvidia<N> that need no decoding to be safe */
+/*
+ * escapes on nvidiactl / nvidia<N> that need no decoding to be safe. Not here:
+ * NV_ESC_ATTACH_GPUS_TO_FD (nv.c nvidia_dev_get() opens and pins any GPU of the
+ * host by id, with no permission check; in no trace) and NV_ESC_SYS_PARAMS
+ * (host-wide: core.c answers it without the driver).
+ */
 static const nv_u32 gs_plain_escapes[] = {
 	NV_ESC_CARD_INFO,
 	NV_ESC_REGISTER_FD,
 	NV_ESC_STATUS_CODE,
 	NV_ESC_CHECK_VERSION_STR,
-	NV_ESC_ATTACH_GPUS_TO_FD,
-	NV_ESC_SYS_PARAMS,
 	NV_ESC_NUMA_INFO,
 	NV_ESC_WAIT_OPEN_COMPLETE,
 };

@@ -95,6 +95,17 @@ def session(inst: Instance, gpu: int = 0) -> InstSession:
     return InstSession(inst.path("nvidiactl"), inst.path(f"nvidia{gpu}"), gpu)
 
 
+def drop_shadow() -> None:
+    """Unmaps this process's gpuslice parameter pages (kmod/shadow.c), which pin the module
+    while mapped: rmmod from a process that has called through an instance needs this."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    for line in open("/proc/self/maps").read().splitlines():
+        if "gpuslice-params" in line:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            libc.munmap(lo, hi - lo)
+
+
 def real_session(gpu: int = 0) -> nvstub.Session:
     return nvstub.Session(gpu)
 

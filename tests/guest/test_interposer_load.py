@@ -14,7 +14,7 @@ from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
-from gsinst import Instance, session
+from gsinst import Instance, drop_shadow, session
 
 REPO = Path(__file__).resolve().parents[2]
 NVSTUB_KO = REPO / "tests/standin/nvstub.ko"
@@ -34,6 +34,7 @@ def insmod(ko: Path, *params: str) -> subprocess.CompletedProcess:
 
 
 def unload_all() -> None:
+    drop_shadow()
     for m in ("gpuslice", "nvstub"):
         if os.path.exists(f"/sys/module/{m}"):
             r = sh("rmmod", m)

@@ -51,6 +51,18 @@ MODULE_PARM_DESC(race_delay_us,
 
 #define NVSTUB_RACE_DELAY_MAX_US	1000000
 
+/*
+ * TEST-ONLY: a pause at the entry of an ioctl, before the top-level block is
+ * copied. nvidia_ioctl() does work there too (nv_kmem_cache_alloc_stack(),
+ * the system PM lock) before its copy_from_user(); the pause widens the window
+ * between an interposer's check and that copy for a racing thread in a test.
+ * 0 (default): no pause.
+ */
+static unsigned int nvstub_race_delay_entry_us;
+module_param_named(race_delay_entry_us, nvstub_race_delay_entry_us, uint, 0644);
+MODULE_PARM_DESC(race_delay_entry_us,
+		 "TEST ONLY: microseconds to sleep before copying an ioctl's top-level block (max 1000000)");
+
 DEFINE_MUTEX(nvstub_lock);
 
 /* Called without nvstub_lock, right before a nested params copy. */
@@ -417,9 +429,14 @@ static long nvstub_ioctl(struct file *filp, unsigned int cmd, unsigned long uarg
 	void __user *uptr = (void __user *)uarg;
 	u32 nr = _IOC_NR(cmd);
 	u32 size = _IOC_SIZE(cmd);
+	unsigned int delay = READ_ONCE(nvstub_race_delay_entry_us);
 	void *arg;
 	int ret;
 
+	if (delay) {	/* TEST ONLY, see above */
+		delay = min_t(unsigned int, delay, NVSTUB_RACE_DELAY_MAX_US);
+		usleep_range(delay, delay + delay / 16 + 1);
+	}
 	if (nr == NV_ESC_IOCTL_XFER_CMD) {
 		struct nv_ioctl_xfer x;
 
