@@ -44,6 +44,7 @@
 #include "driver.h"
 #include "fdswap.h"
 #include "fops.h"
+#include "inject.h"
 
 struct gs_fdswap {
 	struct files_struct files;
@@ -64,7 +65,7 @@ static struct fdtable *gs_fdtable_alloc(unsigned int nr)
 	struct fdtable *fdt;
 	void *data;
 
-	fdt = kmalloc(sizeof(*fdt), GFP_KERNEL_ACCOUNT);
+	fdt = gs_kmalloc(sizeof(*fdt), GFP_KERNEL_ACCOUNT);
 	if (!fdt)
 		return NULL;
 	fdt->max_fds = nr;
@@ -156,7 +157,7 @@ int gs_fdswap_enter(struct gs_fdswap **out)
 	if (err)
 		return err;
 
-	swap = kzalloc(sizeof(*swap), GFP_KERNEL_ACCOUNT);
+	swap = gs_kzalloc(sizeof(*swap), GFP_KERNEL_ACCOUNT);
 	if (!swap) {
 		err = -ENOMEM;
 		goto err_unlock;

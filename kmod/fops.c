@@ -21,6 +21,7 @@
 
 #include "driver.h"
 #include "fops.h"
+#include "inject.h"
 #include "instance.h"
 #include "ioctl.h"
 #include "reaper.h"
@@ -37,7 +38,7 @@ static int gs_open(struct inode *inode, struct file *file)
 	node = gs_node_open(iminor(inode));
 	if (IS_ERR(node))
 		return PTR_ERR(node);
-	gf = kzalloc(sizeof(*gf), GFP_KERNEL);
+	gf = gs_kzalloc(sizeof(*gf), GFP_KERNEL);
 	if (!gf) {
 		err = -ENOMEM;
 		goto err_close;

@@ -29,6 +29,7 @@
 
 #include "driver.h"
 #include "fops.h"
+#include "inject.h"
 #include "instance.h"
 #include "netlink.h"
 #include "reaper.h"
@@ -485,7 +486,7 @@ void gs_proc_attach(struct gs_instance *inst, pid_t tgid)
 	list_for_each_entry(proc, &inst->procs, list)
 		if (proc->tgid == tgid)
 			goto found;
-	proc = kzalloc(sizeof(*proc), GFP_KERNEL);
+	proc = gs_kzalloc(sizeof(*proc), GFP_KERNEL);
 	if (!proc) {
 		mutex_unlock(&inst->procs_lock);
 		return;

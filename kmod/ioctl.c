@@ -29,6 +29,7 @@
 #include "driver.h"
 #include "fdswap.h"
 #include "fops.h"
+#include "inject.h"
 #include "instance.h"
 #include "ioctl.h"
 #include "shadow.h"
@@ -87,7 +88,7 @@ static int gs_uio_fill(struct gs_uio *u, const struct gs_call *c)
 {
 	if (!gs_nested(c, &u->n))
 		return 0;
-	u->buf = kvmalloc(u->n.size, GFP_KERNEL);
+	u->buf = gs_kvmalloc(u->n.size, GFP_KERNEL);
 	if (!u->buf)
 		return -ENOMEM;
 	if (copy_from_user(u->buf, u64_to_user_ptr(u->n.uaddr), u->n.size)) {
@@ -147,7 +148,7 @@ static void gs_ts_apply_lazy(struct gs_file *gf)
 	gf->timeslice_gen = gen;
 	if (!us)
 		return;
-	tc = kzalloc(sizeof(*tc), GFP_KERNEL);
+	tc = gs_kzalloc(sizeof(*tc), GFP_KERNEL);
 	if (!tc)
 		return;
 	tc->file_id = gf->id;
@@ -353,7 +354,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		c.arg_size = _IOC_SIZE(cmd);
 		c.arg = stack_arg;
 		if (c.arg_size > sizeof(stack_arg)) {
-			c.arg = kmalloc(c.arg_size, GFP_KERNEL);
+			c.arg = gs_kmalloc(c.arg_size, GFP_KERNEL);
 			if (!c.arg)
 				return -ENOMEM;
 		}

@@ -67,6 +67,7 @@
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
 
+#include "inject.h"
 #include "shadow.h"
 
 struct gs_shadow {
@@ -229,7 +230,7 @@ static int gs_shadow_create(void)
 	unsigned long addr;
 	int err;
 
-	sh = kzalloc(sizeof(*sh), GFP_KERNEL);
+	sh = gs_kzalloc(sizeof(*sh), GFP_KERNEL);
 	if (!sh)
 		return -ENOMEM;
 	sh->pages = vmalloc_user(GS_SHADOW_PAGES * PAGE_SIZE);

@@ -16,14 +16,16 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 
-/* the instance lock: gs_pre()/gs_post() may sleep in gs_io reads under it */
+/* the instance lock; the glue's gs_io serves kernel copies, so nothing under it waits on user memory */
 struct gs_mutex {
 	struct mutex m;
 };
 
+bool gs_inject_fail(void);	/* kmod/inject.c, TEST ONLY */
+
 static inline void *gs_zalloc(size_t n)
 {
-	return kzalloc(n, GFP_KERNEL);
+	return gs_inject_fail() ? NULL : kzalloc(n, GFP_KERNEL);
 }
 
 static inline void gs_free(void *p)

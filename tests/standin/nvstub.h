@@ -183,4 +183,9 @@ extern const unsigned int nvstub_esc_count;
 extern const u32 nvstub_class_list[];
 extern const unsigned int nvstub_class_count;
 
+/* TEST ONLY failure injection (nvstub_main.c) */
+extern unsigned int nvstub_fail_mmap_every;
+bool nvstub_should_fail(unsigned int every, atomic_t *count);
+void nvstub_race_delay_entry(void);
+
 #endif /* NVSTUB_H */

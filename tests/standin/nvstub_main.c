@@ -61,7 +61,18 @@ MODULE_PARM_DESC(race_delay_us,
 static unsigned int nvstub_race_delay_entry_us;
 module_param_named(race_delay_entry_us, nvstub_race_delay_entry_us, uint, 0644);
 MODULE_PARM_DESC(race_delay_entry_us,
-		 "TEST ONLY: microseconds to sleep before copying an ioctl's top-level block (max 1000000)");
+		 "TEST ONLY: microseconds to sleep before copying an ioctl's top-level block, and at mmap entry (max 1000000)");
+
+/* TEST ONLY: the pause of race_delay_entry_us, also taken by nvstub_mmap() */
+void nvstub_race_delay_entry(void)
+{
+	unsigned int us = READ_ONCE(nvstub_race_delay_entry_us);
+
+	if (!us)
+		return;
+	us = min_t(unsigned int, us, NVSTUB_RACE_DELAY_MAX_US);
+	usleep_range(us, us + us / 16 + 1);
+}
 
 DEFINE_MUTEX(nvstub_lock);
 
@@ -75,6 +86,29 @@ void nvstub_race_delay(void)
 	us = min_t(unsigned int, us, NVSTUB_RACE_DELAY_MAX_US);
 	usleep_range(us, us + us / 16 + 1);
 }
+
+/*
+ * TEST-ONLY: make every Nth open, ioctl or mmap fail with -ENOMEM, as the real
+ * driver's can (nv.c nvidia_open() allocating its file private, nvidia_ioctl()
+ * allocating the argument copy, nvidia_mmap()). 0 (default): never.
+ */
+static unsigned int nvstub_fail_open_every;
+module_param_named(fail_open_every, nvstub_fail_open_every, uint, 0644);
+MODULE_PARM_DESC(fail_open_every, "TEST ONLY: fail every Nth open with -ENOMEM (0: never)");
+static unsigned int nvstub_fail_ioctl_every;
+module_param_named(fail_ioctl_every, nvstub_fail_ioctl_every, uint, 0644);
+MODULE_PARM_DESC(fail_ioctl_every, "TEST ONLY: fail every Nth ioctl with -ENOMEM (0: never)");
+unsigned int nvstub_fail_mmap_every;
+module_param_named(fail_mmap_every, nvstub_fail_mmap_every, uint, 0644);
+MODULE_PARM_DESC(fail_mmap_every, "TEST ONLY: fail every Nth mmap with -ENOMEM (0: never)");
+
+bool nvstub_should_fail(unsigned int every, atomic_t *count)
+{
+	return every && (unsigned int)atomic_inc_return(count) % every == 0;
+}
+
+static atomic_t nvstub_open_count = ATOMIC_INIT(0);
+static atomic_t nvstub_ioctl_count = ATOMIC_INIT(0);
 
 #define NVSTUB_MAX_IOCTL_SIZE	(16 * 1024)	/* nv.h NV_ABSOLUTE_MAX_IOCTL_SIZE */
 
@@ -131,6 +165,8 @@ static int nvstub_open(struct inode *inode, struct file *filp)
 	unsigned int minor = iminor(inode);
 	struct nvstub_file *nf;
 
+	if (nvstub_should_fail(READ_ONCE(nvstub_fail_open_every), &nvstub_open_count))
+		return -ENOMEM;	/* TEST ONLY, see above */
 	if (minor != NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE &&
 	    minor >= nvstub_num_gpus)
 		return -ENODEV;
@@ -429,14 +465,12 @@ static long nvstub_ioctl(struct file *filp, unsigned int cmd, unsigned long uarg
 	void __user *uptr = (void __user *)uarg;
 	u32 nr = _IOC_NR(cmd);
 	u32 size = _IOC_SIZE(cmd);
-	unsigned int delay = READ_ONCE(nvstub_race_delay_entry_us);
 	void *arg;
 	int ret;
 
-	if (delay) {	/* TEST ONLY, see above */
-		delay = min_t(unsigned int, delay, NVSTUB_RACE_DELAY_MAX_US);
-		usleep_range(delay, delay + delay / 16 + 1);
-	}
+	nvstub_race_delay_entry();	/* TEST ONLY, see above */
+	if (nvstub_should_fail(READ_ONCE(nvstub_fail_ioctl_every), &nvstub_ioctl_count))
+		return -ENOMEM;	/* TEST ONLY, see above */
 	if (nr == NV_ESC_IOCTL_XFER_CMD) {
 		struct nv_ioctl_xfer x;
 

@@ -186,9 +186,13 @@ static const struct vm_operations_struct nvstub_vm_ops = {
 /* nv-mmap.c nvidia_mmap_helper(): needs a valid context, offset 0. */
 int nvstub_mmap(struct file *filp, struct vm_area_struct *vma)
 {
+	static atomic_t count = ATOMIC_INIT(0);
 	struct nvstub_file *nf = filp->private_data;
 	int ret = 0;
 
+	nvstub_race_delay_entry();	/* TEST ONLY, nvstub_main.c */
+	if (nvstub_should_fail(READ_ONCE(nvstub_fail_mmap_every), &count))
+		return -ENOMEM;	/* TEST ONLY, nvstub_main.c */
 	spin_lock(&nf->map_lock);
 	if (!nf->map_valid || vma->vm_pgoff != 0)
 		ret = -EINVAL;

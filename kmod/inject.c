@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * inject.c - allocation failures on demand, for tests (inject.h).
+ */
+#include <linux/atomic.h>
+#include <linux/moduleparam.h>
+
+#include "inject.h"
+
+static unsigned int gs_fail_alloc_every;
+module_param_named(fail_alloc_every, gs_fail_alloc_every, uint, 0644);
+MODULE_PARM_DESC(fail_alloc_every,
+		 "TEST ONLY: make every Nth allocation of the module fail (0: none)");
+
+static atomic_t gs_alloc_count = ATOMIC_INIT(0);
+
+bool gs_inject_fail(void)
+{
+	unsigned int n = READ_ONCE(gs_fail_alloc_every);
+
+	return n && (unsigned int)atomic_inc_return(&gs_alloc_count) % n == 0;
+}
