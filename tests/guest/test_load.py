@@ -309,7 +309,7 @@ class Load:
         pid = os.fork()
         if pid == 0:
             _worker(spec, self.shm)
-        assert self.pid_inst.get(pid, inst) == inst, f"pid {pid} reused across instances"
+        assert pid not in self.workers, f"pid {pid} reused within the run: its records would mix"
         self.workers[pid] = Worker(pid, slot, inst)
         self.pid_inst[pid] = inst
 
