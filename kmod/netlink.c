@@ -173,6 +173,23 @@ static int gs_nl_put_u64(struct sk_buff *skb, int type, u64 v)
 	return nla_put_u64_64bit(skb, type, v, GPUSLICE_A_PAD);
 }
 
+/* the instance's core lock: counts, sums, maxima and the two histograms */
+static int gs_nl_put_lock(struct sk_buff *skb, const struct gs_lock_stats *l)
+{
+	if (gs_nl_put_u64(skb, GPUSLICE_A_LOCK_ACQUIRED, l->acquired) ||
+	    gs_nl_put_u64(skb, GPUSLICE_A_LOCK_CONTENDED, l->contended) ||
+	    gs_nl_put_u64(skb, GPUSLICE_A_LOCK_HOLD_NS, l->hold_ns) ||
+	    gs_nl_put_u64(skb, GPUSLICE_A_LOCK_HOLD_MAX_NS, l->hold_max_ns) ||
+	    nla_put_64bit(skb, GPUSLICE_A_LOCK_HOLD_HIST, sizeof(l->hold_hist), l->hold_hist,
+			  GPUSLICE_A_PAD) ||
+	    gs_nl_put_u64(skb, GPUSLICE_A_LOCK_WAIT_NS, l->wait_ns) ||
+	    gs_nl_put_u64(skb, GPUSLICE_A_LOCK_WAIT_MAX_NS, l->wait_max_ns) ||
+	    nla_put_64bit(skb, GPUSLICE_A_LOCK_WAIT_HIST, sizeof(l->wait_hist), l->wait_hist,
+			  GPUSLICE_A_PAD))
+		return -EMSGSIZE;
+	return 0;
+}
+
 /*
  * What INSTANCE_GET reports of one instance, gathered first and sent after,
  * so that no lock is held while messages are built: the configuration is
@@ -307,6 +324,8 @@ static size_t gs_nl_instance_size(unsigned int nr_pids)
 	return nla_total_size(GPUSLICE_NAME_MAX) +		/* NAME */
 	       7 * nla_total_size(sizeof(u32)) +		/* ID ... MODE */
 	       8 * nla_total_size_64bit(sizeof(u64)) +		/* MEM_LIMIT ... */
+	       6 * nla_total_size_64bit(sizeof(u64)) +		/* LOCK_ACQUIRED ... */
+	       2 * nla_total_size_64bit(sizeof(u64) * GPUSLICE_LOCK_HIST_BUCKETS) + /* LOCK_*_HIST */
 	       nests * nla_total_size(0) +			/* PIDS */
 	       nr_pids * nla_total_size(sizeof(u32));		/* PID */
 }
@@ -373,7 +392,8 @@ static int gs_nl_fill_instance(struct sk_buff *skb, const struct gs_nl_inst *s,
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_IOCTLS, st->nr_ioctls) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_QUOTA, st->nr_refused_quota) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_FILTER, st->nr_refused_filter) ||
-	     gs_nl_put_u64(skb, GPUSLICE_A_NR_EVENTS_SUPPRESSED, s->nr_events_suppressed)))
+	     gs_nl_put_u64(skb, GPUSLICE_A_NR_EVENTS_SUPPRESSED, s->nr_events_suppressed) ||
+	     gs_nl_put_lock(skb, &st->lock)))
 		goto err_cancel;
 	if (*next == s->nr_pids) {
 		nest = nla_nest_start(skb, GPUSLICE_A_PIDS);

@@ -279,11 +279,15 @@ void gs_report_stats(void)
 	gs_inst_stats(gs_pl.inst, &st);
 	n = snprintf(line, sizeof(line),
 		     "{\"name\":\"%s\",\"pid\":%d,\"limit\":%llu,\"used\":%llu,\"peak\":%llu,"
-		     "\"ioctls\":%llu,\"refused_quota\":%llu,\"refused_filter\":%llu,\"objects\":%u}\n",
+		     "\"ioctls\":%llu,\"refused_quota\":%llu,\"refused_filter\":%llu,\"objects\":%u,"
+		     "\"lock_acquired\":%llu,\"lock_contended\":%llu,\"lock_hold_max_ns\":%llu,"
+		     "\"lock_wait_max_ns\":%llu}\n",
 		     gs_pl.name, getpid(), (unsigned long long)st.mem_limit,
 		     (unsigned long long)st.mem_used, (unsigned long long)st.mem_peak,
 		     (unsigned long long)st.nr_ioctls, (unsigned long long)st.nr_refused_quota,
-		     (unsigned long long)st.nr_refused_filter, st.nr_objects);
+		     (unsigned long long)st.nr_refused_filter, st.nr_objects,
+		     (unsigned long long)st.lock.acquired, (unsigned long long)st.lock.contended,
+		     (unsigned long long)st.lock.hold_max_ns, (unsigned long long)st.lock.wait_max_ns);
 	if (n <= 0 || n >= (int)sizeof(line))
 		return;
 	if (gs_pl.debug)

@@ -769,3 +769,58 @@ def test_a_forged_rm_chosen_handle_cannot_free_another_allocation(env):
 
     assert core.call(ALLOC, arg, rm_then_forged, file_id=p.file_id, pid=p.pid).verdict == cs.GS_PASS
     assert core.stats()["used"] == 128 * MiB
+
+
+
+# ---- the instance lock's hold and wait times (port.h) ----
+
+def test_lock_buckets_are_log2_ns(env):
+    core, _ = env
+    nb = cs.LOCK_HIST_BUCKETS
+    assert [core.lock_bucket(ns) for ns in (0, 1, 2, 3, 4, 1023, 1024, 2047)] == [0, 1, 2, 2, 3, 10, 11, 11]
+    assert core.lock_bucket((1 << (nb - 2)) - 1) == nb - 2
+    assert core.lock_bucket(1 << (nb - 2)) == nb - 1
+    assert core.lock_bucket((1 << 64) - 1) == nb - 1
+
+
+def test_lock_counts_every_hold_and_its_histograms_sum_to_it(env):
+    """pre and post take the lock once each; a read of the stats is counted by the next one."""
+    core, rm = env
+    p = Proc(core, rm)
+    s0 = core.lock_stats()
+    r, _ = p.control(SUB, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, ctypes.create_string_buffer(1028), 1028)
+    assert r.verdict == cs.GS_PASS
+    r, _ = p.mem(2 * GiB)  # refused: pre only
+    assert r.status == abi.NV_ERR_NO_MEMORY
+    s1 = core.lock_stats()
+    assert s1["acquired"] - s0["acquired"] == 1 + 2 + 1
+    for s in (s0, s1):
+        assert sum(s["hold_hist"]) == sum(s["wait_hist"]) == s["acquired"]
+        assert s["contended"] == 0 and s["wait_ns"] == 0 and s["wait_hist"][0] == s["acquired"]
+        assert 0 < s["hold_max_ns"] <= s["hold_ns"]
+        top = max(i for i, n in enumerate(s["hold_hist"]) if n)
+        assert core.lock_bucket(s["hold_max_ns"]) == top
+
+
+def test_lock_wait_and_long_hold_are_measured(env):
+    """A call that finds the lock held waits for it: counted as contended, its wait and
+    the long hold land in their buckets and in the maxima."""
+    import threading
+    import time
+
+    core, rm = env
+    p = Proc(core, rm)
+    holder = threading.Thread(target=core.hold_lock, args=(300_000,))
+    holder.start()
+    while not core.holding():
+        time.sleep(0.001)
+    r, _ = p.control(SUB, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, ctypes.create_string_buffer(1028), 1028)
+    holder.join()
+    assert r.verdict == cs.GS_PASS
+    s = core.lock_stats()
+    assert s["contended"] == 1
+    assert s["hold_max_ns"] >= 300_000_000
+    assert 100_000_000 <= s["wait_max_ns"] <= s["hold_max_ns"]
+    assert s["hold_hist"][core.lock_bucket(s["hold_max_ns"])] == 1
+    assert s["wait_hist"][core.lock_bucket(s["wait_max_ns"])] == 1
+    assert sum(s["hold_hist"]) == sum(s["wait_hist"]) == s["acquired"]

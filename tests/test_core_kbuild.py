@@ -38,6 +38,7 @@ def test_core_builds_as_kernel_code(tmp_path):
         (tmp_path / f.name).symlink_to(f)
     (tmp_path / "dummy.c").write_text(
         "// SPDX-License-Identifier: GPL-2.0\n#include <linux/module.h>\n#include \"core.h\"\n"
+        "bool gs_inject_fail(void)\n{\n\treturn false;\n}\n\n"  # the glue's (kmod/inject.c)
         "static int __init gsd_init(void)\n{\n\tstruct gs_inst *in = gs_inst_new(1, NULL);\n\n"
         "\tgs_inst_free(in);\n\treturn 0;\n}\nmodule_init(gsd_init);\nMODULE_LICENSE(\"GPL\");\n")
     (tmp_path / "Kbuild").write_text(

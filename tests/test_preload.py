@@ -115,6 +115,9 @@ def test_preload_threads_never_pass_the_limit(built, tmp_path):
     assert stats["peak"] <= GiB
     assert stats["used"] == 0  # the last client's memory went with close()
     assert stats["refused_filter"] == 5
+    # every call takes the instance lock (twice when it reaches RM); the threads met there
+    assert stats["lock_acquired"] >= stats["ioctls"] and stats["lock_hold_max_ns"] > 0
+    assert 0 <= stats["lock_contended"] <= stats["lock_acquired"]
 
 
 def test_preload_close_and_dup(built, tmp_path):

@@ -54,9 +54,10 @@ def test_attributes_mirror(header: str) -> None:
 
 def test_attribute_types_follow_comments(header: str) -> None:
     """u32/u64/string as the header's comment on each attribute says."""
-    for name, comment in re.findall(r"(GPUSLICE_A_\w+),\s*/\*\s*(\w+)", header):
+    for name, comment in re.findall(r"(GPUSLICE_A_\w+),\s*/\*\s*(\w+\[?)", header):
         typ = dict(N.ATTRS)[name]
-        want = {"u32": "uint32", "u64": "uint64", "NUL": "asciiz", "nest": "pids"}.get(comment)
+        want = {"u32": "uint32", "u64": "uint64", "NUL": "asciiz", "nest": "pids",
+                "u64[": "array(uint64)"}.get(comment)
         if want:
             assert typ == want, name
 
@@ -72,6 +73,7 @@ def test_kinds_events_and_defines(header: str) -> None:
     assert int(d["GPUSLICE_NAME_MAX"]) == N.NAME_MAX
     assert int(d["GPUSLICE_SHARE_FULL"]) == N.SHARE_FULL
     assert int(d["GPUSLICE_WEIGHT_MAX"]) == N.WEIGHT_MAX
+    assert int(d["GPUSLICE_LOCK_HIST_BUCKETS"]) == N.LOCK_HIST_BUCKETS
 
 
 def nla(typ: int, payload: bytes) -> bytes:
@@ -146,3 +148,29 @@ def test_dump_continuations_fold_into_their_instance() -> None:
                              msg(b"b", 2, [], True)])
     assert got == [{"name": "a", "id": 1, "weight": 3, "pids": [10, 11, 12, 13]},
                    {"name": "b", "id": 2, "weight": 3, "pids": []}]
+
+
+def test_lock_figures_decode_and_quantiles() -> None:
+    """LOCK_*_HIST travel as u64 arrays after a PAD (nla_put_64bit); p99 is the high end
+    of its log2 bucket, capped by the measured maximum."""
+    hist = [0] * N.LOCK_HIST_BUCKETS
+    hist[11], hist[12], hist[20] = 980, 19, 1  # [1024, 2048) ns, [2048, 4096), [512 KiB ns, 1 Mi ns)
+    a = (nla(N.ATTR_IDS["GPUSLICE_A_NAME"], b"web\0")
+         + nla(N.ATTR_IDS["GPUSLICE_A_LOCK_ACQUIRED"], struct.pack("<Q", 1000))
+         + nla(N.ATTR_IDS["GPUSLICE_A_LOCK_HOLD_NS"], struct.pack("<Q", 2_000_000))
+         + nla(N.ATTR_IDS["GPUSLICE_A_LOCK_HOLD_MAX_NS"], struct.pack("<Q", 600_000))
+         + nla(N.ATTR_IDS["GPUSLICE_A_PAD"], b"")
+         + nla(N.ATTR_IDS["GPUSLICE_A_LOCK_HOLD_HIST"], struct.pack(f"<{N.LOCK_HIST_BUCKETS}Q", *hist)))
+    d = _instance_get_msg(a)
+    assert d["lock_hold_hist"] == hist and d["lock_acquired"] == 1000
+    assert N.hist_quantile_ns(hist, 0.5) == 2048
+    assert N.hist_quantile_ns(hist, 0.99) == 4096
+    assert N.hist_quantile_ns(hist, 1.0) == 1 << 20
+    assert N.hist_quantile_ns(hist, 1.0, 600_000) == 600_000
+    s = N.lock_summary(d)
+    assert s["hold_p99_ns"] == 4096 and s["hold_max_ns"] == 600_000 and s["hold_mean_ns"] == 2000
+    assert s["wait_p99_ns"] == 0 and N.lock_summary({}) == {}
+    assert N.hist_bucket_ns(0) == (0, 1) and N.hist_bucket_ns(1) == (1, 2)
+    assert N.hist_bucket_ns(N.LOCK_HIST_BUCKETS - 1) == (1 << (N.LOCK_HIST_BUCKETS - 2), None)
+    top = [0] * (N.LOCK_HIST_BUCKETS - 1) + [3]
+    assert N.hist_quantile_ns(top, 0.99, 5 << 30) == 5 << 30

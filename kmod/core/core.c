@@ -110,6 +110,7 @@ void gs_inst_stats(struct gs_inst *in, struct gs_stats *st)
 	st->nr_refused_quota = in->nr_refused_quota;
 	st->nr_refused_filter = in->nr_refused_filter;
 	st->nr_objects = in->nr_objects;
+	gs_mutex_stats(&in->lock, &st->lock);
 	gs_unlock(&in->lock);
 }
 

@@ -152,6 +152,7 @@ struct gs_stats {
 	nv_u64 nr_refused_quota;
 	nv_u64 nr_refused_filter;
 	nv_u32 nr_objects;
+	struct gs_lock_stats lock;	/* the instance's lock (port.h), this read excluded */
 };
 
 /* one tracked RM object, as handed to gs_for_each_object() */

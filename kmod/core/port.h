@@ -3,12 +3,18 @@
  * port.h - the few environment primitives the decision core needs: zeroed
  * allocation, a sleeping mutex, a monotonic clock and errno values. The kernel
  * build (__KERNEL__) uses kzalloc/mutex/ktime; the user-space build (preload/,
- * tests/core/) uses calloc/pthread/clock_gettime.
+ * tests/core/) uses calloc/pthread/clock_gettime. On top of the mutex, for
+ * both builds: struct gs_mutex, which measures how long it is held and waited
+ * for (its stats, kmod/uapi/gpuslice.h says what they mean).
  */
 #ifndef GPUSLICE_PORT_H
 #define GPUSLICE_PORT_H
 
+#include "nvrm_abi.h"
+#include "../uapi/gpuslice.h"
+
 #ifdef __KERNEL__
+#include <linux/bitops.h>
 #include <linux/errno.h>
 #include <linux/kernel.h>
 #include <linux/ktime.h>
@@ -17,7 +23,7 @@
 #include <linux/string.h>
 
 /* the instance lock; the glue's gs_io serves kernel copies, so nothing under it waits on user memory */
-struct gs_mutex {
+struct gs_os_mutex {
 	struct mutex m;
 };
 
@@ -33,22 +39,27 @@ static inline void gs_free(void *p)
 	kfree(p);
 }
 
-static inline void gs_mutex_init(struct gs_mutex *m)
+static inline void gs_os_mutex_init(struct gs_os_mutex *m)
 {
 	mutex_init(&m->m);
 }
 
-static inline void gs_mutex_destroy(struct gs_mutex *m)
+static inline void gs_os_mutex_destroy(struct gs_os_mutex *m)
 {
 	mutex_destroy(&m->m);
 }
 
-static inline void gs_lock(struct gs_mutex *m)
+static inline int gs_os_trylock(struct gs_os_mutex *m)
+{
+	return mutex_trylock(&m->m);
+}
+
+static inline void gs_os_lock(struct gs_os_mutex *m)
 {
 	mutex_lock(&m->m);
 }
 
-static inline void gs_unlock(struct gs_mutex *m)
+static inline void gs_os_unlock(struct gs_os_mutex *m)
 {
 	mutex_unlock(&m->m);
 }
@@ -56,6 +67,12 @@ static inline void gs_unlock(struct gs_mutex *m)
 static inline u64 gs_now_ns(void)
 {
 	return ktime_get_ns();
+}
+
+/* 0 for 0, else the position of the highest bit set, 1..64 */
+static inline int gs_fls64(u64 x)
+{
+	return fls64(x);
 }
 
 #else /* user space */
@@ -67,7 +84,7 @@ static inline u64 gs_now_ns(void)
 #include <string.h>
 #include <time.h>
 
-struct gs_mutex {
+struct gs_os_mutex {
 	pthread_mutex_t m;
 };
 
@@ -85,22 +102,27 @@ static inline void gs_free(void *p)
 	free(p);
 }
 
-static inline void gs_mutex_init(struct gs_mutex *m)
+static inline void gs_os_mutex_init(struct gs_os_mutex *m)
 {
 	pthread_mutex_init(&m->m, NULL);
 }
 
-static inline void gs_mutex_destroy(struct gs_mutex *m)
+static inline void gs_os_mutex_destroy(struct gs_os_mutex *m)
 {
 	pthread_mutex_destroy(&m->m);
 }
 
-static inline void gs_lock(struct gs_mutex *m)
+static inline int gs_os_trylock(struct gs_os_mutex *m)
+{
+	return pthread_mutex_trylock(&m->m) == 0;
+}
+
+static inline void gs_os_lock(struct gs_os_mutex *m)
 {
 	pthread_mutex_lock(&m->m);
 }
 
-static inline void gs_unlock(struct gs_mutex *m)
+static inline void gs_os_unlock(struct gs_os_mutex *m)
 {
 	pthread_mutex_unlock(&m->m);
 }
@@ -113,6 +135,100 @@ static inline uint64_t gs_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static inline int gs_fls64(uint64_t x)
+{
+	return x ? 64 - __builtin_clzll(x) : 0;
+}
+
 #endif /* __KERNEL__ */
+
+/*
+ * ---- a mutex that measures itself (both builds) ----
+ *
+ * What it costs: an uncontended gs_lock() is a trylock and one clock read,
+ * gs_unlock() one clock read and a few counters, all under the mutex itself;
+ * only a contended acquisition reads the clock before it waits. Holds and
+ * waits are recorded at gs_unlock(), so a copy taken under the lock
+ * (gs_mutex_stats()) is consistent: each histogram sums to acquired.
+ */
+struct gs_lock_stats {
+	nv_u64 acquired;	/* completed holds */
+	nv_u64 contended;	/* of them, acquisitions that waited */
+	nv_u64 hold_ns;		/* sums */
+	nv_u64 wait_ns;
+	nv_u64 hold_max_ns;
+	nv_u64 wait_max_ns;
+	nv_u64 hold_hist[GPUSLICE_LOCK_HIST_BUCKETS];	/* log2 ns, see the uapi header */
+	nv_u64 wait_hist[GPUSLICE_LOCK_HIST_BUCKETS];
+};
+
+struct gs_mutex {
+	struct gs_os_mutex m;
+	/* under m: the holder's acquisition, then everything recorded */
+	nv_u64 since_ns;
+	nv_u64 waited_ns;
+	int waited;
+	struct gs_lock_stats st;
+};
+
+/* bucket 0: 0 ns; i: [2^(i-1), 2^i) ns; the last: everything from 2^(N-2) ns */
+static inline int gs_lock_bucket(nv_u64 ns)
+{
+	int b = gs_fls64(ns);
+
+	return b < GPUSLICE_LOCK_HIST_BUCKETS ? b : GPUSLICE_LOCK_HIST_BUCKETS - 1;
+}
+
+static inline void gs_mutex_init(struct gs_mutex *m)
+{
+	memset(m, 0, sizeof(*m));
+	gs_os_mutex_init(&m->m);
+}
+
+static inline void gs_mutex_destroy(struct gs_mutex *m)
+{
+	gs_os_mutex_destroy(&m->m);
+}
+
+static inline void gs_lock(struct gs_mutex *m)
+{
+	nv_u64 t0;
+
+	if (gs_os_trylock(&m->m)) {
+		m->since_ns = gs_now_ns();
+		m->waited_ns = 0;
+		m->waited = 0;
+		return;
+	}
+	t0 = gs_now_ns();
+	gs_os_lock(&m->m);
+	m->since_ns = gs_now_ns();
+	m->waited_ns = m->since_ns - t0;
+	m->waited = 1;
+}
+
+static inline void gs_unlock(struct gs_mutex *m)
+{
+	nv_u64 hold = gs_now_ns() - m->since_ns;
+	struct gs_lock_stats *st = &m->st;
+
+	st->acquired++;
+	st->contended += m->waited;
+	st->hold_ns += hold;
+	st->wait_ns += m->waited_ns;
+	if (hold > st->hold_max_ns)
+		st->hold_max_ns = hold;
+	if (m->waited_ns > st->wait_max_ns)
+		st->wait_max_ns = m->waited_ns;
+	st->hold_hist[gs_lock_bucket(hold)]++;
+	st->wait_hist[gs_lock_bucket(m->waited_ns)]++;
+	gs_os_unlock(&m->m);
+}
+
+/* the stats so far; the caller holds m (its own hold is not in them yet) */
+static inline void gs_mutex_stats(const struct gs_mutex *m, struct gs_lock_stats *st)
+{
+	*st = m->st;
+}
 
 #endif /* GPUSLICE_PORT_H */

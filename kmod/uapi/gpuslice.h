@@ -29,8 +29,9 @@
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
  *            MEM_USED, MEM_PEAK, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
  *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
- *            NR_EVENTS_SUPPRESSED, and PIDS: one or more nests of PID (at most
- *            4096 each; the list is their concatenation, in increasing order).
+ *            NR_EVENTS_SUPPRESSED, the LOCK_* figures of the instance's core
+ *            lock (below), and PIDS: one or more nests of PID (at most 4096
+ *            each; the list is their concatenation, in increasing order).
  *       The doit's reply holds every pid. In a dump, an instance whose pids
  *       do not fit one message continues in the next ones, which carry NAME,
  *       ID and PIDS only (the next pids, still in increasing order).
@@ -44,6 +45,16 @@
  *            FILTER_REFUSED) are rate-limited per instance, 100/s with a
  *            burst of 100; NR_EVENTS_SUPPRESSED counts those not sent. TSG,
  *            CHANNEL and PROC events are never limited.
+ *
+ * The instance's core lock (one mutex per instance, taken by every
+ * interposed ioctl, twice by a call that reaches the driver, and by these
+ * reads): LOCK_ACQUIRED counts its completed holds since the instance was
+ * created, LOCK_CONTENDED those that had to wait for it, LOCK_HOLD_NS and
+ * LOCK_WAIT_NS sum the time it was held and waited for, LOCK_*_MAX_NS are the
+ * longest, and LOCK_*_HIST are log2 histograms of the same: bucket 0 counts
+ * 0 ns, bucket i (1..GPUSLICE_LOCK_HIST_BUCKETS-2) counts [2^(i-1), 2^i) ns,
+ * the last bucket everything from 2^(GPUSLICE_LOCK_HIST_BUCKETS-2) ns on. An
+ * uncontended acquisition waits 0 ns. Each histogram sums to LOCK_ACQUIRED.
  *
  * Sizes are bytes; SHARE is in parts per 10000 (10000 = the whole GPU);
  * WEIGHT is 1..10000; TIMESLICE_US 0 means "leave the driver's default".
@@ -59,6 +70,7 @@
 #define GPUSLICE_SHARE_FULL		10000
 #define GPUSLICE_WEIGHT_MAX		10000
 #define GPUSLICE_DEV_DIR		"gpuslice"	/* /dev/gpuslice/<name>/ */
+#define GPUSLICE_LOCK_HIST_BUCKETS	32	/* of LOCK_HOLD_HIST and LOCK_WAIT_HIST */
 
 enum gpuslice_cmd {
 	GPUSLICE_CMD_UNSPEC,
@@ -104,6 +116,14 @@ enum gpuslice_attr {
 	GPUSLICE_A_CMD,			/* u32 RM control cmd or escape of a refusal */
 	GPUSLICE_A_PAD,
 	GPUSLICE_A_NR_EVENTS_SUPPRESSED,	/* u64 refusal events not sent (rate limit) */
+	GPUSLICE_A_LOCK_ACQUIRED,	/* u64 holds of the instance's core lock */
+	GPUSLICE_A_LOCK_CONTENDED,	/* u64 of them that waited for it */
+	GPUSLICE_A_LOCK_HOLD_NS,	/* u64 ns held, in all */
+	GPUSLICE_A_LOCK_HOLD_MAX_NS,	/* u64 longest hold */
+	GPUSLICE_A_LOCK_HOLD_HIST,	/* u64[GPUSLICE_LOCK_HIST_BUCKETS] holds, log2 ns */
+	GPUSLICE_A_LOCK_WAIT_NS,	/* u64 ns waited, in all */
+	GPUSLICE_A_LOCK_WAIT_MAX_NS,	/* u64 longest wait */
+	GPUSLICE_A_LOCK_WAIT_HIST,	/* u64[GPUSLICE_LOCK_HIST_BUCKETS] waits, log2 ns */
 	__GPUSLICE_A_MAX,
 };
 #define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)

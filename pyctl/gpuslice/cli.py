@@ -22,6 +22,7 @@ import click
 
 from . import state as S
 from . import units
+from .netlink import lock_summary
 from .policy import POLICIES, compute_shares, validate
 
 STATUS_PATH = "/run/gpuslice/status.json"
@@ -281,8 +282,10 @@ def instance_show(ctx: click.Context, name: str) -> None:
     k = _kernel_info(ctx).get(name, {})
     shares = {g: compute_shares(st.policy_of(g).policy, st.claims(g), {c.name for c in st.claims(g)}).get(name, 0.0)
               for g in i.gpus}
+    lock = lock_summary(k)
     data = {**inst_json(i), "policy": {str(g): st.policy_of(g).policy for g in i.gpus},
-            "share_when_all_busy": {str(g): s for g, s in shares.items()}, "kernel": k or None}
+            "share_when_all_busy": {str(g): s for g, s in shares.items()}, "kernel": k or None,
+            "lock": lock or None}
 
     def text() -> str:
         r = inst_row(i)
@@ -297,6 +300,12 @@ def instance_show(ctx: click.Context, name: str) -> None:
             if key in k:
                 v = k[key]
                 lines.append((key, units.format_size(v) if key.startswith("mem_") else str(v)))
+        if lock:
+            dur = units.format_duration_ns
+            lines.append(("lock acquired", f"{lock['acquired']} ({lock['contended']} waited)"))
+            for what in ("hold", "wait"):
+                lines.append((f"lock {what}", f"mean {dur(lock[what + '_mean_ns'])}, "
+                              f"p99 <= {dur(lock[what + '_p99_ns'])}, max {dur(lock[what + '_max_ns'])}"))
         w = max(len(a) for a, _ in lines)
         return "\n".join(f"{a.ljust(w)}  {b}" for a, b in lines)
 

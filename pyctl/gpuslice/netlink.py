@@ -23,6 +23,7 @@ NAME_MAX = 32
 SHARE_FULL = 10000
 WEIGHT_MAX = 10000
 DEV_DIR = "gpuslice"
+LOCK_HIST_BUCKETS = 32
 
 # enum gpuslice_cmd
 CMD_UNSPEC = 0
@@ -75,6 +76,14 @@ ATTRS: tuple[tuple[str, str], ...] = (
     ("GPUSLICE_A_CMD", "uint32"),
     ("GPUSLICE_A_PAD", "none"),
     ("GPUSLICE_A_NR_EVENTS_SUPPRESSED", "uint64"),
+    ("GPUSLICE_A_LOCK_ACQUIRED", "uint64"),
+    ("GPUSLICE_A_LOCK_CONTENDED", "uint64"),
+    ("GPUSLICE_A_LOCK_HOLD_NS", "uint64"),
+    ("GPUSLICE_A_LOCK_HOLD_MAX_NS", "uint64"),
+    ("GPUSLICE_A_LOCK_HOLD_HIST", "array(uint64)"),
+    ("GPUSLICE_A_LOCK_WAIT_NS", "uint64"),
+    ("GPUSLICE_A_LOCK_WAIT_MAX_NS", "uint64"),
+    ("GPUSLICE_A_LOCK_WAIT_HIST", "array(uint64)"),
 )
 ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
 
@@ -134,7 +143,7 @@ def build(cmd: int, attrs: dict[str, Any]) -> Any:
 
 def to_dict(msg: Any) -> dict[str, Any]:
     """Attributes of a reply as {short name: value}; PIDS becomes a list of ints (the
-    PIDS nests of a message, one per 4096 pids, joined in order)."""
+    PIDS nests of a message, one per 4096 pids, joined in order), arrays lists."""
     out: dict[str, Any] = {}
     for name, value in msg.get("attrs", []):
         if not name.startswith("GPUSLICE_A_") or name in ("GPUSLICE_A_PAD", "GPUSLICE_A_UNSPEC"):
@@ -143,7 +152,51 @@ def to_dict(msg: Any) -> dict[str, Any]:
         if key == "pids":
             out.setdefault(key, []).extend(v for n, v in value.get("attrs", []) if n == "GPUSLICE_A_PID")
         else:
-            out[key] = value
+            out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def hist_bucket_ns(i: int) -> tuple[int, int | None]:
+    """[low, high) ns of bucket i of a LOCK_*_HIST (high None: the open last bucket)."""
+    if i == 0:
+        return 0, 1
+    if i == LOCK_HIST_BUCKETS - 1:
+        return 1 << (i - 1), None
+    return 1 << (i - 1), 1 << i
+
+
+def hist_quantile_ns(hist: list[int], q: float, max_ns: int | None = None) -> int:
+    """An upper bound of the q-quantile (0 < q <= 1) of a LOCK_*_HIST: the (exclusive)
+    high end of the bucket that holds it, at most twice the true value; max_ns (the
+    longest one measured) when that is lower, and for the open last bucket. 0 for an
+    empty histogram."""
+    total = sum(hist)
+    if total == 0:
+        return 0
+    seen = 0
+    for i, n in enumerate(hist):
+        seen += n
+        if n and seen >= q * total:
+            high = hist_bucket_ns(i)[1]
+            if high is None:
+                return max_ns if max_ns is not None else hist_bucket_ns(i)[0]
+            return min(high, max_ns) if max_ns is not None else high
+    return max_ns or 0
+
+
+def lock_summary(d: dict[str, Any]) -> dict[str, int]:
+    """An instance's core-lock figures from INSTANCE_GET (to_dict): acquisitions,
+    contended ones, hold and wait mean, p99 (upper bound, see hist_quantile_ns) and
+    max, in ns. Empty when the module does not report them."""
+    if "lock_acquired" not in d:
+        return {}
+    n = d["lock_acquired"]
+    out = {"acquired": n, "contended": d.get("lock_contended", 0)}
+    for what in ("hold", "wait"):
+        mx = d.get(f"lock_{what}_max_ns", 0)
+        out[f"{what}_mean_ns"] = d.get(f"lock_{what}_ns", 0) // n if n else 0
+        out[f"{what}_p99_ns"] = hist_quantile_ns(d.get(f"lock_{what}_hist", []), 0.99, mx)
+        out[f"{what}_max_ns"] = mx
     return out
 
 

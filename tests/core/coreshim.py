@@ -20,6 +20,7 @@ import sys  # noqa: E402
 
 sys.path.insert(0, str(REPO / "pyctl"))
 from gpuslice import abi  # noqa: E402
+from gpuslice.netlink import LOCK_HIST_BUCKETS  # noqa: E402
 
 CORE_SRC = sorted((REPO / "kmod" / "core").glob("*.c"))
 SHIM_SRC = REPO / "tests" / "core" / "shim.c"
@@ -103,6 +104,9 @@ class Core:
         lib.t_file_closed.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         lib.t_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         lib.t_pids.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_int]
+        lib.t_lock_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+        lib.t_lock_bucket.argtypes = [ctypes.c_uint64]
+        lib.t_hold_lock.argtypes = [ctypes.c_void_p, ctypes.c_uint]
         lib.t_objects.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
         lib.t_events.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
         lib.t_set_bad.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
@@ -150,6 +154,27 @@ class Core:
         self.lib.t_stats(self.inst, out)
         keys = ("limit", "used", "peak", "ioctls", "refused_quota", "refused_filter", "objects")
         return dict(zip(keys, out))
+
+    def lock_stats(self) -> dict:
+        """The instance lock's figures (port.h struct gs_lock_stats), this read excluded."""
+        nb = LOCK_HIST_BUCKETS
+        out = (ctypes.c_uint64 * (6 + 2 * nb))()
+        self.lib.t_lock_stats(self.inst, out)
+        keys = ("acquired", "contended", "hold_ns", "wait_ns", "hold_max_ns", "wait_max_ns")
+        d: dict = dict(zip(keys, out[:6]))
+        d["hold_hist"] = list(out[6:6 + nb])
+        d["wait_hist"] = list(out[6 + nb:])
+        return d
+
+    def lock_bucket(self, ns: int) -> int:
+        return int(self.lib.t_lock_bucket(ns))
+
+    def hold_lock(self, us: int) -> None:
+        """Holds the instance lock for us microseconds (ctypes drops the GIL meanwhile)."""
+        self.lib.t_hold_lock(self.inst, us)
+
+    def holding(self) -> bool:
+        return bool(ctypes.c_int.in_dll(self.lib, "t_holding").value)
 
     def pids(self) -> list[int]:
         out = (ctypes.c_uint32 * 256)()

@@ -7,6 +7,8 @@
  */
 #include <stdio.h>
 #include <stdint.h>
+#include <string.h>
+#include <unistd.h>
 #include "core.h"
 
 #define T_MAX_EVENTS 4096
@@ -138,6 +140,46 @@ void t_stats(struct gs_inst *in, uint64_t *out)
 	out[4] = st.nr_refused_quota;
 	out[5] = st.nr_refused_filter;
 	out[6] = st.nr_objects;
+}
+
+/* the instance lock's figures: acquired, contended, hold_ns, wait_ns, hold_max_ns,
+ * wait_max_ns, then the hold and the wait histograms (GPUSLICE_LOCK_HIST_BUCKETS each) */
+void t_lock_stats(struct gs_inst *in, uint64_t *out)
+{
+	struct gs_stats st;
+
+	gs_inst_stats(in, &st);
+	out[0] = st.lock.acquired;
+	out[1] = st.lock.contended;
+	out[2] = st.lock.hold_ns;
+	out[3] = st.lock.wait_ns;
+	out[4] = st.lock.hold_max_ns;
+	out[5] = st.lock.wait_max_ns;
+	memcpy(out + 6, st.lock.hold_hist, sizeof(st.lock.hold_hist));
+	memcpy(out + 6 + GPUSLICE_LOCK_HIST_BUCKETS, st.lock.wait_hist, sizeof(st.lock.wait_hist));
+}
+
+/* set while t_hold_lock() holds the instance lock */
+volatile int t_holding;
+
+static int t_hold_cb(void *ctx, const struct gs_object *o)
+{
+	t_holding = 1;
+	usleep(*(unsigned int *)ctx);
+	t_holding = 0;
+	return 1;
+}
+
+/* holds the instance lock for us microseconds (the instance needs one object) */
+void t_hold_lock(struct gs_inst *in, unsigned int us)
+{
+	gs_for_each_object(in, t_hold_cb, &us);
+}
+
+/* gs_lock_bucket() of ns */
+int t_lock_bucket(uint64_t ns)
+{
+	return gs_lock_bucket(ns);
 }
 
 int t_pids(struct gs_inst *in, uint32_t *pids, int max)
