@@ -824,3 +824,28 @@ def test_lock_wait_and_long_hold_are_measured(env):
     assert s["hold_hist"][core.lock_bucket(s["hold_max_ns"])] == 1
     assert s["wait_hist"][core.lock_bucket(s["wait_max_ns"])] == 1
     assert sum(s["hold_hist"]) == sum(s["wait_hist"]) == s["acquired"]
+
+
+def _old_unkeyed_bucket(client: int, handle: int) -> int:
+    """registry.c's hash before issue 11: the same for every instance, computable by anyone."""
+    h = (client * 0x9E3779B1) & 0xFFFFFFFF
+    h ^= (handle + 0x7F4A7C15 + (h << 6) + (h >> 2)) & 0xFFFFFFFF
+    return (h ^ (h >> 16)) & 1023
+
+
+def test_handles_aimed_at_one_bucket_do_not_chain(env):
+    """Issue 11 item 2: the object table's hash was unkeyed, so a container could pick
+    handles that all land in one bucket and make every lookup under its instance's lock
+    walk them all. Keyed per instance (siphash in the module), 1500 such handles spread."""
+    core, rm = env
+    p = Proc(core, rm)
+    target = _old_unkeyed_bucket(p.client, 0x7000)
+    handles = [h for h in range(0x7000, 0x7000 + 1024 * 1600) if _old_unkeyed_bucket(p.client, h) == target][:1500]
+    assert len(handles) == 1500
+    for h in handles:
+        r, _, _ = p.alloc(SUB, 0x90f1, handle=h)  # FERMI_VASPACE_A: registered, not counted
+        assert r.verdict == cs.GS_PASS
+    st = core.stats()
+    print(f"1500 objects aimed at one bucket of the old hash: longest chain {st['max_chain']}")
+    assert st["objects"] >= 1500
+    assert st["max_chain"] < 32  # ~1.5 per bucket on average; the old hash: 1500

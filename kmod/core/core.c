@@ -71,6 +71,7 @@ struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops)
 	if (!in)
 		return NULL;
 	gs_mutex_init(&in->lock);
+	gs_hash_key_init(&in->hash_key);
 	in->limit = mem_limit;
 	if (ops)
 		in->ops = *ops;
@@ -110,6 +111,7 @@ void gs_inst_stats(struct gs_inst *in, struct gs_stats *st)
 	st->nr_refused_quota = in->nr_refused_quota;
 	st->nr_refused_filter = in->nr_refused_filter;
 	st->nr_objects = in->nr_objects;
+	st->hash_max_chain = gs_hash_max_chain(in);
 	gs_mutex_stats(&in->lock, &st->lock);
 	gs_unlock(&in->lock);
 }

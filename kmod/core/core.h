@@ -152,6 +152,7 @@ struct gs_stats {
 	nv_u64 nr_refused_quota;
 	nv_u64 nr_refused_filter;
 	nv_u32 nr_objects;
+	nv_u32 hash_max_chain;		/* longest chain of the object table */
 	struct gs_lock_stats lock;	/* the instance's lock (port.h), this read excluded */
 };
 

@@ -54,6 +54,7 @@ struct gs_inst {
 	nv_u32 nr_objects;
 	nv_u32 nr_channels;
 	struct gs_obj *hash[GS_HASH_SIZE];
+	struct gs_hash_key hash_key;	/* secret: handles are the caller's to pick */
 };
 
 /* events collected under the lock and delivered after it is dropped */
@@ -71,6 +72,7 @@ void gs_evq_flush(struct gs_inst *in, struct gs_evq *q);
 
 /* registry.c, all under in->lock */
 struct gs_obj *gs_obj_find(struct gs_inst *in, nv_handle client, nv_handle handle);
+nv_u32 gs_hash_max_chain(const struct gs_inst *in);
 struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
 			  struct gs_mem *mem, struct gs_evq *q);
 void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,

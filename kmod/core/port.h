@@ -19,6 +19,8 @@
 #include <linux/kernel.h>
 #include <linux/ktime.h>
 #include <linux/mutex.h>
+#include <linux/random.h>
+#include <linux/siphash.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 
@@ -75,13 +77,33 @@ static inline int gs_fls64(u64 x)
 	return fls64(x);
 }
 
+/*
+ * The object table's hash, keyed by a secret per instance: a container that
+ * picks its handles cannot aim them all at one bucket.
+ */
+struct gs_hash_key {
+	siphash_key_t k;
+};
+
+static inline void gs_hash_key_init(struct gs_hash_key *k)
+{
+	get_random_bytes(&k->k, sizeof(k->k));
+}
+
+static inline u32 gs_hash_keyed(const struct gs_hash_key *k, u32 a, u32 b)
+{
+	return (u32)siphash_2u32(a, b, &k->k);
+}
+
 #else /* user space */
 
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 struct gs_os_mutex {
@@ -138,6 +160,32 @@ static inline uint64_t gs_now_ns(void)
 static inline int gs_fls64(uint64_t x)
 {
 	return x ? 64 - __builtin_clzll(x) : 0;
+}
+
+
+/* user space (the preload build, not a boundary): a keyed 64-bit mix */
+struct gs_hash_key {
+	uint64_t k0, k1;
+};
+
+static inline void gs_hash_key_init(struct gs_hash_key *k)
+{
+	if (getrandom(k, sizeof(*k), 0) != (ssize_t)sizeof(*k)) {
+		k->k0 = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
+		k->k1 = (uint64_t)(uintptr_t)k;
+	}
+}
+
+static inline uint32_t gs_hash_keyed(const struct gs_hash_key *k, uint32_t a, uint32_t b)
+{
+	uint64_t x = (((uint64_t)a << 32) | b) ^ k->k0;
+
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x ^= k->k1;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return (uint32_t)x;
 }
 
 #endif /* __KERNEL__ */

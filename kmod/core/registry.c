@@ -9,12 +9,23 @@
  */
 #include "core_int.h"
 
-static unsigned int gs_hash(nv_handle client, nv_handle handle)
+static unsigned int gs_hash(const struct gs_inst *in, nv_handle client, nv_handle handle)
 {
-	nv_u32 h = client * 0x9e3779b1u;
+	return gs_hash_keyed(&in->hash_key, client, handle) & (GS_HASH_SIZE - 1);
+}
 
-	h ^= handle + 0x7f4a7c15u + (h << 6) + (h >> 2);
-	return (h ^ (h >> 16)) & (GS_HASH_SIZE - 1);
+nv_u32 gs_hash_max_chain(const struct gs_inst *in)
+{
+	const struct gs_obj *ob;
+	nv_u32 i, n, max = 0;
+
+	for (i = 0; i < GS_HASH_SIZE; i++) {
+		for (n = 0, ob = in->hash[i]; ob; ob = ob->next)
+			n++;
+		if (n > max)
+			max = n;
+	}
+	return max;
 }
 
 nv_u32 gs_obj_kind(nv_u32 klass)
@@ -41,7 +52,7 @@ struct gs_obj *gs_obj_find(struct gs_inst *in, nv_handle client, nv_handle handl
 {
 	struct gs_obj *ob;
 
-	for (ob = in->hash[gs_hash(client, handle)]; ob; ob = ob->next)
+	for (ob = in->hash[gs_hash(in, client, handle)]; ob; ob = ob->next)
 		if (ob->o.client == client && ob->o.handle == handle)
 			return ob;
 	return NULL;
@@ -99,7 +110,7 @@ static void gs_obj_event(struct gs_evq *q, const struct gs_object *o, nv_u32 typ
 
 static void gs_obj_unlink(struct gs_inst *in, struct gs_obj *ob)
 {
-	struct gs_obj **pp = &in->hash[gs_hash(ob->o.client, ob->o.handle)];
+	struct gs_obj **pp = &in->hash[gs_hash(in, ob->o.client, ob->o.handle)];
 
 	while (*pp && *pp != ob)
 		pp = &(*pp)->next;
@@ -164,7 +175,7 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
 		ob->o.size = mem->size;
 	if (o->obj_kind == GPUSLICE_OBJ_CLIENT && !gs_pid_has_client(in, o->pid))
 		gs_obj_event(q, o, GPUSLICE_EV_PROC_ATTACH);
-	b = gs_hash(o->client, o->handle);
+	b = gs_hash(in, o->client, o->handle);
 	ob->next = in->hash[b];
 	in->hash[b] = ob;
 	in->nr_objects++;

@@ -150,9 +150,9 @@ class Core:
         self.lib.t_file_closed(self.inst, file_id)
 
     def stats(self) -> dict:
-        out = (ctypes.c_uint64 * 7)()
+        out = (ctypes.c_uint64 * 8)()
         self.lib.t_stats(self.inst, out)
-        keys = ("limit", "used", "peak", "ioctls", "refused_quota", "refused_filter", "objects")
+        keys = ("limit", "used", "peak", "ioctls", "refused_quota", "refused_filter", "objects", "max_chain")
         return dict(zip(keys, out))
 
     def lock_stats(self) -> dict:

@@ -127,7 +127,7 @@ void t_file_closed(struct gs_inst *in, uint64_t file_id)
 	gs_file_closed(in, file_id);
 }
 
-/* limit, used, peak, ioctls, refused quota, refused filter, objects */
+/* limit, used, peak, ioctls, refused quota, refused filter, objects, longest hash chain */
 void t_stats(struct gs_inst *in, uint64_t *out)
 {
 	struct gs_stats st;
@@ -140,6 +140,7 @@ void t_stats(struct gs_inst *in, uint64_t *out)
 	out[4] = st.nr_refused_quota;
 	out[5] = st.nr_refused_filter;
 	out[6] = st.nr_objects;
+	out[7] = st.hash_max_chain;
 }
 
 /* the instance lock's figures: acquired, contended, hold_ns, wait_ns, hold_max_ns,
