@@ -7,6 +7,7 @@ import ctypes
 import errno
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -93,6 +94,16 @@ class InstSession(nvstub.Session):
 
 def session(inst: Instance, gpu: int = 0) -> InstSession:
     return InstSession(inst.path("nvidiactl"), inst.path(f"nvidia{gpu}"), gpu)
+
+
+def wait_for(pred, timeout: float = 10.0, step: float = 0.02) -> bool:
+    """Polls pred until it is true or timeout seconds have passed; returns its last value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
 
 
 def drop_shadow() -> None:

@@ -148,8 +148,8 @@ def fb_info(ctl: int, h_client: int, h_subdevice: int, indexes: list[int]) -> tu
                 for i in range(len(indexes))}
 
 
-def disable_channels(ctl: int, h_client: int, h_subdevice: int, pairs: list[tuple[int, int]],
-                     disable: bool) -> int:
+def disable_params(pairs: list[tuple[int, int]], disable: bool = True) -> ctypes.Array:
+    """NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS naming (hClient, hChannel) pairs."""
     p = ctypes.create_string_buffer(abi.DISABLE_CHANNELS_SIZE)
     abi.DISABLE_CHANNELS_HEAD.pack_into(p, 0, int(disable), len(pairs), 0, 0, 0)
     base = abi.DISABLE_CHANNELS_HEAD.size
@@ -157,7 +157,13 @@ def disable_channels(ctl: int, h_client: int, h_subdevice: int, pairs: list[tupl
     for i, (hc, hch) in enumerate(pairs):
         struct.pack_into("<I", p, base + 4 * i, hc)
         struct.pack_into("<I", p, base + 4 * n + 4 * i, hch)
-    return rm_control(ctl, h_client, h_subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, p)
+    return p
+
+
+def disable_channels(ctl: int, h_client: int, h_subdevice: int, pairs: list[tuple[int, int]],
+                     disable: bool) -> int:
+    return rm_control(ctl, h_client, h_subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+                      disable_params(pairs, disable))
 
 
 def set_timeslice(ctl: int, h_client: int, h_tsg: int, us: int) -> int:

@@ -48,17 +48,6 @@ def windows():
     _set("race_delay_us", 0)
 
 
-def _disable_params(pairs: list[tuple[int, int]], disable: bool = True) -> ctypes.Array:
-    p = ctypes.create_string_buffer(abi.DISABLE_CHANNELS_SIZE)
-    abi.DISABLE_CHANNELS_HEAD.pack_into(p, 0, int(disable), len(pairs), 0, 0, 0)
-    base = abi.DISABLE_CHANNELS_HEAD.size
-    n = abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES
-    for i, (hc, hch) in enumerate(pairs):
-        struct.pack_into("<I", p, base + 4 * i, hc)
-        struct.pack_into("<I", p, base + 4 * n + 4 * i, hch)
-    return p
-
-
 def _disabled(client: int, channel: int) -> bool:
     return next(r for r in nvstub.read_engine() if r.client == client and r.channel == channel).disabled
 
@@ -85,7 +74,7 @@ def test_a_control_rewritten_after_the_check_never_reaches_rm(nl, windows):
             _, vch = victim.tsg_channel()
             assert not _disabled(victim.client, vch)
             info = ctypes.create_string_buffer(abi.FB_GET_INFO_V2_SIZE)
-            evil = _disable_params([(victim.client, vch)])
+            evil = nvstub.disable_params([(victim.client, vch)])
             blk = ctypes.create_string_buffer(abi.NVOS54.pack(
                 attacker.client, attacker.subdevice, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, 0,
                 ctypes.addressof(info), ctypes.sizeof(info), 0), abi.NVOS54.size)

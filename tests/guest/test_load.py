@@ -52,7 +52,7 @@ from gpuslice.netlink import GpusliceNetlink
 
 import gsinst
 import nvstub
-from gsinst import Instance, needs_modules
+from gsinst import Instance, needs_modules, wait_for
 
 MIB = 1 << 20
 N_INST = 8
@@ -352,15 +352,6 @@ class Load:
 def module_stats(nl: GpusliceNetlink, names: list[str]) -> list[dict[str, Any]]:
     by_name = {d["name"]: d for d in nl.instances() if "name" in d}
     return [by_name[n] for n in names]
-
-
-def wait_for(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def read_logs(log_dir: Path) -> dict[int, list[str]]:

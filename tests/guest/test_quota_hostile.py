@@ -19,7 +19,7 @@ import pytest
 from gpuslice import abi
 
 import nvstub
-from gsinst import Instance, needs_modules, real_session, session
+from gsinst import Instance, needs_modules, real_session, session, wait_for
 
 MIB = 1 << 20
 
@@ -58,15 +58,6 @@ def pool():
     p = Pool()
     yield p
     p.close()
-
-
-def wait_for(pred, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 def fill(s, chunk: int = 8 * MIB) -> int:

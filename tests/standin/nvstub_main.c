@@ -63,15 +63,19 @@ module_param_named(race_delay_entry_us, nvstub_race_delay_entry_us, uint, 0644);
 MODULE_PARM_DESC(race_delay_entry_us,
 		 "TEST ONLY: microseconds to sleep before copying an ioctl's top-level block, and at mmap entry (max 1000000)");
 
-/* TEST ONLY: the pause of race_delay_entry_us, also taken by nvstub_mmap() */
-void nvstub_race_delay_entry(void)
+/* TEST ONLY: a pause of us microseconds (capped), none for 0 */
+static void nvstub_pause(unsigned int us)
 {
-	unsigned int us = READ_ONCE(nvstub_race_delay_entry_us);
-
 	if (!us)
 		return;
 	us = min_t(unsigned int, us, NVSTUB_RACE_DELAY_MAX_US);
 	usleep_range(us, us + us / 16 + 1);
+}
+
+/* TEST ONLY: the pause of race_delay_entry_us, also taken by nvstub_mmap() */
+void nvstub_race_delay_entry(void)
+{
+	nvstub_pause(READ_ONCE(nvstub_race_delay_entry_us));
 }
 
 DEFINE_MUTEX(nvstub_lock);
@@ -79,12 +83,7 @@ DEFINE_MUTEX(nvstub_lock);
 /* Called without nvstub_lock, right before a nested params copy. */
 void nvstub_race_delay(void)
 {
-	unsigned int us = READ_ONCE(nvstub_race_delay_us);
-
-	if (!us)
-		return;
-	us = min_t(unsigned int, us, NVSTUB_RACE_DELAY_MAX_US);
-	usleep_range(us, us + us / 16 + 1);
+	nvstub_pause(READ_ONCE(nvstub_race_delay_us));
 }
 
 /*
