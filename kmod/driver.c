@@ -11,6 +11,7 @@
  */
 #include <linux/cred.h>
 #include <linux/ctype.h>
+#include <linux/device_cgroup.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/kdev_t.h>
@@ -79,9 +80,36 @@ bool gs_driver_has_gpu(u32 gpu)
 	return ok;
 }
 
+static bool gs_require_devcg = true;
+module_param_named(require_device_cgroup, gs_require_devcg, bool, 0644);
+MODULE_PARM_DESC(require_device_cgroup,
+		 "Refuse instance nodes to processes whose device cgroup lets them open the real node (default Y; N for host use and the test bed)");
+
+/*
+ * During a call the real files sit in the caller's private fd table, where
+ * another thread of the process can reach them through
+ * /proc/<pid>/task/<tid>/fd and open them again: only the device cgroup stands
+ * in the way (fdswap.c, docs/fd-translation.md). So a process whose device
+ * cgroup would let it open the real node itself gets no instance node.
+ */
+static int gs_driver_check_devcg(const struct path *path)
+{
+	struct inode *inode = d_inode(path->dentry);
+
+	if (!READ_ONCE(gs_require_devcg))
+		return 0;
+	if (devcgroup_check_permission(DEVCG_DEV_CHAR, imajor(inode), iminor(inode),
+				       DEVCG_ACC_READ | DEVCG_ACC_WRITE))
+		return 0;
+	pr_warn_ratelimited("gpuslice: pid %d may open the real device %u:%u (device cgroup): instance node refused; deny it to containers, or load gpuslice with require_device_cgroup=0 for host use\n",
+			    task_tgid_nr(current), imajor(inode), iminor(inode));
+	return -EPERM;
+}
+
 struct file *gs_driver_open(enum gs_file_kind kind, u32 gpu, unsigned int flags)
 {
 	const struct path *path;
+	int err;
 
 	flags &= ~(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC);
 	switch (kind) {
@@ -101,6 +129,9 @@ struct file *gs_driver_open(enum gs_file_kind kind, u32 gpu, unsigned int flags)
 	default:
 		return ERR_PTR(-EINVAL);
 	}
+	err = gs_driver_check_devcg(path);
+	if (err)
+		return ERR_PTR(err);
 	return dentry_open(path, flags, current_cred());
 }
 

@@ -184,9 +184,13 @@ bool gs_instance_name_valid(const char *name)
 		return false;
 	if (!strcmp(name, ".") || !strcmp(name, ".."))
 		return false;
-	for (i = 0; i < len; i++)
-		if (!isalnum(name[i]) && name[i] != '_' && name[i] != '.' && name[i] != '-')
+	for (i = 0; i < len; i++) {
+		unsigned char c = name[i];
+
+		/* ASCII only: the kernel's isalnum() takes Latin-1 letters too */
+		if (c >= 0x80 || (!isalnum(c) && c != '_' && c != '.' && c != '-'))
 			return false;
+	}
 	return true;
 }
 

@@ -232,14 +232,19 @@ static int gs_stage(struct gs_shadow_slot *slot, const struct gs_call *c,
 	return 0;
 }
 
-/* The driver's replies, back from the slot; the caller's pointer restored. */
+/*
+ * The driver's replies, back from the slot; the caller's pointer restored in
+ * the copy. The reply is what RM wrote, unless another thread of the mm wrote
+ * over it after the driver's first write made the page writable: the core
+ * trusts no reply field beyond what RM's answer can be (quota.c).
+ */
 static int gs_unstage(struct gs_shadow_slot *slot, struct gs_call *c, struct gs_uio *u)
 {
-	if (u->buf && u->n.stage) {
+	if (u->buf && u->n.stage)
 		memcpy(u->buf, slot->kaddr + gs_nested_off(c), u->n.size);
-		memcpy(slot->kaddr + u->n.ptr_off, &u->n.uaddr, sizeof(u->n.uaddr));
-	}
 	memcpy(c->arg, slot->kaddr, c->arg_size);
+	if (u->buf && u->n.stage)
+		memcpy(c->arg + u->n.ptr_off, &u->n.uaddr, sizeof(u->n.uaddr));
 	return gs_shadow_put(slot);
 }
 
@@ -261,18 +266,22 @@ static long gs_call_real(struct gs_file *gf, struct gs_call *c, struct gs_uio *u
 	u64 t;
 
 	*fault = false;
-	ret = gs_fdswap_enter(&swap);
-	if (ret)
-		return ret;
-	/* our own calls take shadow pages too: before this call holds any */
-	if (!gs_passthrough_only && c->kind != GS_FILE_UVM)
-		gs_ts_apply_lazy(gf);
+	/* the slot first: its wait must not hold the fd swap's exec_update_lock */
 	if (stage) {
 		ret = gs_stage(&slot, c, u);
 		if (ret)
-			goto out;
+			return ret;
 		uarg = (void __user *)slot.uaddr;
 	}
+	ret = gs_fdswap_enter(&swap);
+	if (ret) {
+		if (stage)
+			gs_shadow_put(&slot);
+		return ret;
+	}
+	/* our own SET_TIMESLICE calls take one more page each, one at a time */
+	if (!gs_passthrough_only && c->kind != GS_FILE_UVM)
+		gs_ts_apply_lazy(gf);
 	t = ktime_get_ns();
 	ret = gs_real_ioctl(gf->real, cmd, uarg, compat);
 	*drv_ns = ktime_get_ns() - t;
@@ -283,7 +292,6 @@ static long gs_call_real(struct gs_file *gf, struct gs_call *c, struct gs_uio *u
 	if (!ret && !*fault && !gs_passthrough_only && c->kind != GS_FILE_UVM &&
 	    c->escape == NV_ESC_RM_ALLOC)
 		gs_ts_after_alloc(gf, c);
-out:
 	gs_fdswap_exit(swap, &moved);
 
 	if (moved.nr && !*fault)

@@ -139,17 +139,26 @@ static void gs_shadow_vm_close(struct vm_area_struct *vma)
 {
 	struct gs_shadow *sh = vma->vm_private_data;
 
+	unsigned int i;
+
+	spin_lock(&sh->lock);
 	atomic_inc(&sh->closes);
 	/*
-	 * Unmapped by the process itself (exit and exec drop the mm with
-	 * current->mm pointing elsewhere) while one of its calls is in flight:
-	 * the driver may read whatever is mapped there next.
+	 * Unmapped by a task of the mm itself (exit and exec drop the mm with
+	 * current->mm pointing elsewhere) while calls are in flight: their
+	 * driver may read whatever is mapped there next, a new shadow made by
+	 * another task of the mm included. The unmapper and every task with a
+	 * call in flight (other thread groups can share the mm: CLONE_VM) die.
 	 */
-	if (vma->vm_mm == current->mm && READ_ONCE(sh->busy)) {
+	if (vma->vm_mm == current->mm && sh->busy) {
 		pr_warn_ratelimited("gpuslice: pid %d unmapped its parameter pages mid-call: killed\n",
 				    task_tgid_nr(current));
 		send_sig(SIGKILL, current, 1);
+		for (i = 0; i < GS_SHADOW_PAGES; i++)
+			if (sh->owner[i])
+				send_sig(SIGKILL, sh->owner[i], 1);
 	}
+	spin_unlock(&sh->lock);
 	wake_up_all(&sh->wq);
 	gs_shadow_unref(sh);
 }
@@ -204,7 +213,7 @@ static const struct file_operations gs_shadow_fops = {
  * The caller's shadow with a reference, NULL if it has none, ERR_PTR(-EEXIST)
  * if something else is mapped where it goes.
  */
-static struct gs_shadow *gs_shadow_find(struct mm_struct *mm)
+static struct gs_shadow *gs_shadow_find(struct mm_struct *mm, int *closes)
 {
 	struct vm_area_struct *vma;
 	struct gs_shadow *sh = NULL;
@@ -216,6 +225,8 @@ static struct gs_shadow *gs_shadow_find(struct mm_struct *mm)
 		if (vma->vm_ops == &gs_shadow_vm_ops && vma->vm_start == GS_SHADOW_BASE) {
 			sh = vma->vm_private_data;
 			refcount_inc(&sh->ref);
+			/* mapped now: a close from here on changes it */
+			*closes = atomic_read(&sh->closes);
 		}
 	}
 	mmap_read_unlock(mm);
@@ -293,8 +304,12 @@ static void gs_shadow_give(struct gs_shadow *sh, unsigned int first, unsigned in
 	wake_up_all(&sh->wq);
 }
 
-/* Drops the user mappings of the slot's pages; -EFAULT if the shadow is gone. */
-static int gs_shadow_zap(struct gs_shadow_slot *s)
+/*
+ * Checks, under the mmap lock, that the slot's shadow is still the one mapped
+ * at GS_SHADOW_BASE and was not unmapped since the slot was looked up, and
+ * drops the user mappings of the slot's pages if zap. -EFAULT if not.
+ */
+static int gs_shadow_check(struct gs_shadow_slot *s, bool zap)
 {
 	struct mm_struct *mm = current->mm;
 	struct vm_area_struct *vma;
@@ -304,8 +319,9 @@ static int gs_shadow_zap(struct gs_shadow_slot *s)
 	vma = find_vma(mm, GS_SHADOW_BASE);
 	if (vma && vma->vm_ops == &gs_shadow_vm_ops && vma->vm_private_data == s->sh &&
 	    vma->vm_start == GS_SHADOW_BASE) {
-		zap_vma_ptes(vma, s->uaddr, s->nr * PAGE_SIZE);
-		err = 0;
+		if (zap)
+			zap_vma_ptes(vma, s->uaddr, s->nr * PAGE_SIZE);
+		err = atomic_read(&s->sh->closes) == s->closes ? 0 : -EFAULT;
 	}
 	mmap_read_unlock(mm);
 	return err;
@@ -323,7 +339,7 @@ int gs_shadow_get(struct gs_shadow_slot *s, size_t len)
 	for (tries = 0; !sh; tries++) {
 		if (fatal_signal_pending(current) || tries == 3)
 			return -EINTR;
-		sh = gs_shadow_find(current->mm);
+		sh = gs_shadow_find(current->mm, &s->closes);
 		if (IS_ERR(sh))
 			return PTR_ERR(sh);
 		if (!sh) {
@@ -333,7 +349,6 @@ int gs_shadow_get(struct gs_shadow_slot *s, size_t len)
 		}
 	}
 	s->sh = sh;
-	s->closes = atomic_read(&sh->closes);
 	err = wait_event_killable(sh->wq, atomic_read(&sh->closes) != s->closes ||
 				  (taken = gs_shadow_take(sh, nr, &first)));
 	if (!err && !taken)
@@ -344,8 +359,13 @@ int gs_shadow_get(struct gs_shadow_slot *s, size_t len)
 	s->nr = nr;
 	s->kaddr = sh->pages + first * PAGE_SIZE;
 	s->uaddr = GS_SHADOW_BASE + first * PAGE_SIZE;
+	err = gs_shadow_check(s, false);
+	if (err)
+		goto err_give;
 	return 0;
 
+err_give:
+	gs_shadow_give(sh, first, nr);
 err_unref:
 	gs_shadow_unref(sh);
 	return err;
@@ -356,8 +376,12 @@ int gs_shadow_put(struct gs_shadow_slot *s)
 	struct gs_shadow *sh = s->sh;
 	int err = atomic_read(&sh->closes) != s->closes ? -EFAULT : 0;
 
-	/* before another call can own them: no PTE stays writable while idle */
-	gs_shadow_zap(s);
+	/*
+	 * Before another call can own them: no PTE stays writable while idle,
+	 * and nothing of this call is left for another to read.
+	 */
+	gs_shadow_check(s, true);
+	memset(s->kaddr, 0, s->nr * PAGE_SIZE);
 	gs_shadow_give(sh, s->first, s->nr);
 	gs_shadow_unref(sh);
 	return err;

@@ -38,7 +38,7 @@ load() {  # load KO ARGS...
 }
 
 # Exported: tests that reload the modules (test_interposer_load.py) reload them so.
-export NVSTUB_ARGS="${NVSTUB_ARGS-fb_mib=81559}" GPUSLICE_ARGS="${GPUSLICE_ARGS:-}"
+export NVSTUB_ARGS="${NVSTUB_ARGS-fb_mib=81559}" GPUSLICE_ARGS="${GPUSLICE_ARGS-require_device_cgroup=0}"
 if [[ -f "$STANDIN_KO" ]]; then
     # shellcheck disable=SC2086
     load "$STANDIN_KO" $NVSTUB_ARGS

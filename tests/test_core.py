@@ -820,7 +820,7 @@ def test_lock_wait_and_long_hold_are_measured(env):
     s = core.lock_stats()
     assert s["contended"] == 1
     assert s["hold_max_ns"] >= 300_000_000
-    assert 100_000_000 <= s["wait_max_ns"] <= s["hold_max_ns"]
+    assert s["wait_max_ns"] >= 100_000_000  # it waited out most of the 300 ms hold
     assert s["hold_hist"][core.lock_bucket(s["hold_max_ns"])] == 1
     assert s["wait_hist"][core.lock_bucket(s["wait_max_ns"])] == 1
     assert sum(s["hold_hist"]) == sum(s["wait_hist"]) == s["acquired"]

@@ -203,27 +203,47 @@ static int gs_read_u32(const struct gs_io *io, nv_u64 uaddr, nv_u32 *v)
 }
 
 /*
- * NV0080_ALLOC_PARAMETERS (class/cl0080.h) names other clients. hClientShare:
- * the device attaches to that client's device-default VA space
- * (src/nvidia/src/kernel/gpu/device_share.c deviceInitClientShare(), which
- * resolves the handle with serverGetClientUnderLock(): a lookup, no ownership
- * check), so channels using the implicit VA space run in the victim's address
- * space. hTargetClient/hTargetDevice are stored and forwarded to GSP
- * unchecked. Each must be 0 or one of the instance's clients.
+ * Allocation parameters that name other clients, which RM resolves without
+ * checking that the caller owns them; each must be 0 or one of the instance's:
+ *  - NV0080_ALLOC_PARAMETERS.hClientShare: the device attaches to that
+ *    client's device-default VA space (gpu/device_share.c
+ *    deviceInitClientShare(), serverGetClientUnderLock(): a lookup), so
+ *    channels on the implicit VA space run in the victim's address space;
+ *    hTargetClient is stored and forwarded to GSP unchecked;
+ *  - NV0005_ALLOC_PARAMETERS.hParentClient: an OS event on another client's
+ *    object (its notifications);
+ *  - NV83DE_ALLOC_PARAMETERS.hAppClient: a debugger session on another
+ *    client's contexts (memory and registers).
  */
-static enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c,
-				     const struct gs_io *io, const struct nvos64_params *p)
+static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c,
+					    const struct gs_io *io, const struct nvos64_params *p)
 {
-	struct nv0080_alloc_params dp;
+	union {
+		struct nv0080_alloc_params dev;
+		struct nv0005_alloc_params ev;
+		struct nv83de_alloc_params dbg;
+	} u;
+	nv_handle named[2] = { 0, 0 };
+	nv_u32 size = p->h_class == NV01_DEVICE_0 ? sizeof(u.dev) :
+		      p->h_class == NV01_EVENT_OS_EVENT ? sizeof(u.ev) : sizeof(u.dbg);
+	unsigned int i;
 
-	if (!io || io->read(io->ctx, p->p_alloc_parms, &dp, sizeof(dp))) {
+	if (!io || io->read(io->ctx, p->p_alloc_parms, &u, size)) {
 		c->refusal = GS_REFUSE_MALFORMED;
 		gs_put_status(c, 40, NV_ERR_INVALID_POINTER);
 		return GS_REPLY;
 	}
-	if ((dp.h_client_share && !gs_is_client(in, dp.h_client_share)) ||
-	    (dp.h_target_client && !gs_is_client(in, dp.h_target_client)))
-		return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
+	if (p->h_class == NV01_DEVICE_0) {
+		named[0] = u.dev.h_client_share;
+		named[1] = u.dev.h_target_client;
+	} else if (p->h_class == NV01_EVENT_OS_EVENT) {
+		named[0] = u.ev.h_parent_client;
+	} else {
+		named[0] = u.dbg.h_app_client;
+	}
+	for (i = 0; i < 2; i++)
+		if (named[i] && !gs_is_client(in, named[i]))
+			return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
 	return GS_PASS;
 }
 
@@ -250,8 +270,9 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
-	if (p->h_class == NV01_DEVICE_0 && p->p_alloc_parms)
-		return gs_pre_device(in, c, io, p);
+	if (p->p_alloc_parms && (p->h_class == NV01_DEVICE_0 || p->h_class == NV01_EVENT_OS_EVENT ||
+				 p->h_class == GT200_DEBUGGER))
+		return gs_pre_other_clients(in, c, io, p);
 	if (gs_counted_class(p->h_class))
 		return gs_quota_pre(in, c, io, p, q);
 	return GS_PASS;
@@ -270,6 +291,8 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	if (!gs_is_client(in, p->h_client))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
 	r = gs_filter_control(in, c, io, p);
+	if (r == GS_REFUSE_NONE && !gs_virt_control_readable(io, p))
+		r = GS_REFUSE_MALFORMED;
 	if (r == GS_REFUSE_MALFORMED) {
 		c->refusal = r;
 		gs_put_status(c, st, NV_ERR_INVALID_POINTER);
@@ -388,6 +411,12 @@ int gs_nested(const struct gs_call *c, struct gs_nested *n)
 			n->stage = 1;
 		} else if (p->h_class == NV01_DEVICE_0) {
 			n->size = sizeof(struct nv0080_alloc_params);
+			n->stage = 1;
+		} else if (p->h_class == NV01_EVENT_OS_EVENT) {
+			n->size = sizeof(struct nv0005_alloc_params);
+			n->stage = 1;
+		} else if (p->h_class == GT200_DEBUGGER) {
+			n->size = sizeof(struct nv83de_alloc_params);
 			n->stage = 1;
 		} else if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_TSG) {
 			n->size = 16;	/* up to engineType */

@@ -119,8 +119,12 @@ struct gs_nested {
 	nv_u8 stage;		/* RM reads exactly size bytes */
 };
 
-/* Largest nested block that is copied (RM controls' params are smaller). */
-#define GS_NESTED_MAX		(12 * 1024)
+/*
+ * Largest nested block that is copied and staged: the controls the core
+ * decides on or rewrites are smaller (GPU_GET_PID_INFO, 14408 bytes, is the
+ * largest); RM's own cap is 1 MiB.
+ */
+#define GS_NESTED_MAX		(16 * 1024)
 
 /* what happened, for the glue to publish (netlink multicast / unix socket) */
 struct gs_event {

@@ -20,6 +20,8 @@
  */
 #define GS_MAX_CHANNELS	1024	/* a CUDA context makes 20 (traces) */
 #define GS_MAX_OBJECTS	65536
+/* the most RM's reported size of an allocation exceeds its page-rounded size (traces) */
+#define GS_RM_PAD_MAX	(2ull << 20)
 
 /* video memory, shared by an object and the handles RM_DUP_OBJECT made of it */
 struct gs_mem {
@@ -109,6 +111,7 @@ enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const s
 int gs_control_allowed(nv_u32 cmd);
 
 /* virt.c */
+int gs_virt_control_readable(const struct gs_io *io, const struct nvos54_params *p);
 void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			  const struct nvos54_params *p);
 

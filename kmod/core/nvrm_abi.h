@@ -545,6 +545,22 @@ struct nvos56_params {
 	nv_u32 status;
 };
 
+/* class/cl0005.h NV0005_ALLOC_PARAMETERS (NV01_EVENT_OS_EVENT, 24 bytes) */
+struct nv0005_alloc_params {
+	nv_handle h_parent_client;
+	nv_handle h_src_resource;
+	nv_u32 h_class;
+	nv_u32 notify_index;
+	nv_u64 data NV_ALIGN8;
+};
+
+/* class/cl83de.h NV83DE_ALLOC_PARAMETERS (GT200_DEBUGGER, 12 bytes) */
+struct nv83de_alloc_params {
+	nv_handle h_debugger_client_obsolete;
+	nv_handle h_app_client;
+	nv_handle h_class_3d_object;
+};
+
 /* class/cl0080.h NV0080_ALLOC_PARAMETERS (56 bytes) */
 struct nv0080_alloc_params {
 	nv_u32 device_id;

@@ -205,11 +205,20 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	gs_quota_release(in, c);
 	if (status != NV_OK)
 		return;
-	/* RM writes back the size it allocated; a lower reply is not RM's */
+	/*
+	 * RM writes back the size it allocated: at least what was asked, at
+	 * most the reservation plus RM's padding. A lower reply is not RM's
+	 * (the reply is in a page another thread can write once the driver has
+	 * started writing it: kmod/shadow.c): the reservation is charged. A
+	 * higher one is charged at the most RM could have allocated, which
+	 * also keeps a forged 2^64 - x from wrapping the counter.
+	 */
 	if (c->reply_lost || !io ||
 	    io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)) ||
 	    size < asked)
 		size = reserved;
+	else if (size > reserved + GS_RM_PAD_MAX)
+		size = reserved + GS_RM_PAD_MAX;
 	/* an RM-chosen handle that is registered already is a rewritten reply */
 	h = p->h_object_new ? p->h_object_new : (c->reply_lost ? 0 : rep->h_object_new);
 	if (!p->h_object_new && h && gs_obj_find(in, p->h_root, h))

@@ -124,6 +124,24 @@ static nv_u32 gs_min_kib(nv_u32 real, nv_u64 bytes)
 	return kib < real ? (nv_u32)kib : real;
 }
 
+/*
+ * The controls whose replies gs_virt_control_post() rewrites. Their
+ * parameters must be readable before the call (the glue's staged copy): a
+ * reply it cannot rewrite would go to the caller as RM wrote it (other
+ * processes' pids and memory, the whole GPU's size).
+ */
+int gs_virt_control_readable(const struct gs_io *io, const struct nvos54_params *p)
+{
+	nv_u32 head;
+
+	if (p->cmd != NV2080_CTRL_CMD_GPU_GET_PIDS && p->cmd != NV2080_CTRL_CMD_GPU_GET_PID_INFO &&
+	    p->cmd != NV2080_CTRL_CMD_FB_GET_INFO_V2)
+		return 1;
+	if (!p->params)
+		return 1;	/* RM refuses it */
+	return io && p->params_size >= sizeof(head) && !io->read(io->ctx, p->params, &head, sizeof(head));
+}
+
 /* called with in->lock held */
 void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			  const struct nvos54_params *p)

@@ -300,3 +300,143 @@ def test_no_timeslice_or_host_wide_setting_from_a_container(nl):
         finally:
             real.close()
             s.close()
+
+
+CGROUP_PROBE = r'''
+import os, sys
+ok = []
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        ok.append(f"{path}:ok")
+    except OSError as e:
+        ok.append(f"{path}:{e.errno}")
+print(" ".join(ok))
+'''
+
+
+def _device_filter_cgroup(deny_major: int) -> str:
+    """A cgroup v2 group with a BPF device program that denies one major and allows the
+    rest, as runc/crun install for a container (BPF_PROG_TYPE_CGROUP_DEVICE)."""
+    import struct as st
+
+    root = "/sys/fs/cgroup"
+    with open("/proc/mounts") as f:
+        if not any(line.split()[1] == root and line.split()[2] == "cgroup2" for line in f):
+            root = "/tmp/gs-cgroup2"
+            os.makedirs(root, exist_ok=True)
+            if subprocess.run(["mount", "-t", "cgroup2", "none", root]).returncode:
+                pytest.skip("no cgroup2")
+    cg = os.path.join(root, f"gs-devfilter-{os.getpid()}")
+    os.makedirs(cg, exist_ok=True)
+
+    def insn(code: int, dst: int, src: int, off: int, imm: int) -> bytes:
+        return st.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+    prog = b"".join([
+        insn(0x61, 2, 1, 4, 0),           # r2 = ctx->major
+        insn(0x15, 2, 0, 2, deny_major),  # if r2 == deny_major goto deny
+        insn(0xB7, 0, 0, 0, 1),           # r0 = 1 (allow)
+        insn(0x95, 0, 0, 0, 0),           # exit
+        insn(0xB7, 0, 0, 0, 0),           # deny: r0 = 0
+        insn(0x95, 0, 0, 0, 0),           # exit
+    ])
+    sysc = ctypes.CDLL(None, use_errno=True).syscall
+    sysc.restype = ctypes.c_long
+    code = ctypes.create_string_buffer(prog)
+    lic = ctypes.create_string_buffer(b"GPL")
+    attr = ctypes.create_string_buffer(128)
+    # union bpf_attr for BPF_PROG_LOAD: prog_type, insn_cnt, insns, license
+    st.pack_into("<IIQQ", attr, 0, 15, len(prog) // 8, ctypes.addressof(code), ctypes.addressof(lic))
+    fd = sysc(321, 5, attr, 128)  # bpf(BPF_PROG_LOAD)
+    if fd < 0:
+        pytest.skip(f"BPF_PROG_LOAD: errno {ctypes.get_errno()}")
+    cfd = os.open(cg, os.O_RDONLY | os.O_DIRECTORY)
+    attr = ctypes.create_string_buffer(128)
+    st.pack_into("<IIII", attr, 0, cfd, fd, 6, 0)  # target_fd, attach_bpf_fd, BPF_CGROUP_DEVICE, flags
+    r = sysc(321, 8, attr, 128)  # bpf(BPF_PROG_ATTACH)
+    os.close(cfd)
+    os.close(fd)
+    if r < 0:
+        pytest.skip(f"BPF_PROG_ATTACH: errno {ctypes.get_errno()}")
+    return cg
+
+
+def test_no_instance_node_for_a_process_that_can_open_the_real_one(nl):
+    """Item 3: during a call the real files are in the caller's fd table, where another
+    thread can reach them through /proc/<pid>/task/<tid>/fd; only the device cgroup stops
+    it opening them again. With require_device_cgroup (the module's default; the test bed
+    turns it off), a process whose device cgroup would let it open the real node gets no
+    instance node; one whose cgroup denies major 195, as a container's does, gets them."""
+    param = "/sys/module/gpuslice/parameters/require_device_cgroup"
+    if not os.path.exists(param):
+        pytest.skip("no require_device_cgroup")
+    with Instance(nl, 64 * MIB) as inst:
+        cg = _device_filter_cgroup(195)
+        paths = [inst.path("nvidiactl"), inst.path("nvidia0"), "/dev/nvidiactl"]
+        _set_param = lambda v: open(param, "w").write(v)  # noqa: E731
+        try:
+            _set_param("Y")
+            with pytest.raises(PermissionError):
+                os.open(inst.path("nvidiactl"), os.O_RDWR)
+
+            def enter() -> None:
+                with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+
+            out = subprocess.run([sys.executable, "-c", CGROUP_PROBE, *paths], preexec_fn=enter,
+                                 capture_output=True, text=True, timeout=60)
+            print(out.stdout, out.stderr)
+            got = dict(x.rsplit(":", 1) for x in out.stdout.split())
+            assert got[inst.path("nvidiactl")] == "ok" and got[inst.path("nvidia0")] == "ok"
+            assert got["/dev/nvidiactl"] == "1"  # EPERM: the container's device cgroup
+        finally:
+            _set_param("N")
+            try:
+                os.rmdir(cg)
+            except OSError:
+                pass
+
+
+def test_debugger_and_event_parameters_naming_another_client_are_refused(nl):
+    """GT200_DEBUGGER's hAppClient (a debug session on that client's contexts) and
+    NV01_EVENT_OS_EVENT's hParentClient (its notifications) naming a client outside the
+    instance are refused; the instance's own pass to the driver."""
+    import struct as st
+
+    with Instance(nl, 64 * MIB) as a, Instance(nl, 64 * MIB) as b:
+        victim = session(b)
+        attacker = session(a)
+        try:
+            dbg = ctypes.create_string_buffer(st.pack("<III", 0, victim.client, 0), 12)
+            ev = ctypes.create_string_buffer(st.pack("<IIIIQ", victim.client, victim.device, 0, 0, 0), 24)
+            assert nvstub.rm_alloc(attacker.ctl, attacker.client, attacker.device, attacker.handle(),
+                                   abi.GT200_DEBUGGER, dbg)[0] == abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+            assert nvstub.rm_alloc(attacker.ctl, attacker.client, attacker.device, attacker.handle(),
+                                   abi.NV01_EVENT_OS_EVENT, ev)[0] == abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+            assert a.get()["nr_refused_filter"] == 2
+            dbg = ctypes.create_string_buffer(st.pack("<III", 0, attacker.client, 0), 12)
+            nvstub.rm_alloc(attacker.ctl, attacker.client, attacker.device, attacker.handle(),
+                            abi.GT200_DEBUGGER, dbg)
+            assert a.get()["nr_refused_filter"] == 2  # its own client: passed to the driver
+        finally:
+            attacker.close()
+            victim.close()
+
+
+def test_instance_names_are_ascii(nl):
+    """The netlink fuzzer created an instance named b"nlf\\xe9" (the kernel's isalnum()
+    takes Latin-1 letters): its /dev/gpuslice directory did not match the name user space
+    reads back. Names are ASCII letters, digits, '_', '.', '-'."""
+    import rawgenl
+    from gpuslice import netlink as gnl
+
+    A = gnl.ATTR_IDS
+    name = b"nlf\xe9" + os.urandom(2).hex().encode()
+    with rawgenl.Genl("gpuslice") as g:
+        err, _ = g.request(gnl.CMD_INSTANCE_NEW, [(A["GPUSLICE_A_NAME"], name + b"\0"),
+                                                  (A["GPUSLICE_A_GPU_MASK"], rawgenl.u32(1)),
+                                                  (A["GPUSLICE_A_MEM_LIMIT"], rawgenl.u64(MIB))])
+    assert err == 22, err  # EINVAL
+    names = os.listdir("/dev/gpuslice") if os.path.isdir("/dev/gpuslice") else []
+    assert not any(n.encode(errors="surrogateescape").startswith(b"nlf\xe9") for n in names)
