@@ -139,10 +139,12 @@ def kernel(ctx: click.Context) -> Any:
     if mode == "no":
         return None
     if "nl" not in ctx.obj:
-        from .netlink import GpusliceNetlink, NetlinkError
+        from .netlink import GpusliceNetlink, NetlinkError, VersionMismatch
 
         try:
             ctx.obj["nl"] = GpusliceNetlink()
+        except VersionMismatch as e:  # refused whatever the mode: never talk to another ABI
+            raise GpuctlError(str(e)) from None
         except (NetlinkError, OSError, ImportError) as e:
             if mode == "yes":
                 raise GpuctlError(str(e)) from None
@@ -717,10 +719,12 @@ def _make_source(ctx: click.Context, kind: str, preload_sock: str) -> Any:
     from .sources import NetlinkSource, NvstubSource, PreloadSource
 
     if kind in ("auto", "netlink"):
-        try:
-            from .netlink import GpusliceNetlink
+        from .netlink import GpusliceNetlink, VersionMismatch
 
+        try:
             return NetlinkSource(GpusliceNetlink())
+        except VersionMismatch as e:
+            raise GpuctlError(str(e)) from None
         except OSError as e:
             if kind == "netlink":
                 raise GpuctlError(str(e)) from None
