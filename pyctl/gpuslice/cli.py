@@ -171,13 +171,16 @@ def inst_json(i: S.Instance) -> dict[str, Any]:
               help="State file (env GPUSLICE_STATE).")
 @click.option("--kernel", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
               help="Apply changes to the gpuslice kernel module too: auto = when it is loaded.")
+@click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
+              help="CDI spec that `instance create` and `instance delete` regenerate, e.g. "
+              "/etc/cdi/gpuslice.yaml (env GPUSLICE_CDI_SPEC; default: none).")
 @click.version_option(package_name="gpuslice")
 @click.pass_context
-def main(ctx: click.Context, state_path: str, kernel: str) -> None:
+def main(ctx: click.Context, state_path: str, kernel: str, cdi_spec: str | None) -> None:
     """Kernel-space GPU sharing: instances (fake NVIDIA device sets with a memory limit)
     and compute policies, enforced by `gpuctl daemon`."""
     ctx.ensure_object(dict)
-    ctx.obj.update(state=state_path, kernel=kernel)
+    ctx.obj.update(state=state_path, kernel=kernel, cdi_spec=cdi_spec)
 
 
 @main.group()
@@ -220,6 +223,7 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int,
 
             nl.instance_new(name, mask_of(gpus), memory, weight=inst.weight,
                             share=units.share_to_ppt(share) if share else None, uid=uid, gid=gid, mode=mode_bits)
+        _regenerate_cdi(ctx, st)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
 
 
@@ -367,7 +371,96 @@ def instance_delete(ctx: click.Context, name: str) -> None:
                 if e.errno != 2:  # ENOENT: the module does not know it (e.g. after reload)
                     raise GpuctlError(f"cannot delete {name} in the kernel: {e}") from None
         del st.instances[name]
+        _regenerate_cdi(ctx, st)
     emit(ctx, {"deleted": name}, lambda: f"deleted {name}")
+
+
+# ---- CDI -----------------------------------------------------------------------------
+
+def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
+    """The instances for the spec: the module's (their nodes exist), or with no module
+    (--kernel no, or not loaded) the state file's."""
+    from . import cdi
+
+    nl = kernel(ctx)
+    if nl is not None:
+        return cdi.instances_from_netlink(nl.instances())
+    st = st if st is not None else S.load(ctx.obj["state"])
+    return [cdi.Instance(i.name, tuple(i.gpus)) for i in sorted(st.instances.values(), key=lambda i: i.name)]
+
+
+def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
+    from . import cdi
+
+    spec = cdi.build_spec(_cdi_instances(ctx, st), cdi.driver_files(cdi.scan_host()), cdi.find_nvidia_ctk())
+    errs = cdi.check_spec(spec)
+    if errs:
+        raise GpuctlError(f"CDI spec not written: {errs[0]}")
+    return spec
+
+
+def _regenerate_cdi(ctx: click.Context, st: S.State) -> None:
+    path = ctx.obj.get("cdi_spec")
+    if path:
+        from . import cdi
+
+        try:
+            _write_or_remove(path, _cdi_spec(ctx, st))
+        except OSError as e:
+            raise GpuctlError(f"cannot write the CDI spec {path}: {e.strerror or e}") from None
+
+
+def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
+    """Write the spec, or remove it when there is no instance: CDI refuses a spec
+    without devices, and older runtimes then ignore every spec in the directory."""
+    from . import cdi
+
+    if spec["devices"]:
+        cdi.write_spec(path, cdi.render(spec))
+        return True
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return False
+
+
+@main.group("cdi")
+def cdi_group() -> None:
+    """Container Device Interface: `podman run --device gpuslice.dev/gpu=NAME`."""
+
+
+@cdi_group.command("generate")
+@click.option("--output", "-o", metavar="PATH", help="Write the spec here (e.g. /etc/cdi/gpuslice.yaml) "
+              "instead of printing it.")
+@json_option
+@click.pass_context
+def cdi_generate(ctx: click.Context, output: str | None) -> None:
+    """A CDI spec with one device per instance (kind gpuslice.dev/gpu): the instance's
+    nodes at /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-uvm, and the host's NVIDIA
+    driver files (libcuda, libnvidia-ml, nvidia-smi, ...) mounted read-only. Printed as
+    YAML (JSON with --json), or written to --output with a summary (no instance: the
+    file is removed, as CDI refuses a spec without devices)."""
+    from . import cdi
+
+    spec = _cdi_spec(ctx)
+    if output is None:
+        emit(ctx, spec, lambda: cdi.render(spec).rstrip("\n"))
+        return
+    try:
+        written = _write_or_remove(output, spec)
+    except OSError as e:
+        raise GpuctlError(f"cannot write the CDI spec {output}: {e.strerror or e}") from None
+    if not written:
+        emit(ctx, {"output": output, "devices": [], "mounts": 0, "removed": True},
+             lambda: f"no instances: {output} removed (a CDI spec needs a device)")
+        return
+    rows = [{"device": f"{cdi.KIND}={d['name']}",
+             "nodes": ",".join(n["path"] for n in d["containerEdits"]["deviceNodes"])} for d in spec["devices"]]
+    mounts = len(spec["containerEdits"].get("mounts", []))
+    emit(ctx, {"output": output, "devices": [d["name"] for d in spec["devices"]], "mounts": mounts},
+         lambda: f"wrote {output}: {len(rows)} devices, {mounts} driver files\n"
+         + table(rows, [("device", "DEVICE"), ("nodes", "NODES")]))
 
 
 @main.group()
