@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -770,6 +771,70 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
             time.sleep(max(0.0, interval / 1e9 - (time.monotonic() - t)))
     finally:
         rm.close()
+
+
+@main.command()
+@click.option("--listen", default="127.0.0.1:9400", show_default=True, metavar="HOST:PORT",
+              help="Address to serve /metrics on (port 0: any free port).")
+@click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
+@click.option("--guard-file", default=GUARD_STATUS, show_default=True, help="Where the guard reports.")
+@click.option("--nvml/--no-nvml", default=True, show_default=True,
+              help="Per-GPU utilisation and memory from NVML (skipped when NVML finds no GPU).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
+@click.pass_context
+def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str, nvml: bool, verbose: int) -> None:
+    """Serve Prometheus metrics: per instance memory limit, used and peak, ioctls,
+    refusals by reason, processes, core-lock hold and wait times (from the module);
+    target share, activity and gating (from the daemon); per GPU NVML utilisation and
+    memory. Read on each scrape. Names: docs/metrics.md."""
+    from . import exporter as E
+
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="gpuctl exporter: %(message)s")
+    try:
+        E.parse_listen(listen)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--listen") from None
+    kernel(ctx)  # a version mismatch stops here, before serving anything
+
+    def instances() -> list[dict[str, Any]] | None:
+        nl = ctx.obj.get("nl")
+        if nl is None:
+            if ctx.obj["kernel"] == "no":
+                return None
+            ctx.obj.pop("nl", None)
+            try:
+                nl = kernel(ctx)
+            except GpuctlError:
+                ctx.obj["nl"] = None
+                raise
+            if nl is None:
+                return None
+        try:
+            return list(nl.instances())
+        except OSError:
+            nl.close()
+            ctx.obj["nl"] = None  # reconnect at the next scrape (module reloaded)
+            raise
+
+    src = E.Sources(instances=instances, status=lambda: _read_status(status_file),
+                    guard=lambda: _read_status(guard_file), gpus=E.nvml_gpus if nvml else (lambda: []))
+    srv = E.make_server(listen, E.registry_for(src))
+    stop = threading.Event()
+
+    def on_signal(_n: int, _f: Any) -> None:
+        if not stop.is_set():
+            stop.set()
+            threading.Thread(target=srv.shutdown, daemon=True).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    host, port = str(srv.server_address[0]), int(srv.server_address[1])
+    logging.getLogger(__name__).warning("serving http://%s:%d/metrics", f"[{host}]" if ":" in host else host, port)
+    try:
+        srv.serve_forever(poll_interval=0.5)
+    finally:
+        srv.server_close()
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
