@@ -181,3 +181,22 @@ def test_cli_unwritable_output_is_one_line(gpuctl, tmp_path) -> None:
     assert res.exit_code == 1
     err = res.stderr.strip()
     assert "\n" not in err and err.startswith("gpuctl: cannot write the CDI spec")
+
+
+def test_run_args(gpuctl, monkeypatch) -> None:
+    """Docker-style flags: the same nodes as the CDI device, HOST:CONTAINER."""
+    monkeypatch.setattr(cdi, "scan_host", lambda: DRIVER + OTHER)
+    assert gpuctl("instance", "create", "web", "--gpu", "2", "--memory", "1GiB").exit_code == 0
+    res = gpuctl("run-args", "web", "--json")
+    assert res.exit_code == 0, res.stderr
+    args = json.loads(res.stdout)
+    devs = [args[i + 1] for i, a in enumerate(args) if a == "--device"]
+    assert devs == ["/dev/gpuslice/web/nvidiactl:/dev/nvidiactl", "/dev/gpuslice/web/nvidia2:/dev/nvidia2",
+                    "/dev/gpuslice/web/nvidia-uvm:/dev/nvidia-uvm"]
+    vols = [args[i + 1] for i, a in enumerate(args) if a == "--volume"]
+    assert vols == [f"{f}:{f}:ro" for f in cdi.driver_files(DRIVER)]
+    line = gpuctl("run-args", "web", "--no-driver").stdout.strip()
+    assert line == ("--device /dev/gpuslice/web/nvidiactl:/dev/nvidiactl --device /dev/gpuslice/web/nvidia2:/dev/nvidia2 "
+                    "--device /dev/gpuslice/web/nvidia-uvm:/dev/nvidia-uvm --env GPUSLICE_INSTANCE=web")
+    err = gpuctl("run-args", "nope").stderr.strip()
+    assert err == "gpuctl: no instance 'nope'"

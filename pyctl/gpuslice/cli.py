@@ -426,6 +426,30 @@ def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
     return False
 
 
+@main.command("run-args")
+@click.argument("name")
+@click.option("--driver/--no-driver", default=True, show_default=True,
+              help="Also mount the host's NVIDIA driver files read-only (as the CDI spec does).")
+@json_option
+@click.pass_context
+def run_args(ctx: click.Context, name: str, driver: bool) -> None:
+    """docker/podman run flags that give a container instance NAME without CDI:
+    `docker run $(gpuctl run-args web) IMAGE ...`. One shell-quoted line (JSON: the
+    argument list)."""
+    import shlex
+
+    from . import cdi
+
+    inst = next((i for i in _cdi_instances(ctx) if i.name == name), None)
+    if inst is None:
+        raise GpuctlError(f"no instance {name!r}")
+    args = [a for n in cdi.device_nodes(inst) for a in ("--device", f"{n['hostPath']}:{n['path']}")]
+    if driver:
+        args += [a for f in cdi.driver_files(cdi.scan_host()) for a in ("--volume", f"{f}:{f}:ro")]
+    args += ["--env", f"GPUSLICE_INSTANCE={name}"]
+    emit(ctx, args, lambda: shlex.join(args))
+
+
 @main.group("cdi")
 def cdi_group() -> None:
     """Container Device Interface: `podman run --device gpuslice.dev/gpu=NAME`."""
