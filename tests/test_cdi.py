@@ -200,3 +200,20 @@ def test_run_args(gpuctl, monkeypatch) -> None:
                     "--device /dev/gpuslice/web/nvidia-uvm:/dev/nvidia-uvm --env GPUSLICE_INSTANCE=web")
     err = gpuctl("run-args", "nope").stderr.strip()
     assert err == "gpuctl: no instance 'nope'"
+
+
+def test_restore_recreates_what_the_module_lacks(gpuctl, tmp_path) -> None:
+    from gpuslice import state as S
+
+    assert gpuctl("instance", "create", "a", "--memory", "1GiB").exit_code == 0
+    path = str(tmp_path / "state.json")
+    with S.locked(path) as stt:  # as after a reboot: in the state file, not in the module
+        stt.instances["b"] = S.Instance("b", [0, 3], 2 << 30, weight=5)
+    out = tmp_path / "g.yaml"
+    res = gpuctl("--cdi-spec", str(out), "instance", "restore", "--json")
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout) == {"created": ["b"]}
+    assert [d["name"] for d in yaml.safe_load(out.read_text())["devices"]] == ["a", "b"]
+    assert gpuctl("instance", "restore").stdout.strip() == "nothing to restore"
+    no_module = CliRunner().invoke(main, ["--state", path, "--kernel", "no", "instance", "restore"])
+    assert no_module.exit_code == 1 and "not loaded" in no_module.stderr

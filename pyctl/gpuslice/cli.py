@@ -488,6 +488,30 @@ def cdi_generate(ctx: click.Context, output: str | None) -> None:
          + table(rows, [("device", "DEVICE"), ("nodes", "NODES")]))
 
 
+@instance.command("restore")
+@json_option
+@click.pass_context
+def instance_restore(ctx: click.Context) -> None:
+    """Create in the module every instance of the state file it does not have (after a
+    boot or a module reload; the gpuslice-daemon unit runs it before the daemon).
+    Node owner, group and mode are not kept in the state file: the module's defaults."""
+    from .netlink import mask_of
+
+    nl = kernel(ctx)
+    if nl is None:
+        raise GpuctlError("the gpuslice module is not loaded (modprobe gpuslice)")
+    with S.locked(ctx.obj["state"]) as st:
+        have = {d["name"] for d in nl.instances() if "name" in d}
+        made = []
+        for i in sorted(st.instances.values(), key=lambda i: i.name):
+            if i.name not in have:
+                nl.instance_new(i.name, mask_of(i.gpus), i.memory, weight=i.weight,
+                                share=units.share_to_ppt(i.share) if i.share else None)
+                made.append(i.name)
+        _regenerate_cdi(ctx, st)
+    emit(ctx, {"created": made}, lambda: f"created {', '.join(made)}" if made else "nothing to restore")
+
+
 @main.group()
 def policy() -> None:
     """Per-GPU compute policy: fixed, weight, equal or burst (see docs/policies.md)."""
