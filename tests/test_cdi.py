@@ -217,3 +217,27 @@ def test_restore_recreates_what_the_module_lacks(gpuctl, tmp_path) -> None:
     assert gpuctl("instance", "restore").stdout.strip() == "nothing to restore"
     no_module = CliRunner().invoke(main, ["--state", path, "--kernel", "no", "instance", "restore"])
     assert no_module.exit_code == 1 and "not loaded" in no_module.stderr
+
+
+def test_a_failed_regeneration_keeps_the_change(gpuctl, tmp_path) -> None:
+    """The instance is made (module and state file) even when the spec cannot be
+    written; the error says both, in one line."""
+    from gpuslice import state as S
+
+    (tmp_path / "file").write_text("")
+    bad = str(tmp_path / "file" / "g.yaml")
+    res = gpuctl("--cdi-spec", bad, "instance", "create", "web", "--memory", "1GiB")
+    assert res.exit_code == 1
+    err = res.stderr.strip()
+    assert "\n" not in err and err.startswith(f"gpuctl: created web, but the CDI spec {bad} was not written")
+    assert list(S.load(str(tmp_path / "state.json")).instances) == ["web"]
+
+
+def test_names_that_are_not_cdi_names_are_left_out(gpuctl, tmp_path) -> None:
+    assert cdi.is_cdi_name("web-1.a_b") and not cdi.is_cdi_name("_web") and not cdi.is_cdi_name("web-")
+    out = tmp_path / "g.yaml"
+    assert gpuctl("--cdi-spec", str(out), "instance", "create", "ok", "--memory", "1GiB").exit_code == 0
+    res = gpuctl("--cdi-spec", str(out), "instance", "create", "_hidden", "--memory", "1GiB")
+    assert res.exit_code == 0
+    assert "warning: instance '_hidden' left out of the CDI spec" in res.stderr
+    assert [d["name"] for d in yaml.safe_load(out.read_text())["devices"]] == ["ok"]

@@ -56,6 +56,15 @@ class Instance:
     gpus: tuple[int, ...]
 
 
+_CDI_NAME_RE = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9_.:-]*[a-zA-Z0-9])?")
+
+
+def is_cdi_name(name: str) -> bool:
+    """A CDI device name: alphanumerics, with ``_.:-`` inside only. Instance names may
+    also start or end with ``_.-``; such an instance cannot be a CDI device."""
+    return bool(_CDI_NAME_RE.fullmatch(name))
+
+
 def instances_from_netlink(replies: Iterable[Mapping[str, Any]]) -> list[Instance]:
     """INSTANCE_GET replies (netlink.to_dict) -> instances, sorted by name."""
     out = []
@@ -123,11 +132,12 @@ def build_spec(instances: Iterable[Instance], files: Sequence[str], nvidia_ctk: 
                dev_root: str = DEV_ROOT) -> dict[str, Any]:
     """The CDI spec: one device per instance (its nodes and GPUSLICE_INSTANCE), and
     edits shared by all of them (the driver files, NVIDIA_VISIBLE_DEVICES=void so that
-    an NVIDIA runtime hook in the same container adds no real node)."""
+    an NVIDIA runtime hook in the same container adds no real node). An instance whose
+    name is not a CDI name (is_cdi_name) is left out."""
     devices = [{"name": i.name,
                 "containerEdits": {"env": [f"GPUSLICE_INSTANCE={i.name}"],
                                    "deviceNodes": device_nodes(i, dev_root)}}
-               for i in sorted(instances, key=lambda i: i.name)]
+               for i in sorted(instances, key=lambda i: i.name) if is_cdi_name(i.name)]
     edits: dict[str, Any] = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
     if files:
         edits["mounts"] = mounts(files)
@@ -142,7 +152,7 @@ def check_spec(spec: Mapping[str, Any], dev_root: str = DEV_ROOT) -> list[str]:
     CDI device names, absolute paths, every node an instance's, never a real one."""
     errs = []
     for dev in spec.get("devices", []):
-        if not re.fullmatch(r"[a-zA-Z0-9]([a-zA-Z0-9_.:-]*[a-zA-Z0-9])?", dev.get("name", "")):
+        if not is_cdi_name(dev.get("name", "")):
             errs.append(f"device name {dev.get('name')!r} is not a CDI name")
         for node in dev.get("containerEdits", {}).get("deviceNodes", []):
             host = node.get("hostPath", node.get("path", ""))

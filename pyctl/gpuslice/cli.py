@@ -224,7 +224,8 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int,
 
             nl.instance_new(name, mask_of(gpus), memory, weight=inst.weight,
                             share=units.share_to_ppt(share) if share else None, uid=uid, gid=gid, mode=mode_bits)
-        _regenerate_cdi(ctx, st)
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"created {name}", cdi_err)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
 
 
@@ -372,7 +373,8 @@ def instance_delete(ctx: click.Context, name: str) -> None:
                 if e.errno != 2:  # ENOENT: the module does not know it (e.g. after reload)
                     raise GpuctlError(f"cannot delete {name} in the kernel: {e}") from None
         del st.instances[name]
-        _regenerate_cdi(ctx, st)
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"deleted {name}", cdi_err)
     emit(ctx, {"deleted": name}, lambda: f"deleted {name}")
 
 
@@ -393,22 +395,36 @@ def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
 def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
     from . import cdi
 
-    spec = cdi.build_spec(_cdi_instances(ctx, st), cdi.driver_files(cdi.scan_host()), cdi.find_nvidia_ctk())
+    insts = _cdi_instances(ctx, st)
+    for i in insts:
+        if not cdi.is_cdi_name(i.name):
+            click.echo(f"gpuctl: warning: instance {i.name!r} left out of the CDI spec: CDI device names "
+                       "start and end with a letter or digit", err=True)
+    spec = cdi.build_spec(insts, cdi.driver_files(cdi.scan_host()), cdi.find_nvidia_ctk())
     errs = cdi.check_spec(spec)
     if errs:
         raise GpuctlError(f"CDI spec not written: {errs[0]}")
     return spec
 
 
-def _regenerate_cdi(ctx: click.Context, st: S.State) -> None:
+def _regenerate_cdi(ctx: click.Context, st: S.State) -> str | None:
+    """Rewrite the configured spec (--cdi-spec); what went wrong, or None. Never
+    raises: the change it follows is made and saved either way."""
     path = ctx.obj.get("cdi_spec")
-    if path:
-        from . import cdi
+    if not path:
+        return None
+    try:
+        _write_or_remove(path, _cdi_spec(ctx, st))
+    except OSError as e:
+        return f"the CDI spec {path} was not written: {e.strerror or e}"
+    except GpuctlError as e:
+        return str(e)
+    return None
 
-        try:
-            _write_or_remove(path, _cdi_spec(ctx, st))
-        except OSError as e:
-            raise GpuctlError(f"cannot write the CDI spec {path}: {e.strerror or e}") from None
+
+def _cdi_failed(done: str, err: str | None) -> None:
+    if err:
+        raise GpuctlError(f"{done}, but {err}")
 
 
 def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
@@ -508,7 +524,8 @@ def instance_restore(ctx: click.Context) -> None:
                 nl.instance_new(i.name, mask_of(i.gpus), i.memory, weight=i.weight,
                                 share=units.share_to_ppt(i.share) if i.share else None)
                 made.append(i.name)
-        _regenerate_cdi(ctx, st)
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"created {', '.join(made) or 'nothing'}", cdi_err)
     emit(ctx, {"created": made}, lambda: f"created {', '.join(made)}" if made else "nothing to restore")
 
 
