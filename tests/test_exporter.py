@@ -40,8 +40,12 @@ BATCH = {"name": "batch", "id": 2, "gpu_mask": 1, "mem_limit": GIB, "mem_used": 
 STATUS = {"running": True, "pid": 1, "switches": 42, "rm_calls": 84,
           "switch_latency_ns": {"p50": 120_000, "p99": 900_000, "max": None},
           "gpus": {"0": {"policy": "burst", "period_ns": 50_000_000,
-                         "instances": {"web": {"share": 0.75, "active": True, "gated": True, "channels": 4},
-                                       "batch": {"share": 0.25, "active": False, "gated": False, "channels": 0}}}}}
+                         "switch_latency_hist_ns": lock_hist((17, 30), (18, 10), (20, 2)),
+                         "switch_latency_sum_ns": 10_000_000,
+                         "instances": {"web": {"share": 0.75, "active": True, "gated": True, "channels": 4,
+                                               "slot_ns": 3_000_000_000, "gated_ns": 1_000_000_000},
+                                       "batch": {"share": 0.25, "active": False, "gated": False, "channels": 0,
+                                                 "slot_ns": 1_000_000_000, "gated_ns": 3_000_000_000}}}}}
 GUARD = {"pid": 2, "polls": 500, "kills": 1}
 GPUS = [{"index": 0, "uuid": "GPU-abc", "utilization": 37, "memory_used": 3 * GIB, "memory_total": 80 * GIB}]
 
@@ -101,7 +105,12 @@ def test_scrape_over_loopback(server) -> None:
     # the daemon
     assert value(sm, "gpuslice_daemon_up") == 1
     assert value(sm, "gpuslice_daemon_slot_switches_total") == 42
-    assert value(sm, "gpuslice_daemon_switch_latency_seconds", stat="p99") == pytest.approx(9e-4)
+    assert value(sm, "gpuslice_daemon_recent_switch_latency_seconds", stat="p99") == pytest.approx(9e-4)
+    assert value(sm, "gpuslice_gpu_switch_latency_seconds_count", gpu="0") == 42
+    assert value(sm, "gpuslice_gpu_switch_latency_seconds_bucket", gpu="0", le="0.000131072") == 30
+    assert value(sm, "gpuslice_gpu_switch_latency_seconds_sum", gpu="0") == pytest.approx(0.01)
+    assert value(sm, "gpuslice_instance_slot_seconds_total", instance="web", gpu="0") == 3.0
+    assert value(sm, "gpuslice_instance_gated_seconds_total", instance="batch", gpu="0") == 3.0
     assert value(sm, "gpuslice_instance_share_target_ratio", instance="web", gpu="0") == 0.75
     assert value(sm, "gpuslice_instance_gated", instance="web", gpu="0") == 1
     assert value(sm, "gpuslice_instance_active", instance="batch", gpu="0") == 0

@@ -144,8 +144,8 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
         c = CounterMetricFamily(name, doc)
         c.add_metric([], status.get(key, 0))
         out.append(c)
-    lat = GaugeMetricFamily("gpuslice_daemon_switch_latency_seconds", "Slot switch latency over the daemon's recent "
-                            "switches, by statistic (p50, p99, max).", labels=["stat"])
+    lat = GaugeMetricFamily("gpuslice_daemon_recent_switch_latency_seconds", "Slot switch latency over the daemon's "
+                            "last 10000 switches, all GPUs, by statistic (p50, p99, max).", labels=["stat"])
     for stat, v in sorted((status.get("switch_latency_ns") or {}).items()):
         if v is not None:
             lat.add_metric([stat], v * NS)
@@ -161,7 +161,16 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
     policy = GaugeMetricFamily("gpuslice_gpu_policy_info", "The GPU's policy (always 1).",
                                labels=["gpu", "policy"])
     period = GaugeMetricFamily("gpuslice_gpu_period_seconds", "Scheduling period of the GPU.", labels=["gpu"])
-    for g, tl in sorted((status.get("gpus") or {}).items()):
+    slot = CounterMetricFamily("gpuslice_instance_slot_seconds", "Time in the instance's own slots (its channels "
+                               "enabled for it) since the daemon started; rate() is the achieved share.", labels=labels)
+    gated_t = CounterMetricFamily("gpuslice_instance_gated_seconds", "Time the instance's channels were disabled "
+                                  "for others' slots since the daemon started.", labels=labels)
+    gpus = sorted((status.get("gpus") or {}).items())
+    lat_hist = _hist("gpuslice_gpu_switch_latency_seconds", "Slot switch latency per GPU (log2 buckets): from the "
+                     "slot boundary to the gating applied.",
+                     (([g], list(tl["switch_latency_hist_ns"]), int(tl.get("switch_latency_sum_ns", 0)),
+                       sum(tl["switch_latency_hist_ns"])) for g, tl in gpus if "switch_latency_hist_ns" in tl), ["gpu"])
+    for g, tl in gpus:
         policy.add_metric([g, str(tl.get("policy"))], 1)
         if "period_ns" in tl:
             period.add_metric([g], tl["period_ns"] * NS)
@@ -170,7 +179,11 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
             active.add_metric([name, g], 1 if li.get("active") else 0)
             gated.add_metric([name, g], 1 if li.get("gated") else 0)
             chans.add_metric([name, g], li.get("channels", 0))
-    return out + [target, active, gated, chans, policy, period]
+            if "slot_ns" in li:
+                slot.add_metric([name, g], li["slot_ns"] * NS)
+            if "gated_ns" in li:
+                gated_t.add_metric([name, g], li["gated_ns"] * NS)
+    return out + [target, active, gated, chans, slot, gated_t, policy, period, lat_hist]
 
 
 def _guard(guard: Mapping[str, Any] | None) -> list[Metric]:
