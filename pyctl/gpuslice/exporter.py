@@ -303,12 +303,17 @@ def registry_for(sources: Sources) -> CollectorRegistry:
     return reg
 
 
-def make_server(listen: str, registry: CollectorRegistry) -> http.server.ThreadingHTTPServer:
+def make_server(listen: str, registry: CollectorRegistry) -> http.server.HTTPServer:
     """An HTTP server answering /metrics (and /) with the registry's text format.
-    Port 0 takes a free one (server.server_address says which)."""
+    Port 0 takes a free one (server.server_address says which). One request at a
+    time, in the thread that serves: the netlink client (pyroute2 keeps an event loop
+    per thread) is only ever used from there; a client that stalls is cut off after
+    10 s."""
     host, port = parse_listen(listen)
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = 10
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path.split("?")[0] not in ("/", "/metrics"):
                 self.send_error(404)
@@ -323,14 +328,12 @@ def make_server(listen: str, registry: CollectorRegistry) -> http.server.Threadi
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug(fmt, *args)
 
-    cls = http.server.ThreadingHTTPServer
+    cls = http.server.HTTPServer
     if ":" in host:
         import socket
 
-        class V6(http.server.ThreadingHTTPServer):
+        class V6(http.server.HTTPServer):
             address_family = socket.AF_INET6
 
         cls = V6
-    srv = cls((host, port), Handler)
-    srv.daemon_threads = True
-    return srv
+    return cls((host, port), Handler)
