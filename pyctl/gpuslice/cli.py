@@ -173,7 +173,7 @@ def inst_json(i: S.Instance) -> dict[str, Any]:
 @click.option("--kernel", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
               help="Apply changes to the gpuslice kernel module too: auto = when it is loaded.")
 @click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
-              help="CDI spec that `instance create` and `instance delete` regenerate, e.g. "
+              help="CDI spec that `instance create`, `delete` and `restore` regenerate, e.g. "
               "/etc/cdi/gpuslice.yaml (env GPUSLICE_CDI_SPEC; default: none).")
 @click.version_option(package_name="gpuslice")
 @click.pass_context
