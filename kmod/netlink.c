@@ -25,6 +25,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/sort.h>
+#include <linux/stringify.h>
 #include <net/genetlink.h>
 
 #include "core.h"
@@ -62,9 +63,29 @@ static const struct genl_multicast_group gs_nl_mcgrps[] = {
 	{ .name = GPUSLICE_MCGRP_EVENTS, .flags = GS_NL_MCAST_FLAGS },
 };
 
-static int gs_nl_admin(struct sk_buff *skb)
+/*
+ * Every request: CAP_SYS_ADMIN, then the version handshake (-EPROTO when the
+ * genetlink header's version is not GPUSLICE_GENL_VERSION: the sender was
+ * built against another uapi/gpuslice.h).
+ */
+static int gs_nl_check(struct sk_buff *skb, const struct nlmsghdr *nlh,
+		       struct netlink_ext_ack *extack)
 {
-	return netlink_capable(skb, CAP_SYS_ADMIN) ? 0 : -EPERM;
+	const struct genlmsghdr *hdr = nlmsg_data(nlh);
+
+	if (!netlink_capable(skb, CAP_SYS_ADMIN))
+		return -EPERM;
+	if (hdr->version != GPUSLICE_GENL_VERSION) {
+		NL_SET_ERR_MSG(extack, "gpuslice: this module speaks netlink version "
+			       __stringify(GPUSLICE_GENL_VERSION));
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static int gs_nl_admin(struct sk_buff *skb, struct genl_info *info)
+{
+	return gs_nl_check(skb, info->nlhdr, info->extack);
 }
 
 /* Reads NEW/SET attributes into cfg; -EINVAL on a missing or bad value. */
@@ -131,7 +152,7 @@ static int gs_nl_instance_new(struct sk_buff *skb, struct genl_info *info)
 	struct gs_inst_cfg cfg;
 	int err;
 
-	err = gs_nl_admin(skb);
+	err = gs_nl_admin(skb, info);
 	if (err)
 		return err;
 	err = gs_nl_parse_cfg(info, &cfg, true);
@@ -145,7 +166,7 @@ static int gs_nl_instance_set(struct sk_buff *skb, struct genl_info *info)
 	struct gs_inst_cfg cfg;
 	int err;
 
-	err = gs_nl_admin(skb);
+	err = gs_nl_admin(skb, info);
 	if (err)
 		return err;
 	err = gs_nl_parse_cfg(info, &cfg, false);
@@ -159,7 +180,7 @@ static int gs_nl_instance_del(struct sk_buff *skb, struct genl_info *info)
 	char name[GPUSLICE_NAME_MAX];
 	int err;
 
-	err = gs_nl_admin(skb);
+	err = gs_nl_admin(skb, info);
 	if (err)
 		return err;
 	if (!info->attrs[GPUSLICE_A_NAME])
@@ -422,7 +443,7 @@ static int gs_nl_instance_get(struct sk_buff *skb, struct genl_info *info)
 	long pos = 0;
 	int err;
 
-	err = gs_nl_admin(skb);
+	err = gs_nl_admin(skb, info);
 	if (err)
 		return err;
 	if (!info->attrs[GPUSLICE_A_NAME])
@@ -453,7 +474,7 @@ out:
 /* Dumps start here: the same check as every doit. */
 static int gs_nl_dump_start(struct netlink_callback *cb)
 {
-	return gs_nl_admin(cb->skb);
+	return gs_nl_check(cb->skb, cb->nlh, cb->extack);
 }
 
 /*
@@ -587,8 +608,8 @@ static int gs_nl_object_dump(struct sk_buff *skb, struct netlink_callback *cb)
 
 /*
  * GENL_ADMIN_PERM: genetlink refuses a command (doit or dump) from a sender
- * without CAP_NET_ADMIN before calling us; gs_nl_admin() (each doit, and
- * gs_nl_dump_start() for dumps) then asks for CAP_SYS_ADMIN.
+ * without CAP_NET_ADMIN before calling us; gs_nl_check() (each doit, and
+ * gs_nl_dump_start() for dumps) then asks for CAP_SYS_ADMIN and the version.
  */
 static const struct genl_ops gs_nl_ops[] = {
 	{

@@ -553,3 +553,21 @@ def test_watchdog_process_handshake_and_eof(tmp_path) -> None:
     proc2 = w2.proc
     w2.close()
     assert proc2 is not None and proc2.returncode == 0  # nothing to re-enable
+
+
+def test_slot_and_gated_time_and_latency_histogram() -> None:
+    """The cumulative figures status.json reports (and the exporter turns into
+    counters and a histogram): slot time follows the shares, an instance is gated for
+    the others' slots, every switch lands in the latency histogram."""
+    insts = [S.Instance("a", [0], 1, weight=1), S.Instance("b", [0], 1, weight=3)]
+    sched, gate, clock, table, _ = make("weight", insts)
+    t0, t1 = run_periods(sched, clock, 20)
+    g = sched.snapshot()["gpus"]["0"]
+    a, b = g["instances"]["a"], g["instances"]["b"]
+    elapsed = t1 - t0
+    assert a["slot_ns"] / elapsed == pytest.approx(0.25, abs=0.03)
+    assert b["slot_ns"] / elapsed == pytest.approx(0.75, abs=0.03)
+    assert a["gated_ns"] == pytest.approx(b["slot_ns"], abs=2 * MS)  # a waits while b runs
+    assert b["gated_ns"] == pytest.approx(a["slot_ns"], abs=2 * MS)
+    assert sum(g["switch_latency_hist_ns"]) == sched.switches > 0
+    assert g["switch_latency_sum_ns"] == sum(max(0, x) for x in sched.latencies_ns)

@@ -69,6 +69,9 @@ def test_kinds_events_and_defines(header: str) -> None:
     d = parse_defines(header)
     assert d["GPUSLICE_GENL_NAME"].strip('"') == N.FAMILY
     assert int(d["GPUSLICE_GENL_VERSION"]) == N.VERSION
+    # the guest's self-contained netlink client carries its own copy
+    raw = open(os.path.join(os.path.dirname(__file__), "guest", "rawgenl.py")).read()
+    assert re.search(r"^GPUSLICE_GENL_VERSION = (\d+)$", raw, re.M).group(1) == d["GPUSLICE_GENL_VERSION"]
     assert d["GPUSLICE_MCGRP_EVENTS"].strip('"') == N.MCGRP_EVENTS
     assert int(d["GPUSLICE_NAME_MAX"]) == N.NAME_MAX
     assert int(d["GPUSLICE_SHARE_FULL"]) == N.SHARE_FULL

@@ -6,6 +6,14 @@
  *
  * Generic netlink family GPUSLICE_GENL_NAME, version GPUSLICE_GENL_VERSION.
  *
+ * Version handshake: GPUSLICE_GENL_VERSION is the version of this contract,
+ * raised whenever a command or attribute changes meaning, is added or is
+ * removed. The module registers the family with it (CTRL_ATTR_VERSION of
+ * CTRL_CMD_GETFAMILY, which gpuctl reads before its first request and refuses
+ * to go on when it differs from its own), and refuses every request whose
+ * genetlink header carries another version with -EPROTO. Version 1 was the
+ * contract before the handshake (no check); 2 adds only the check.
+ *
  * Every command needs CAP_NET_ADMIN and CAP_SYS_ADMIN in the initial user
  * namespace (-EPERM without), reads and dumps included: replies name host
  * pids and RM handles. Joining GPUSLICE_MCGRP_EVENTS needs CAP_SYS_ADMIN on
@@ -63,7 +71,7 @@
 #define _UAPI_GPUSLICE_H
 
 #define GPUSLICE_GENL_NAME		"gpuslice"
-#define GPUSLICE_GENL_VERSION		1
+#define GPUSLICE_GENL_VERSION		2
 #define GPUSLICE_MCGRP_EVENTS		"events"
 
 #define GPUSLICE_NAME_MAX		32	/* including the NUL */

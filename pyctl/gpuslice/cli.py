@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -139,10 +140,12 @@ def kernel(ctx: click.Context) -> Any:
     if mode == "no":
         return None
     if "nl" not in ctx.obj:
-        from .netlink import GpusliceNetlink, NetlinkError
+        from .netlink import GpusliceNetlink, NetlinkError, VersionMismatch
 
         try:
             ctx.obj["nl"] = GpusliceNetlink()
+        except VersionMismatch as e:  # refused whatever the mode: never talk to another ABI
+            raise GpuctlError(str(e)) from None
         except (NetlinkError, OSError, ImportError) as e:
             if mode == "yes":
                 raise GpuctlError(str(e)) from None
@@ -169,13 +172,16 @@ def inst_json(i: S.Instance) -> dict[str, Any]:
               help="State file (env GPUSLICE_STATE).")
 @click.option("--kernel", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
               help="Apply changes to the gpuslice kernel module too: auto = when it is loaded.")
+@click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
+              help="CDI spec that `instance create`, `delete` and `restore` regenerate, e.g. "
+              "/etc/cdi/gpuslice.yaml (env GPUSLICE_CDI_SPEC; default: none).")
 @click.version_option(package_name="gpuslice")
 @click.pass_context
-def main(ctx: click.Context, state_path: str, kernel: str) -> None:
+def main(ctx: click.Context, state_path: str, kernel: str, cdi_spec: str | None) -> None:
     """Kernel-space GPU sharing: instances (fake NVIDIA device sets with a memory limit)
     and compute policies, enforced by `gpuctl daemon`."""
     ctx.ensure_object(dict)
-    ctx.obj.update(state=state_path, kernel=kernel)
+    ctx.obj.update(state=state_path, kernel=kernel, cdi_spec=cdi_spec)
 
 
 @main.group()
@@ -218,6 +224,8 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int,
 
             nl.instance_new(name, mask_of(gpus), memory, weight=inst.weight,
                             share=units.share_to_ppt(share) if share else None, uid=uid, gid=gid, mode=mode_bits)
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"created {name}", cdi_err)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
 
 
@@ -365,7 +373,160 @@ def instance_delete(ctx: click.Context, name: str) -> None:
                 if e.errno != 2:  # ENOENT: the module does not know it (e.g. after reload)
                     raise GpuctlError(f"cannot delete {name} in the kernel: {e}") from None
         del st.instances[name]
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"deleted {name}", cdi_err)
     emit(ctx, {"deleted": name}, lambda: f"deleted {name}")
+
+
+# ---- CDI -----------------------------------------------------------------------------
+
+def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
+    """The instances for the spec: the module's (their nodes exist), or with no module
+    (--kernel no, or not loaded) the state file's."""
+    from . import cdi
+
+    nl = kernel(ctx)
+    if nl is not None:
+        return cdi.instances_from_netlink(nl.instances())
+    st = st if st is not None else S.load(ctx.obj["state"])
+    return [cdi.Instance(i.name, tuple(i.gpus)) for i in sorted(st.instances.values(), key=lambda i: i.name)]
+
+
+def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
+    from . import cdi
+
+    insts = _cdi_instances(ctx, st)
+    for i in insts:
+        if not cdi.is_cdi_name(i.name):
+            click.echo(f"gpuctl: warning: instance {i.name!r} left out of the CDI spec: CDI device names "
+                       "start and end with a letter or digit", err=True)
+    spec = cdi.build_spec(insts, cdi.driver_files(cdi.scan_host()), cdi.find_nvidia_ctk())
+    errs = cdi.check_spec(spec)
+    if errs:
+        raise GpuctlError(f"CDI spec not written: {errs[0]}")
+    return spec
+
+
+def _regenerate_cdi(ctx: click.Context, st: S.State) -> str | None:
+    """Rewrite the configured spec (--cdi-spec); what went wrong, or None. Never
+    raises: the change it follows is made and saved either way."""
+    path = ctx.obj.get("cdi_spec")
+    if not path:
+        return None
+    try:
+        _write_or_remove(path, _cdi_spec(ctx, st))
+    except OSError as e:
+        return f"the CDI spec {path} was not written: {e.strerror or e}"
+    except GpuctlError as e:
+        return str(e)
+    return None
+
+
+def _cdi_failed(done: str, err: str | None) -> None:
+    if err:
+        raise GpuctlError(f"{done}, but {err}")
+
+
+def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
+    """Write the spec, or remove it when there is no instance: CDI refuses a spec
+    without devices, and older runtimes then ignore every spec in the directory."""
+    from . import cdi
+
+    if spec["devices"]:
+        cdi.write_spec(path, cdi.render(spec))
+        return True
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return False
+
+
+@main.command("run-args")
+@click.argument("name")
+@click.option("--driver/--no-driver", default=True, show_default=True,
+              help="Also mount the host's NVIDIA driver files read-only (as the CDI spec does).")
+@json_option
+@click.pass_context
+def run_args(ctx: click.Context, name: str, driver: bool) -> None:
+    """docker/podman run flags that give a container instance NAME without CDI:
+    `docker run $(gpuctl run-args web) IMAGE ...`. One shell-quoted line (JSON: the
+    argument list)."""
+    import shlex
+
+    from . import cdi
+
+    inst = next((i for i in _cdi_instances(ctx) if i.name == name), None)
+    if inst is None:
+        raise GpuctlError(f"no instance {name!r}")
+    args = [a for n in cdi.device_nodes(inst) for a in ("--device", f"{n['hostPath']}:{n['path']}")]
+    if driver:
+        args += [a for f in cdi.driver_files(cdi.scan_host()) for a in ("--volume", f"{f}:{f}:ro")]
+    args += ["--env", f"GPUSLICE_INSTANCE={name}"]
+    emit(ctx, args, lambda: shlex.join(args))
+
+
+@main.group("cdi")
+def cdi_group() -> None:
+    """Container Device Interface: `podman run --device gpuslice.dev/gpu=NAME`."""
+
+
+@cdi_group.command("generate")
+@click.option("--output", "-o", metavar="PATH", help="Write the spec here (e.g. /etc/cdi/gpuslice.yaml) "
+              "instead of printing it.")
+@json_option
+@click.pass_context
+def cdi_generate(ctx: click.Context, output: str | None) -> None:
+    """A CDI spec with one device per instance (kind gpuslice.dev/gpu): the instance's
+    nodes at /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-uvm, and the host's NVIDIA
+    driver files (libcuda, libnvidia-ml, nvidia-smi, ...) mounted read-only. Printed as
+    YAML (JSON with --json), or written to --output with a summary (no instance: the
+    file is removed, as CDI refuses a spec without devices)."""
+    from . import cdi
+
+    spec = _cdi_spec(ctx)
+    if output is None:
+        emit(ctx, spec, lambda: cdi.render(spec).rstrip("\n"))
+        return
+    try:
+        written = _write_or_remove(output, spec)
+    except OSError as e:
+        raise GpuctlError(f"cannot write the CDI spec {output}: {e.strerror or e}") from None
+    if not written:
+        emit(ctx, {"output": output, "devices": [], "mounts": 0, "removed": True},
+             lambda: f"no instances: {output} removed (a CDI spec needs a device)")
+        return
+    rows = [{"device": f"{cdi.KIND}={d['name']}",
+             "nodes": ",".join(n["path"] for n in d["containerEdits"]["deviceNodes"])} for d in spec["devices"]]
+    mounts = len(spec["containerEdits"].get("mounts", []))
+    emit(ctx, {"output": output, "devices": [d["name"] for d in spec["devices"]], "mounts": mounts},
+         lambda: f"wrote {output}: {len(rows)} devices, {mounts} driver files\n"
+         + table(rows, [("device", "DEVICE"), ("nodes", "NODES")]))
+
+
+@instance.command("restore")
+@json_option
+@click.pass_context
+def instance_restore(ctx: click.Context) -> None:
+    """Create in the module every instance of the state file it does not have (after a
+    boot or a module reload; the gpuslice-daemon unit runs it before the daemon).
+    Node owner, group and mode are not kept in the state file: the module's defaults."""
+    from .netlink import mask_of
+
+    nl = kernel(ctx)
+    if nl is None:
+        raise GpuctlError("the gpuslice module is not loaded (modprobe gpuslice)")
+    with S.locked(ctx.obj["state"]) as st:
+        have = {d["name"] for d in nl.instances() if "name" in d}
+        made = []
+        for i in sorted(st.instances.values(), key=lambda i: i.name):
+            if i.name not in have:
+                nl.instance_new(i.name, mask_of(i.gpus), i.memory, weight=i.weight,
+                                share=units.share_to_ppt(i.share) if i.share else None)
+                made.append(i.name)
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"created {', '.join(made) or 'nothing'}", cdi_err)
+    emit(ctx, {"created": made}, lambda: f"created {', '.join(made)}" if made else "nothing to restore")
 
 
 @main.group()
@@ -677,6 +838,70 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
         rm.close()
 
 
+@main.command()
+@click.option("--listen", default="127.0.0.1:9400", show_default=True, metavar="HOST:PORT",
+              help="Address to serve /metrics on (port 0: any free port).")
+@click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
+@click.option("--guard-file", default=GUARD_STATUS, show_default=True, help="Where the guard reports.")
+@click.option("--nvml/--no-nvml", default=True, show_default=True,
+              help="Per-GPU utilisation and memory from NVML (skipped when NVML finds no GPU).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
+@click.pass_context
+def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str, nvml: bool, verbose: int) -> None:
+    """Serve Prometheus metrics: per instance memory limit, used and peak, ioctls,
+    refusals by reason, processes, core-lock hold and wait times (from the module);
+    target share, activity and gating (from the daemon); per GPU NVML utilisation and
+    memory. Read on each scrape. Names: docs/metrics.md."""
+    from . import exporter as E
+
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="gpuctl exporter: %(message)s")
+    try:
+        E.parse_listen(listen)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--listen") from None
+    kernel(ctx)  # a version mismatch stops here, before serving anything
+
+    def instances() -> list[dict[str, Any]] | None:
+        nl = ctx.obj.get("nl")
+        if nl is None:
+            if ctx.obj["kernel"] == "no":
+                return None
+            ctx.obj.pop("nl", None)
+            try:
+                nl = kernel(ctx)
+            except GpuctlError:
+                ctx.obj["nl"] = None
+                raise
+            if nl is None:
+                return None
+        try:
+            return list(nl.instances())
+        except OSError:
+            nl.close()
+            ctx.obj["nl"] = None  # reconnect at the next scrape (module reloaded)
+            raise
+
+    src = E.Sources(instances=instances, status=lambda: _read_status(status_file),
+                    guard=lambda: _read_status(guard_file), gpus=E.nvml_gpus if nvml else (lambda: []))
+    srv = E.make_server(listen, E.registry_for(src))
+    stop = threading.Event()
+
+    def on_signal(_n: int, _f: Any) -> None:
+        if not stop.is_set():
+            stop.set()
+            threading.Thread(target=srv.shutdown, daemon=True).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    host, port = str(srv.server_address[0]), int(srv.server_address[1])
+    logging.getLogger(__name__).warning("serving http://%s:%d/metrics", f"[{host}]" if ":" in host else host, port)
+    try:
+        srv.serve_forever(poll_interval=0.5)
+    finally:
+        srv.server_close()
+
+
 def _write_json(path: str, data: dict[str, Any]) -> None:
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -717,10 +942,12 @@ def _make_source(ctx: click.Context, kind: str, preload_sock: str) -> Any:
     from .sources import NetlinkSource, NvstubSource, PreloadSource
 
     if kind in ("auto", "netlink"):
-        try:
-            from .netlink import GpusliceNetlink
+        from .netlink import GpusliceNetlink, VersionMismatch
 
+        try:
             return NetlinkSource(GpusliceNetlink())
+        except VersionMismatch as e:
+            raise GpuctlError(str(e)) from None
         except OSError as e:
             if kind == "netlink":
                 raise GpuctlError(str(e)) from None

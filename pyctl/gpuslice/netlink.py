@@ -17,7 +17,7 @@ from typing import Any, Iterable
 # below are needed by processes that never open a netlink socket (sources, workloads).
 
 FAMILY = "gpuslice"
-VERSION = 1
+VERSION = 2  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
 MCGRP_EVENTS = "events"
 NAME_MAX = 32
 SHARE_FULL = 10000
@@ -218,20 +218,46 @@ class NetlinkError(OSError):
     pass
 
 
+class VersionMismatch(NetlinkError):
+    """The loaded module speaks another version of uapi/gpuslice.h than this gpuctl."""
+
+    def __str__(self) -> str:  # the message alone, one line (no "[Errno 71]")
+        return str(self.strerror)
+
+
+def check_version(module_version: int | None, ours: int = VERSION) -> None:
+    """The handshake: the family version the module registered (CTRL_ATTR_VERSION)
+    must be ours. Raises VersionMismatch with a one-line message naming both."""
+    if module_version != ours:
+        raise VersionMismatch(errno.EPROTO, f"gpuslice.ko speaks netlink ABI version {module_version}, this gpuctl "
+                              f"speaks version {ours}: load the module built from the same gpuslice release")
+
+
 class GpusliceNetlink:
     """Talks to the loaded module. Raises NetlinkError (errno set) when the family is
     missing or a command is refused."""
 
-    def __init__(self) -> None:
-        from pyroute2.netlink.generic import GenericNetlinkSocket
+    def __init__(self, sock: Any = None) -> None:
+        """Binds to the family and checks its version (check_version) before any
+        request. ``sock``: a pyroute2 GenericNetlinkSocket or a test's stand-in."""
+        if sock is None:
+            from pyroute2.netlink.generic import GenericNetlinkSocket
 
-        self.sock = GenericNetlinkSocket()
+            sock = GenericNetlinkSocket()
+        self.sock = sock
         try:
             self.sock.bind(FAMILY, msg_class())
+            version = self.sock.discovery(FAMILY).get_attr("CTRL_ATTR_VERSION")
         except Exception as e:  # pyroute2 raises NetlinkError / OSError subclasses
             self.sock.close()
             code = getattr(e, "code", 0) or getattr(e, "errno", 0) or errno.ENOENT
             raise NetlinkError(code, f"generic netlink family {FAMILY!r} not available (is gpuslice.ko loaded?)") from None
+        try:
+            check_version(version)
+        except VersionMismatch:
+            self.sock.close()
+            raise
+        self.module_version = version
         self._subscribed = False
 
     def close(self) -> None:

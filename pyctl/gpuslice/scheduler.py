@@ -38,6 +38,7 @@ from .sources import Channel, Source
 from .units import share_to_ppt
 
 log = logging.getLogger("gpuslice.scheduler")
+LATENCY_BUCKETS = 32  # of a GPU's switch-latency histogram (log2 ns, as GPUSLICE_LOCK_HIST_BUCKETS)
 
 
 class GateLike(Protocol):
@@ -80,6 +81,20 @@ class GpuTimeline:
     owed: dict[str, float] = field(default_factory=dict)
     switched: list[tuple[str, int, int]] = field(default_factory=list)
     last_owner: str | None = None  # the owner of the slot switched to last (None: idle)
+    # since the daemon started (status.json, `gpuctl exporter`): each instance's time in
+    # its own slots and time gated (another's slot while its channels are disabled),
+    # from switch to switch; and the switch latencies as a log2 histogram (bucket i:
+    # [2^(i-1), 2^i) ns, as the module's lock histograms) with their sum
+    slot_ns: dict[str, int] = field(default_factory=dict)
+    gated_ns: dict[str, int] = field(default_factory=dict)
+    latency_hist: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
+    latency_sum_ns: int = 0
+    _open: tuple[str, int, frozenset[str]] | None = None  # the slot now running: owner, since, gated
+
+    def count_latency(self, ns: int) -> None:
+        ns = max(0, ns)
+        self.latency_hist[min(LATENCY_BUCKETS - 1, ns.bit_length())] += 1
+        self.latency_sum_ns += ns
 
     def started(self, prev: Plan) -> None:
         """A period with a new plan has just started at period_start."""
@@ -103,6 +118,32 @@ class GpuTimeline:
             self.switched = []
         self.switched.append((slot.name or "", slot.length_ns, t))
         self.last_owner = slot.name
+        self._account(slot.name or "", t)
+
+    def totals(self, now: int) -> tuple[dict[str, int], dict[str, int]]:
+        """slot_ns and gated_ns with the running slot counted up to ``now``."""
+        slot, gated = dict(self.slot_ns), dict(self.gated_ns)
+        if self._open is not None:
+            owner, since, gset = self._open
+            dur = max(0, min(now - since, self.plan.period_ns))
+            if owner:
+                slot[owner] = slot.get(owner, 0) + dur
+            for n in gset:
+                gated[n] = gated.get(n, 0) + dur
+        return slot, gated
+
+    def _account(self, owner: str, t: int) -> None:
+        """Close the slot running until ``t`` (at most a period of it: a timeline that
+        fell behind restarts) and open ``owner``'s."""
+        if self._open is not None:
+            prev, since, gated = self._open
+            dur = max(0, min(t - since, self.plan.period_ns))
+            if prev:
+                self.slot_ns[prev] = self.slot_ns.get(prev, 0) + dur
+            for n in gated:
+                self.gated_ns[n] = self.gated_ns.get(n, 0) + dur
+        gated = frozenset(n for n in self.plan.members if n != owner and n not in self.plan.ungated)
+        self._open = (owner, t, gated)
 
     # the current plan's fields, for readers
     @property
@@ -348,6 +389,7 @@ class Scheduler:
             self.switches += 1
             self.rm_calls += calls
             self.latencies_ns.append(done - due)
+            tl.count_latency(done - due)
         # when the incoming slot really began: after a busy predecessor, once that one was
         # disabled (all calls done); after an idle one (or the idle remainder), already
         # once its own channels were enabled, if the gate enabled them first
@@ -451,6 +493,8 @@ class Scheduler:
                     "p99": v[min(len(v) - 1, int(0.99 * len(v)))] if v else None, "max": v[-1] if v else None}
 
         stats = getattr(self.gate, "stats", None)
+        now = self.clock()
+        totals = {g: tl.totals(now) for g, tl in self.timelines.items()}
         return {
             "pid": os.getpid(),
             "time": time.time(),
@@ -469,9 +513,12 @@ class Scheduler:
                     "period_start_ns": tl.period_start,  # CLOCK_MONOTONIC
                     "periods": tl.periods,
                     "active_changes": [[t, a] for t, a in tl.active_changes],
+                    "switch_latency_hist_ns": list(tl.latency_hist),
+                    "switch_latency_sum_ns": tl.latency_sum_ns,
                     "instances": {
                         n: {"share": tl.shares.get(n, 0.0), "active": n in tl.active, "gated": n not in tl.ungated,
                             "owed_ns": int(tl.owed.get(n, 0.0) * tl.period_ns),
+                            "slot_ns": totals[g][0].get(n, 0), "gated_ns": totals[g][1].get(n, 0),
                             "channels": len([c for c in self.chans.get(n, set()) if c.gpu == g])}
                         for n in tl.members
                     },

@@ -264,7 +264,7 @@ def fuzz(seed: int, seconds: float, reply_s: float = 10.0, unpriv: bool = False,
         elif k < 0.13:
             flags = rng.choice((0, F_ACK, F_REQUEST, F_REQUEST | F_ACK | F_MULTI | 0x10, rng.getrandbits(16)))
         seq = sk.next_seq()
-        msg = message(sk.fam, cmd, attrs, flags=flags, seq=seq, version=rng.choice((1, 1, 1, 0, 2, 255)))
+        msg = message(sk.fam, cmd, attrs, flags=flags, seq=seq, version=rng.choice((gnl.VERSION,) * 3 + (0, gnl.VERSION - 1, gnl.VERSION + 1, 255)))
         broken = False
         k = rng.random()
         if k < 0.04:  # the header claims less than the datagram holds

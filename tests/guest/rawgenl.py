@@ -32,6 +32,11 @@ SOL_NETLINK = 270
 NETLINK_ADD_MEMBERSHIP = 1
 SO_RCVBUFFORCE = 33
 NLA_TYPE_MASK = 0x3FFF
+# GPUSLICE_GENL_VERSION of kmod/uapi/gpuslice.h: the module refuses requests of another
+# version (-EPROTO). Kept here as a literal, this file being self-contained;
+# tests/test_uapi.py checks it against the header.
+GPUSLICE_GENL_VERSION = 2
+CTRL_VERSION = 1
 
 Attrs = list[tuple[int, bytes]]
 
@@ -122,10 +127,15 @@ class Genl:
             raise OSError(errno.EMSGSIZE, f"netlink message truncated to {self.recv_size} bytes")
         return data
 
-    def request_raw(self, family: int, cmd: int, body: bytes, dump: bool = False) -> tuple[int, list[Attrs]]:
-        """(errno, attributes of each reply message); errno 0 when the request worked."""
+    def request_raw(self, family: int, cmd: int, body: bytes, dump: bool = False,
+                    version: int | None = None) -> tuple[int, list[Attrs]]:
+        """(errno, attributes of each reply message); errno 0 when the request worked.
+        ``version``: of the genetlink header (default: the controller's for GENL_ID_CTRL,
+        else gpuslice's)."""
         self.seq += 1
-        msg = struct.pack("<BBH", cmd, 1, 0) + body
+        if version is None:
+            version = CTRL_VERSION if family == GENL_ID_CTRL else GPUSLICE_GENL_VERSION
+        msg = struct.pack("<BBH", cmd, version, 0) + body
         flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else NLM_F_ACK)
         self.sk.send(struct.pack("<IHHII", 16 + len(msg), family, flags, self.seq, 0) + msg)
         replies: list[Attrs] = []

@@ -215,16 +215,21 @@ def test_netlink_commands_and_errors(nl):
         assert ei.value.errno == errno.ENOENT
 
 
-def _raw_genl(family_id: int, cmd: int, attrs: list[tuple[int, bytes]]) -> int:
-    """Sends one generic netlink request built by hand; returns the kernel's errno (0 = ok)."""
+def _raw_genl(family_id: int, cmd: int, attrs: list[tuple[int, bytes]], version: int | None = None) -> int:
+    """Sends one generic netlink request built by hand (genetlink header version:
+    gpuslice's unless given); returns the kernel's errno (0 = ok)."""
     import socket
     import struct
+
+    from gpuslice import netlink as gnl
+
+    version = gnl.VERSION if version is None else version
 
     body = b""
     for typ, payload in attrs:
         a = struct.pack("<HH", 4 + len(payload), typ) + payload
         body += a + b"\0" * (-len(a) % 4)
-    msg = struct.pack("<BBH", cmd, 1, 0) + body
+    msg = struct.pack("<BBH", cmd, version, 0) + body
     hdr = struct.pack("<IHHII", 16 + len(msg), family_id, 0x1 | 0x4, 1, 0)  # NLM_F_REQUEST|ACK
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 16) as sk:  # NETLINK_GENERIC
         sk.send(hdr + msg)
@@ -232,6 +237,30 @@ def _raw_genl(family_id: int, cmd: int, attrs: list[tuple[int, bytes]]) -> int:
     _len, typ, _fl, _seq, _pid = struct.unpack_from("<IHHII", data)
     assert typ == 2  # NLMSG_ERROR
     return -struct.unpack_from("<i", data, 16)[0]
+
+
+def test_netlink_version_handshake(nl):
+    """The module registers GPUSLICE_GENL_VERSION as the family's version (gpuctl read
+    it on connect) and refuses a request of any other version with EPROTO, doit and
+    dump alike, before it looks at the request."""
+    import struct
+
+    import rawgenl
+
+    from gpuslice import netlink as gnl
+
+    assert nl.module_version == gnl.VERSION
+    fam = nl.sock.prid
+    new = [(1, b"ver0\0"), (3, struct.pack("<I", 1)), (4, struct.pack("<Q", MIB))]
+    for other in (0, 1, gnl.VERSION + 1, 255):
+        assert _raw_genl(fam, gnl.CMD_INSTANCE_NEW, new, version=other) == errno.EPROTO, other
+        assert _raw_genl(fam, gnl.CMD_INSTANCE_GET, [(1, b"nosuch\0")], version=other) == errno.EPROTO, other
+    assert not [x for x in nl.instances() if x["name"] == "ver0"]
+    with rawgenl.Genl("gpuslice") as g:
+        err, _ = g.request_raw(g.family, gnl.CMD_INSTANCE_GET, b"", dump=True, version=gnl.VERSION - 1)
+        assert err == errno.EPROTO
+        err, _ = g.request_raw(g.family, gnl.CMD_INSTANCE_GET, b"", dump=True)
+        assert err == 0
 
 
 def test_netlink_malformed_attribute_is_einval(nl):
