@@ -392,11 +392,12 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 	default:
 		/*
 		 * The driver reads the block the core decided on, from a page
-		 * the caller cannot write (shadow.c); UVM ioctls are decided on
-		 * their number alone and read where the caller put them.
+		 * the caller cannot write (shadow.c); UVM ioctls and the plain
+		 * escapes are decided on their number alone and read where the
+		 * caller put them.
 		 */
 		ret = gs_call_real(gf, &c, &u, cmd, arg, compat,
-				   decode && c.kind != GS_FILE_UVM && c.arg_size,
+				   decode && c.arg_size && gs_block_decided(&c),
 				   &drv_ns, &fault);
 		/*
 		 * The driver ran but its reply is gone: it could not write it

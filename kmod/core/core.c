@@ -392,6 +392,27 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	return GS_PASS;
 }
 
+int gs_block_decided(const struct gs_call *c)
+{
+	if (c->kind == GS_FILE_UVM || NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
+		return 0;
+	switch (NV_IOC_NR(c->req)) {
+	case NV_ESC_RM_ALLOC:
+	case NV_ESC_RM_CONTROL:
+	case NV_ESC_RM_FREE:
+	case NV_ESC_RM_DUP_OBJECT:
+	case NV_ESC_RM_SHARE:
+	case NV_ESC_RM_ALLOC_MEMORY:
+	case NV_ESC_RM_MAP_MEMORY:
+	case NV_ESC_RM_UNMAP_MEMORY:
+	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
+	case NV_ESC_ALLOC_OS_EVENT:
+	case NV_ESC_FREE_OS_EVENT:
+		return 1;
+	}
+	return 0;
+}
+
 int gs_nested(const struct gs_call *c, struct gs_nested *n)
 {
 	memset(n, 0, sizeof(*n));

@@ -186,6 +186,11 @@ int gs_inst_pids(struct gs_inst *in, nv_u32 *pids, int max);
 
 /* Decide on a call before the real driver sees it. */
 enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io);
+/*
+ * 1 if gs_pre() decides on the contents of c's argument block (the escapes it
+ * decodes); the other escapes it passes are decided on their number alone.
+ */
+int gs_block_decided(const struct gs_call *c);
 /* 1 and *n set if c's argument block (req, kind, arg, arg_size) points at one */
 int gs_nested(const struct gs_call *c, struct gs_nested *n);
 /* Account for / rewrite the reply of a call GS_PASS sent to the driver; ret: its return */
