@@ -75,7 +75,19 @@ class InstSession(nvstub.Session):
     def __init__(self, ctl_path: str, gpu_path: str, gpu: int = 0) -> None:  # noqa: D107
         self.gpu = gpu
         self.ctl = nvstub.open_node(ctl_path)
-        self.dev_fd = nvstub.open_node(gpu_path)
+        try:
+            self.dev_fd = nvstub.open_node(gpu_path)
+        except OSError:
+            os.close(self.ctl)
+            raise
+        try:
+            self._setup(gpu)
+        except OSError:  # a half-made session must not keep the instance's files open
+            os.close(self.dev_fd)
+            os.close(self.ctl)
+            raise
+
+    def _setup(self, gpu: int) -> None:
         if nvstub.register_fd(self.dev_fd, self.ctl) != 0:
             raise nvstub.IoctlError(errno.EINVAL, "REGISTER_FD")
         st, self.client = nvstub.rm_alloc(self.ctl, 0, 0, 0, abi.NV01_ROOT_CLIENT)
