@@ -72,19 +72,18 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
 
     L = ["instance"]
 
-    def gauge(name: str, doc: str, key: str, scale: float = 1.0) -> GaugeMetricFamily:
-        g = GaugeMetricFamily(name, doc, labels=L)
+    def per_instance(family, name: str, doc: str, key: str, scale: float):  # type: ignore[no-untyped-def]
+        m = family(name, doc, labels=L)
         for d in instances or ():
             if key in d:
-                g.add_metric([d["name"]], d[key] * scale)
-        return g
+                m.add_metric([d["name"]], d[key] * scale)
+        return m
+
+    def gauge(name: str, doc: str, key: str, scale: float = 1.0) -> GaugeMetricFamily:
+        return per_instance(GaugeMetricFamily, name, doc, key, scale)
 
     def counter(name: str, doc: str, key: str, scale: float = 1.0) -> CounterMetricFamily:
-        c = CounterMetricFamily(name, doc, labels=L)
-        for d in instances or ():
-            if key in d:
-                c.add_metric([d["name"]], d[key] * scale)
-        return c
+        return per_instance(CounterMetricFamily, name, doc, key, scale)
 
     insts = [d for d in instances or () if "name" in d]
     info = GaugeMetricFamily("gpuslice_instance_info", "An instance and its GPUs (always 1).",
