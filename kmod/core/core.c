@@ -495,6 +495,44 @@ static void gs_refusal_names(const struct gs_call *c, struct gs_event *ev)
 	}
 }
 
+/* calls after which gs_post() registers an object (gs_call.spare_obj) */
+static int gs_creates_object(const struct gs_call *c)
+{
+	if (c->kind == GS_FILE_UVM)
+		return 0;
+	return c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_DUP_OBJECT ||
+	       c->escape == NV_ESC_RM_ALLOC_MEMORY;
+}
+
+static void gs_spares_free(struct gs_call *c)
+{
+	gs_free(c->spare_obj);
+	gs_free(c->spare_mem);
+	c->spare_obj = NULL;
+	c->spare_mem = NULL;
+}
+
+/*
+ * Records for what the call may create, taken before the lock and before
+ * the driver runs: a call whose records cannot be had fails here, cleanly,
+ * instead of RM creating something the core then cannot account for.
+ */
+static int gs_spares_alloc(struct gs_call *c)
+{
+	c->spare_obj = NULL;
+	c->spare_mem = NULL;
+	if (!gs_creates_object(c))
+		return 0;
+	c->spare_obj = gs_zalloc(sizeof(*c->spare_obj));
+	if (c->escape == NV_ESC_RM_ALLOC)
+		c->spare_mem = gs_zalloc(sizeof(*c->spare_mem));
+	if (!c->spare_obj || (c->escape == NV_ESC_RM_ALLOC && !c->spare_mem)) {
+		gs_spares_free(c);
+		return -1;
+	}
+	return 0;
+}
+
 enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io)
 {
 	enum gs_verdict v;
@@ -508,11 +546,17 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	c->refusal = GS_REFUSE_NONE;
 	c->reserved = 0;
 	memset(c->priv, 0, sizeof(c->priv));
+	if (gs_spares_alloc(c)) {
+		c->err = ENOMEM;
+		return GS_FAIL;
+	}
 
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
 	in->nr_ioctls++;
 	v = gs_pre_locked(in, c, io, &q);
+	if (v != GS_PASS)
+		gs_spares_free(c);
 	if (c->refusal != GS_REFUSE_NONE && c->refusal != GS_REFUSE_QUOTA) {
 		struct gs_event ev;
 
@@ -627,7 +671,7 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 		if (tsg && tsg->o.obj_kind == GPUSLICE_OBJ_TSG)
 			o.engine = tsg->o.engine;
 	}
-	ob = gs_obj_add(in, &o, NULL, q);
+	ob = gs_obj_add(in, c, &o, NULL, q);
 	if (ob && o.obj_kind == GPUSLICE_OBJ_CLIENT)
 		ob->ns_pid = c->ns_pid ? c->ns_pid : c->pid;
 }
@@ -664,7 +708,7 @@ static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 		o.obj_kind = GPUSLICE_OBJ_MEMORY;
 		mem->refs++;
 	}
-	if (!gs_obj_add(in, &o, mem, q) && mem)
+	if (!gs_obj_add(in, c, &o, mem, q) && mem)
 		gs_mem_put(in, mem);
 }
 
@@ -681,7 +725,7 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
 	if (!h)
 		return;
 	gs_obj_init(&o, in, c, GPUSLICE_OBJ_OTHER, p->h_root, p->h_object_parent, h, p->h_class);
-	gs_obj_add(in, &o, NULL, q);
+	gs_obj_add(in, c, &o, NULL, q);
 }
 
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret)
@@ -730,5 +774,6 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 	}
 out:
 	gs_unlock(&in->lock);
+	gs_spares_free(c);
 	gs_evq_flush(in, &q);
 }

@@ -62,6 +62,9 @@ struct gs_io {
 #define GS_CHECKED_WORDS	12
 
 /* one ioctl, from gs_pre() to gs_post() */
+struct gs_obj;
+struct gs_mem;
+
 struct gs_call {
 	/* filled by the glue */
 	enum gs_file_kind kind;
@@ -93,6 +96,13 @@ struct gs_call {
 	/* private to the core between pre and post */
 	nv_u64 reserved;
 	nv_u64 priv[4];
+	/*
+	 * What gs_post() adds to the registry for a call that creates an
+	 * object, allocated by gs_pre() before the driver runs: once RM has
+	 * acted, the core's record of it cannot fail to be made.
+	 */
+	struct gs_obj *spare_obj;
+	struct gs_mem *spare_mem;
 	/*
 	 * The block as gs_pre() checked it. User memory can be rewritten by
 	 * another thread at any time, so gs_post() takes what the caller

@@ -75,8 +75,9 @@ void gs_evq_flush(struct gs_inst *in, struct gs_evq *q);
 /* registry.c, all under in->lock */
 struct gs_obj *gs_obj_find(struct gs_inst *in, nv_handle client, nv_handle handle);
 nv_u32 gs_hash_max_chain(const struct gs_inst *in);
-struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
-			  struct gs_mem *mem, struct gs_evq *q);
+struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
+			  const struct gs_object *o, struct gs_mem *mem,
+			  struct gs_evq *q);
 void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 		      struct gs_evq *q);
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);

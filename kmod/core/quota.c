@@ -223,20 +223,25 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	h = p->h_object_new ? p->h_object_new : (c->reply_lost ? 0 : rep->h_object_new);
 	if (!p->h_object_new && h && gs_obj_find(in, p->h_root, h))
 		h = 0;
-	mem = gs_zalloc(sizeof(*mem));
-	if (!mem)
-		return;
-	mem->size = size;
-	mem->refs = 1;
-	mem->sys = sys;
-	gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, p->h_root, p->h_object_parent,
-		    h, p->h_class);
 	*used += size;
-	if (!h || !gs_obj_add(in, &o, mem, q)) {
+	/* gs_pre() allocated the records: with a handle, this cannot fail */
+	mem = h ? c->spare_mem : NULL;
+	if (mem) {
+		c->spare_mem = NULL;
+		mem->size = size;
+		mem->refs = 1;
+		mem->sys = sys;
+		gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, p->h_root,
+			    p->h_object_parent, h, p->h_class);
+		if (!gs_obj_add(in, c, &o, mem, q)) {
+			gs_free(mem);
+			mem = NULL;
+		}
+	}
+	if (!mem) {
 		/* no handle to free it by: it goes when its client goes */
 		struct gs_obj *cl = gs_obj_find(in, p->h_root, p->h_root);
 
-		gs_free(mem);
 		if (cl)
 			cl->orphan[sys] += size;
 		else

@@ -156,19 +156,24 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 	gs_free(ob);
 }
 
-struct gs_obj *gs_obj_add(struct gs_inst *in, const struct gs_object *o,
-			  struct gs_mem *mem, struct gs_evq *q)
+/*
+ * Registers o with c's spare record (gs_pre() allocated it before the
+ * driver ran); NULL only when there is none.
+ */
+struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
+			  const struct gs_object *o, struct gs_mem *mem,
+			  struct gs_evq *q)
 {
-	struct gs_obj *ob, *up;
+	struct gs_obj *ob = c->spare_obj, *up;
 	unsigned int b;
 
+	if (!ob)
+		return NULL;
+	c->spare_obj = NULL;
 	/* a stale entry under the same key: RM freed it without us seeing it */
 	if (gs_obj_find(in, o->client, o->handle))
 		gs_obj_free_tree(in, o->client, o->handle, q);
 
-	ob = gs_zalloc(sizeof(*ob));
-	if (!ob)
-		return NULL;
 	ob->o = *o;
 	ob->mem = mem;
 	if (mem)

@@ -52,9 +52,10 @@ def inject():
         _set(p, 0)
 
 
-def _workload_round(inst: Instance, counts: dict[str, int]) -> list:
+def _workload_round(inst: Instance, counts: dict[str, int], arm=None) -> list:
     """One process's worth of work through the instance; returns what it leaves open.
-    Every failure must be a clean one: an errno from the syscall or an RM status."""
+    Every failure must be a clean one: an errno from the syscall or an RM status.
+    ``arm``, when given, is called once the session is made (faults start there)."""
     kept = []
     try:
         s = session(inst)
@@ -63,6 +64,8 @@ def _workload_round(inst: Instance, counts: dict[str, int]) -> list:
             f"session:{errno.errorcode.get(e.errno, e.errno)}", 0) + 1
         return kept
     kept.append(s)
+    if arm is not None:
+        arm()
     for step in ("alloc", "alloc", "tsg", "info", "free", "map"):
         try:
             if step == "alloc":
@@ -108,15 +111,20 @@ def _close_all(kept: list) -> None:
 @pytest.mark.parametrize("every", [11, 23, 47])
 def test_module_allocation_failures_unwind_cleanly(nl, pool, inject, every):
     """Every Nth allocation the module or its core makes fails (inject.c): each failure
-    is an error to the caller, never a charge lost or an object leaked. (A session takes
-    a few dozen allocations: with N below about 10 none completes, which tests little.)"""
+    is an error to the caller, never a charge lost or an object leaked. Making a session
+    takes more allocations than the smallest N, so every other round arms the faults only
+    once the session is made: those rounds' failures land in the calls themselves."""
     limit = 256 * MIB
     counts: dict[str, int] = {}
     with Instance(nl, limit) as inst:
         kept = []
-        for _ in range(12):
-            inject(MOD + "fail_alloc_every", every)
-            kept += _workload_round(inst, counts)
+        for i in range(12):
+            if i % 2:
+                kept += _workload_round(inst, counts,
+                                        arm=lambda: inject(MOD + "fail_alloc_every", every))
+            else:
+                inject(MOD + "fail_alloc_every", every)
+                kept += _workload_round(inst, counts)
             inject(MOD + "fail_alloc_every", 0)
             check_invariant(inst, pool, limit)
         print(f"fail_alloc_every={every}: {sorted(counts.items())}")
