@@ -140,6 +140,7 @@ static void gs_atfork_child(void)
 		real_close(gs_pl.sock);
 	gs_pl.sock = -1;
 	gs_pl.next_try_ns = 0;
+	gs_pl.reporter = 0;	/* threads do not survive fork: the child starts its own */
 	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
 	gs_pl.owner = getpid();
 }

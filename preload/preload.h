@@ -20,6 +20,7 @@ struct gs_preload {
 	int sock;		/* -1: not connected */
 	pid_t owner;		/* the process the state belongs to (not a vfork child) */
 	nv_u64 next_try_ns;	/* no connect or liveness check before this (__atomic outside sock_lock) */
+	int reporter;		/* the reporter thread was started (__atomic) */
 };
 
 extern struct gs_preload gs_pl;

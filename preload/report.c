@@ -13,18 +13,24 @@
  *
  * A controller started or restarted after the workload still learns its
  * objects: every connect first sends the live TSGs and channels as TSG_NEW /
- * CHANNEL_NEW (a snapshot of the registry), then the events that follow. At
- * most once a second, from the ioctl path (gs_report_poll()) and from events,
- * an unconnected library tries to connect and a connected one checks that the
- * controller did not go away. A send that fails or is short closes the
- * connection: the controller forgets that connection's processes, and the next
- * connect's snapshot gives them back, so a lost event is never a lasting error.
+ * CHANNEL_NEW (a snapshot of the registry), then the events that follow.
+ * A CUDA process in steady state makes no ioctls (it submits through its
+ * mapped channels), so once a process has a TSG or a channel a thread of ours
+ * (gs_reporter()) checks every GS_TICK_NS that the controller is still there
+ * and connects to a new one: a restarted controller has every live channel
+ * back within GS_TICK_NS plus its own start. Without that thread (it could not
+ * be made) the ioctl path and the events do the same at most once a second.
+ * A send that fails or is short closes the connection: the controller forgets
+ * that connection's processes, and the next connect's snapshot gives them
+ * back, so a lost event is never a lasting error.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../uapi/gpuslice.h"	/* via -I../kmod/core */
@@ -32,6 +38,7 @@
 
 #define GS_SNDBUF	(1 << 20)	/* bytes of events in flight to the controller */
 #define GS_RETRY_NS	1000000000ull	/* connect / liveness check at most once a second */
+#define GS_TICK_NS	200000000ull	/* the reporter thread's period */
 
 int gs_parse_size(const char *s, nv_u64 *out)
 {
@@ -88,12 +95,16 @@ static int gs_format_event(char *line, int size, const struct gs_event *ev)
 	return n > 0 && n < size ? n : 0;
 }
 
-static void gs_sock_close_locked(nv_u64 now)
+/*
+ * After a send of ours failed, the next connect waits GS_RETRY_NS: the
+ * controller must see this connection end first. After the controller went
+ * away (pause 0), a new one may be listening already.
+ */
+static void gs_sock_close_locked(nv_u64 now, nv_u64 pause)
 {
 	close(gs_pl.sock);
 	gs_pl.sock = -1;
-	/* give the controller time to see this connection end before the next one */
-	__atomic_store_n(&gs_pl.next_try_ns, now + GS_RETRY_NS, __ATOMIC_RELAXED);
+	__atomic_store_n(&gs_pl.next_try_ns, now + pause, __ATOMIC_RELAXED);
 }
 
 /* all of it or the connection goes: half a line would garble the stream */
@@ -106,7 +117,7 @@ static int gs_send_locked(const char *buf, size_t len)
 	n = send(gs_pl.sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n == (ssize_t)len)
 		return 0;
-	gs_sock_close_locked(gs_now_ns());
+	gs_sock_close_locked(gs_now_ns(), GS_RETRY_NS);
 	return -1;
 }
 
@@ -187,7 +198,7 @@ static void gs_connect_locked(nv_u64 now)
 	if (!sn.failed)
 		gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
 	if (sn.failed)
-		gs_sock_close_locked(now);
+		gs_sock_close_locked(now, GS_RETRY_NS);
 	else if (sn.len)
 		gs_send_locked(sn.buf, sn.len);
 	free(sn.buf);
@@ -205,6 +216,15 @@ static int gs_peer_gone_locked(void)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* under sock_lock: drop a connection whose controller went away, then (re)connect */
+static void gs_check_locked(nv_u64 now)
+{
+	if (gs_pl.sock >= 0 && gs_peer_gone_locked())
+		gs_sock_close_locked(now, 0);
+	if (gs_pl.sock < 0 && now >= gs_pl.next_try_ns)
+		gs_connect_locked(now);
+}
+
 void gs_report_poll(void)
 {
 	nv_u64 now;
@@ -217,14 +237,54 @@ void gs_report_poll(void)
 	if (pthread_mutex_trylock(&gs_pl.sock_lock))
 		return;		/* another thread is at it */
 	if (now >= gs_pl.next_try_ns) {
-		if (gs_pl.sock >= 0 && gs_peer_gone_locked())
-			gs_sock_close_locked(now);
-		if (gs_pl.sock < 0 && now >= gs_pl.next_try_ns)
-			gs_connect_locked(now);
-		else
+		gs_check_locked(now);
+		if (now >= gs_pl.next_try_ns)
 			__atomic_store_n(&gs_pl.next_try_ns, now + GS_RETRY_NS, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&gs_pl.sock_lock);
+}
+
+static void *gs_reporter(void *arg)
+{
+	const struct timespec tick = {
+		.tv_sec = GS_TICK_NS / 1000000000ull,
+		.tv_nsec = GS_TICK_NS % 1000000000ull,
+	};
+
+	for (;;) {
+		nanosleep(&tick, NULL);
+		pthread_mutex_lock(&gs_pl.sock_lock);
+		gs_check_locked(gs_now_ns());
+		pthread_mutex_unlock(&gs_pl.sock_lock);
+	}
+	return arg;
+}
+
+/*
+ * Started with the process's first TSG or channel (a process that never
+ * makes one, a shell in the container, gets no thread), with every signal
+ * blocked so that none of the process's signals is delivered to it.
+ */
+static void gs_reporter_start(void)
+{
+	sigset_t all, old;
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (__atomic_exchange_n(&gs_pl.reporter, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (pthread_attr_init(&attr))
+		return;
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 64 << 10);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (!pthread_create(&t, &attr, gs_reporter, NULL))
+		pthread_setname_np(t, "gpuslice-report");
+	else if (gs_pl.debug)
+		fprintf(stderr, "gpuslice: no reporter thread: a restarted controller hears of this process at its next ioctl\n");
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
 }
 
 static void gs_send_line(const char *line, int len)
@@ -252,6 +312,9 @@ void gs_report_event(void *ctx, const struct gs_event *ev)
 	if (gs_pl.debug)
 		fprintf(stderr, "gpuslice: %s", line);
 	gs_send_line(line, n);
+	if ((ev->type == GPUSLICE_EV_TSG_NEW || ev->type == GPUSLICE_EV_CHANNEL_NEW) &&
+	    gs_pl.sock_path[0])
+		gs_reporter_start();
 }
 
 void gs_report_refusal(const struct gs_call *c)

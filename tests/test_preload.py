@@ -234,14 +234,14 @@ def channels(lines):
     return [e for e in lines if e["event"] == 3]
 
 
-def start_serving(built, tmp_path, sock):
+def start_serving(built, tmp_path, sock, mode="serve"):
     env = dict(os.environ)
     env.update({
         "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
         "GPUSLICE_INSTANCE": "box1",
         "GPUSLICE_SOCKET": str(sock),
     })
-    p = subprocess.Popen([str(built / "client"), str(built / "dev"), "serve"], env=env, text=True,
+    p = subprocess.Popen([str(built / "client"), str(built / "dev"), mode], env=env, text=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout.readline().split() == ["ready", "1"]
     return p
@@ -294,3 +294,24 @@ def test_preload_restarted_controller_gets_live_channels_again(built, tmp_path):
         p.stdin.close()
         assert p.wait(timeout=60) == 0, p.stderr.read()
     second.stop()
+
+
+def test_preload_restarted_controller_hears_a_quiet_process(built, tmp_path):
+    """A process that makes no ioctls once its channels exist (CUDA in steady state)
+    is announced to a controller (re)started after it: by the library's own thread,
+    not by the relay the GPU tests used to need (issue 12, item 2)."""
+    sock = tmp_path / "quiet.sock"
+    first = Server(sock)
+    p = start_serving(built, tmp_path, sock, mode="serve-quiet")
+    try:
+        first.wait(lambda c: c and len(channels(c[0])) >= 2, "channels")
+        first.stop()
+        for _ in range(2):  # and again, with no connection in between
+            second = Server(sock)
+            snap = second.wait(lambda c: c and len(channels(c[0])) >= 2, "snapshot without an ioctl")
+            check_snapshot(snap[0])
+            assert len(snap) == 1 and len(channels(snap[0])) == 2  # one connection, each channel once
+            second.stop()
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, p.stderr.read()

@@ -123,8 +123,12 @@ static void *worker(void *unused)
 	return NULL;
 }
 
-/* a context that lives until stdin closes, for a controller that comes and goes */
-static int serve(void)
+/*
+ * A context that lives until stdin closes, for a controller that comes and
+ * goes. quiet: no ioctl while it waits, like a CUDA process in steady state
+ * (it submits through its mapped channels); else one every 20 ms.
+ */
+static int serve(int quiet)
 {
 	struct nv0080_alloc_params dp;
 	struct nv_channel_group_alloc_params tp = { .engine_type = 1 };
@@ -147,8 +151,9 @@ static int serve(void)
 	for (;;) {
 		struct pollfd pfd = { .fd = 0, .events = POLLIN };
 
-		fb_info(&total, &free_kib);	/* the ioctl path retries the controller */
-		if (poll(&pfd, 1, 20) <= 0)
+		if (!quiet)
+			fb_info(&total, &free_kib);	/* the ioctl path retries the controller */
+		if (poll(&pfd, 1, quiet ? -1 : 20) <= 0)
 			continue;
 		if (!fgets(line, sizeof(line), stdin))
 			break;
@@ -178,8 +183,10 @@ int main(int argc, char **argv)
 	gpu = open(path, O_RDWR);
 	if (ctl < 0 || gpu < 0)
 		return 3;
+	if (argc > 2 && !strcmp(argv[2], "serve-quiet"))
+		return serve(1);
 	if (argc > 2 && !strcmp(argv[2], "serve"))
-		return serve();
+		return serve(0);
 
 	st = rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
 	printf("client_status %u client 0x%x\n", st, client);
