@@ -902,6 +902,42 @@ def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str,
         srv.server_close()
 
 
+@main.command()
+@click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
+@click.option("--exporter", "exporter_listen", metavar="HOST:PORT",
+              help="Where `gpuctl exporter` listens (default: the --listen of the gpuslice-exporter unit, "
+              "else 127.0.0.1:9400).")
+@json_option
+@click.pass_context
+def doctor(ctx: click.Context, status_file: str, exporter_listen: str | None) -> None:
+    """Check this host: NVIDIA driver version, module and netlink version, daemon, the
+    real nodes' modes, require_device_cgroup, vm.mmap_min_addr, the CDI spec (--cdi-spec,
+    default /etc/cdi/gpuslice.yaml) against `gpuctl cdi generate`, and the exporter.
+    Each says ok, warn, fail or skip, with a one-line fix. Exit status 1 when a check
+    fails (warn and skip do not)."""
+    from . import cdi
+    from . import doctor as D
+    from .exporter import parse_listen
+
+    if exporter_listen is not None:
+        try:
+            parse_listen(exporter_listen)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--exporter") from None
+    checks = D.run_all(status_file, ctx.obj.get("cdi_spec") or cdi.DEFAULT_OUTPUT, lambda: _cdi_spec(ctx),
+                       exporter_listen)
+    rows: list[dict[str, Any]] = []
+    for c in checks:
+        rows.append({"check": c.name, "status": c.status, "detail": c.message})
+        if c.fix:
+            rows.append({"check": "", "status": "", "detail": f"fix: {c.fix}"})
+    emit(ctx, [c.to_json() for c in checks],
+         lambda: table(rows, [("check", "CHECK"), ("status", "STATUS"), ("detail", "DETAIL")]))
+    bad = D.failed(checks)
+    if bad:
+        raise GpuctlError(f"{len(bad)} of {len(checks)} checks failed: {', '.join(bad)}")
+
+
 def _write_json(path: str, data: dict[str, Any]) -> None:
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
