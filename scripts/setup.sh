@@ -10,12 +10,16 @@ cd "$REPO"
 # Kernel + headers for the QEMU guest, a compiler for modules, QEMU itself, bcc for
 # tracing, and what virtme-ng needs at run time in the guest (busybox for its init,
 # virtiofsd is optional: vng falls back to 9p), kmod for insmod/rmmod; PyYAML and
-# prometheus_client for `gpuctl cdi` and `gpuctl exporter`, systemd for systemd-analyze.
+# prometheus_client for `gpuctl cdi` and `gpuctl exporter`, systemd for systemd-analyze;
+# dkms for dkms.conf (tests/guest/test_dkms.py), rootful podman with crun for the CDI and
+# run-args tests (tests/guest/test_podman.py: vfs storage, --network none; conmon and
+# containers-common come with podman).
 PKGS=(
     linux-image-amd64 linux-headers-amd64 build-essential qemu-system-x86
     python3-bpfcc bpfcc-tools python3-venv python3-pip python3-dev kmod
     busybox-static udev iproute2 util-linux ca-certificates
     python3-yaml python3-prometheus-client systemd
+    dkms podman crun
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
