@@ -565,6 +565,8 @@ static int gs_nl_object_one(void *ctx, const struct gs_object *o)
 
 	if (o->obj_kind != GPUSLICE_OBJ_TSG && o->obj_kind != GPUSLICE_OBJ_CHANNEL)
 		return 0;
+	if (!gs_object_gateable(o))	/* not scheduled yet: CHANNEL_NEW comes then */
+		return 0;
 	if (d->idx < d->skip) {
 		d->idx++;
 		return 0;

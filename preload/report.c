@@ -136,7 +136,7 @@ static int gs_snap_cb(void *ctx, const struct gs_object *o)
 	char line[512];
 	int n;
 
-	if (o->obj_kind != sn->kind)
+	if (o->obj_kind != sn->kind || !gs_object_gateable(o))
 		return 0;
 	memset(&ev, 0, sizeof(ev));
 	ev.type = o->obj_kind == GPUSLICE_OBJ_TSG ? GPUSLICE_EV_TSG_NEW : GPUSLICE_EV_CHANNEL_NEW;

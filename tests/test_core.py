@@ -368,6 +368,46 @@ def test_process_lists_compare_namespace_pids(env):
     assert pid_info_at(b, 0)["mem"][0] == GiB and pid_info_at(b, 1)["mem"][0] == 0
 
 
+def _chan_events(core):
+    return [(e["type"], e["handle"]) for e in core.events()
+            if e["type"] in (cs.EV_CHANNEL_NEW, cs.EV_CHANNEL_DEL)]
+
+
+def test_channels_are_announced_once_scheduled(env):
+    """A channel is announced (CHANNEL_NEW, and gateable in object dumps) when RM has
+    scheduled it, not when it is made: before its TSG's GPFIFO_SCHEDULE RM refuses to
+    disable it (NV_ERR_INVALID_CHANNEL on the H100). A schedule RM refused announces
+    nothing; a channel made in a TSG scheduled already is announced at once; only an
+    announced channel's deletion is."""
+    core, rm = env
+    p = Proc(core, rm)
+    tsg_params = ctypes.create_string_buffer(64)
+    struct.pack_into("<I", tsg_params, 12, 1)
+    p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, 0x700, tsg_params)
+    p.alloc(0x700, abi.HOPPER_CHANNEL_GPFIFO_A, 0x701)
+    p.alloc(0x700, abi.HOPPER_CHANNEL_GPFIFO_A, 0x702)
+    p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, 0x710, tsg_params)
+    p.alloc(0x710, abi.HOPPER_CHANNEL_GPFIFO_A, 0x711)
+    gateable = lambda: sorted(o["handle"] for o in core.objects() if o["kind"] == cs.OBJ_CHANNEL and o["gateable"])
+    assert _chan_events(core) == [] and gateable() == []
+
+    def refused(arg):
+        struct.pack_into("<I", arg, 28, abi.NV_ERR_INVALID_STATE)
+        return 0
+    p.control(0x700, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, driver=refused)
+    assert _chan_events(core) == [] and gateable() == []
+    p.control(0x700, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
+    new = [(cs.EV_CHANNEL_NEW, 0x701), (cs.EV_CHANNEL_NEW, 0x702)]
+    assert sorted(_chan_events(core)) == new
+    p.control(0x700, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)  # again: nothing new
+    p.alloc(0x700, abi.HOPPER_CHANNEL_GPFIFO_A, 0x703)  # into a scheduled TSG
+    assert _chan_events(core) == [(cs.EV_CHANNEL_NEW, 0x703)]
+    assert gateable() == [0x701, 0x702, 0x703]
+    p.free(0x711, parent=0x710)  # never announced: no deletion either
+    p.free(0x701, parent=0x700)
+    assert _chan_events(core) == [(cs.EV_CHANNEL_DEL, 0x701)]
+
+
 def test_objects_take_the_gpu_of_their_device(env):
     """RM objects made on nvidiactl (minor 255) are on the GPU their device names
     (NV0080_ALLOC_PARAMETERS.deviceId); without a device above them they keep 255."""
@@ -390,8 +430,10 @@ def test_objects_take_the_gpu_of_their_device(env):
         assert core.call(ALLOC, a, rm.alloc, minor=255).verdict == cs.GS_PASS
     gpu = {o["handle"]: o["gpu"] for o in core.objects()}
     assert gpu == {client: 255, 0xD1: 1, 0xD0: 0, 0xE1: 1, 0xF1: 1, 0xF2: 1, 0xF3: 0, 0xC1: 255}
+    sched = cs.control_arg(client, 0xF1, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
+    core.call(CONTROL, sched, rm.control, minor=255)  # the channel is announced once scheduled
     ev = [e for e in core.events() if e["type"] in (cs.EV_TSG_NEW, cs.EV_CHANNEL_NEW)]
-    assert [(e["handle"], e["gpu"]) for e in ev] == [(0xF1, 1), (0xF2, 1), (0xF3, 0)]
+    assert [(e["handle"], e["gpu"]) for e in ev] == [(0xF1, 1), (0xF3, 0), (0xF2, 1)]
     # memory, counted or refused, is on its device's GPU too
     small, big = cs.mem_params(MiB), cs.mem_params(2 * GiB)
     a = cs.alloc_arg(client, 0xD1, 0x99, abi.NV01_MEMORY_LOCAL_USER, cs.addr(small))

@@ -571,3 +571,29 @@ def test_slot_and_gated_time_and_latency_histogram() -> None:
     assert b["gated_ns"] == pytest.approx(a["slot_ns"], abs=2 * MS)
     assert sum(g["switch_latency_hist_ns"]) == sched.switches > 0
     assert g["switch_latency_sum_ns"] == sum(max(0, x) for x in sched.latencies_ns)
+
+
+def test_rmgate_logs_once_per_process(caplog) -> None:
+    """Channels RM refuses (INVALID_CHANNEL: not scheduled yet) give one log line per
+    process and status, however many channels and switches (issue 12, item 3)."""
+    class Refusing(FakeRm):
+        def disable_channels(self, gpu, pairs, disable):
+            pairs = sorted(set(pairs))
+            self.calls += 1
+            if any(p[0] in (1, 2) for p in pairs):
+                raise RmError("DISABLE", abi.NV_ERR_INVALID_CHANNEL)
+            self.log.append((gpu, disable, pairs))
+            return 1
+
+    rm = Refusing()
+    gate = RmGate(rm, RecGuard(rm))  # type: ignore[arg-type]
+    a = {Channel(0, 1, h, pid=11) for h in range(20)} | {Channel(0, 2, h, pid=12) for h in range(20)}
+    b = {Channel(0, 3, h, pid=13) for h in range(4)}
+    with caplog.at_level("WARNING", logger="gpuslice.gate"):
+        for _ in range(5):
+            gate.apply(0, a)
+            gate.apply(0, b)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert any("20 channel(s) of pid 11" in m for m in lines) and any("pid 12" in m for m in lines)
+    assert gate.disabled == b  # the refused ones are not counted as disabled

@@ -728,6 +728,22 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
 	gs_obj_add(in, c, &o, NULL, q);
 }
 
+/*
+ * A TSG or channel RM scheduled (GS_OBJ_SCHEDULED). A lost reply counts as
+ * success: a channel the controller then gates too early costs one refused
+ * disable, one it never hears of would run ungated.
+ */
+static void gs_post_schedule(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
+{
+	const struct nvos54_params *p = (const void *)c->checked;
+
+	if (p->cmd != NVA06C_CTRL_CMD_GPFIFO_SCHEDULE && p->cmd != NVA06F_CTRL_CMD_GPFIFO_SCHEDULE &&
+	    p->cmd != NVA06F_CTRL_CMD_BIND)
+		return;
+	if (gs_reply_status(c, c->status) == NV_OK)
+		gs_obj_scheduled(in, p->h_client, p->h_object, q);
+}
+
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret)
 {
 	struct gs_evq q;
@@ -752,6 +768,7 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 		c->status = p->status;
 		if (!c->reply_lost)
 			gs_virt_control_post(in, c, io, (const void *)c->checked);
+		gs_post_schedule(in, c, &q);
 		break;
 	}
 	case NV_ESC_RM_FREE: {

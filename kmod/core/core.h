@@ -182,7 +182,25 @@ struct gs_object {
 	nv_u32 klass;
 	nv_u32 engine;
 	nv_u64 size;		/* bytes of video memory, 0 for the rest */
+	nv_u32 flags;		/* GS_OBJ_* */
 };
+
+/*
+ * A TSG or channel that RM scheduled: NVA06C_CTRL_CMD_GPFIFO_SCHEDULE on the
+ * TSG, NVA06F_CTRL_CMD_GPFIFO_SCHEDULE or NVA06F_CTRL_CMD_BIND on the channel
+ * succeeded, or the channel was made in a TSG scheduled already (it inherits
+ * the TSG's runlist: kernel_channel.c, kchannelConstruct, 580). Before that a
+ * FIFO_DISABLE_CHANNELS naming the channel fails with NV_ERR_INVALID_CHANNEL
+ * (every new channel's first disable on the H100, docs/h100-scheduler.md), so
+ * the controller hears of a channel, by CHANNEL_NEW and in object dumps, only
+ * once it is scheduled: gs_object_gateable().
+ */
+#define GS_OBJ_SCHEDULED	0x1
+
+static inline int gs_object_gateable(const struct gs_object *o)
+{
+	return o->obj_kind != GPUSLICE_OBJ_CHANNEL || (o->flags & GS_OBJ_SCHEDULED);
+}
 
 struct gs_inst;
 

@@ -80,6 +80,8 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 			  struct gs_evq *q);
 void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 		      struct gs_evq *q);
+void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
+		      struct gs_evq *q);
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
 void gs_obj_free_all(struct gs_inst *in);
 int gs_is_client(struct gs_inst *in, nv_handle client);

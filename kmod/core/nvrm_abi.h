@@ -442,6 +442,9 @@ struct nv2080_ctrl_fifo_disable_channels_params {	/* 536 bytes */
 #define NVA06C_CTRL_CMD_GPFIFO_SCHEDULE		0xa06c0101
 #define NVA06C_CTRL_CMD_SET_TIMESLICE		0xa06c0103
 #define NVA06C_CTRL_CMD_GET_TIMESLICE		0xa06c0104
+/* ctrl/ctrla06f/ctrla06fgpfifo.h: the same on one channel, and its bind to an engine */
+#define NVA06F_CTRL_CMD_GPFIFO_SCHEDULE		0xa06f0103
+#define NVA06F_CTRL_CMD_BIND			0xa06f0104
 struct nva06c_ctrl_gpfifo_schedule_params {	/* NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS */
 	nv_u8 b_enable;
 	nv_u8 b_skip_submit;

@@ -143,7 +143,8 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_DEL);
 		break;
 	case GPUSLICE_OBJ_CHANNEL:
-		gs_obj_event(q, &ob->o, GPUSLICE_EV_CHANNEL_DEL);
+		if (gs_object_gateable(&ob->o))	/* the controller never heard of it else */
+			gs_obj_event(q, &ob->o, GPUSLICE_EV_CHANNEL_DEL);
 		break;
 	case GPUSLICE_OBJ_CLIENT:
 		if (!gs_pid_has_client(in, ob->o.pid))
@@ -189,11 +190,51 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 	up = gs_obj_parent(in, ob);
 	if (up)
 		up->nchild++;
+	ob->o.flags &= ~GS_OBJ_SCHEDULED;
+	if (o->obj_kind == GPUSLICE_OBJ_CHANNEL && up && up->o.obj_kind == GPUSLICE_OBJ_TSG &&
+	    (up->o.flags & GS_OBJ_SCHEDULED))
+		ob->o.flags |= GS_OBJ_SCHEDULED;
 	if (o->obj_kind == GPUSLICE_OBJ_TSG)
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_NEW);
-	else if (o->obj_kind == GPUSLICE_OBJ_CHANNEL)
+	else if (o->obj_kind == GPUSLICE_OBJ_CHANNEL && gs_object_gateable(&ob->o))
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_CHANNEL_NEW);
 	return ob;
+}
+
+static void gs_channel_scheduled(struct gs_obj *ch, struct gs_evq *q)
+{
+	if (ch->o.flags & GS_OBJ_SCHEDULED)
+		return;
+	ch->o.flags |= GS_OBJ_SCHEDULED;
+	gs_obj_event(q, &ch->o, GPUSLICE_EV_CHANNEL_NEW);
+}
+
+/*
+ * RM accepted a schedule or bind of (client, handle), a TSG or a channel:
+ * its channels can be gated from now on (GS_OBJ_SCHEDULED).
+ */
+void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
+		      struct gs_evq *q)
+{
+	struct gs_obj *ob = gs_obj_find(in, client, handle), *ch;
+	unsigned int b;
+
+	if (!ob)
+		return;
+	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL) {
+		gs_channel_scheduled(ob, q);
+		return;
+	}
+	if (ob->o.obj_kind != GPUSLICE_OBJ_TSG || (ob->o.flags & GS_OBJ_SCHEDULED))
+		return;
+	ob->o.flags |= GS_OBJ_SCHEDULED;
+	if (!ob->nchild)
+		return;
+	for (b = 0; b < GS_HASH_SIZE; b++)
+		for (ch = in->hash[b]; ch; ch = ch->next)
+			if (ch->o.obj_kind == GPUSLICE_OBJ_CHANNEL && ch->o.client == client &&
+			    ch->o.parent == handle)
+				gs_channel_scheduled(ch, q);
 }
 
 /*

@@ -46,6 +46,11 @@
  *   GPUSLICE_CMD_OBJECT_GET     (dump, NAME filters)
  *       out: one message per tracked RM object of kind TSG or CHANNEL:
  *            NAME, OBJ_KIND, PID, CLIENT, HANDLE, PARENT, CLASS, ENGINE, GPU.
+ *            Channels only once RM scheduled them (their TSG's or their own
+ *            GPFIFO_SCHEDULE, or BIND, succeeded): before that RM refuses to
+ *            disable them (NV_ERR_INVALID_CHANNEL), so a scheduler has nothing
+ *            to gate. CHANNEL_NEW is sent at that moment, not at allocation;
+ *            CHANNEL_DEL only for a channel that had its CHANNEL_NEW.
  *   GPUSLICE_CMD_EVENT          (multicast group GPUSLICE_MCGRP_EVENTS)
  *       out: EVENT (enum gpuslice_event), NAME, and the attributes of the
  *            object (as OBJECT_GET), PID, or SIZE, STATUS, CMD, CLASS and

@@ -63,7 +63,8 @@ class RmGate:
         self.disabled: set[Channel] = set()
         self.announced: set[Channel] = set()
         self.stats = GateStats()
-        self._warned: set[tuple[tuple[int, int], int]] = set()
+        # (process, status) pairs already logged: one line per process and status
+        self._warned: set[tuple[int, int]] = set()
 
     def _switch(self, gpu: int, chans: set[Channel], disable: bool) -> set[Channel]:
         """Issue the calls; return the channels that failed."""
@@ -81,9 +82,14 @@ class RmGate:
             bad = self.rm.disable_channels_each(gpu, by_pair.keys(), disable)
             failed = {by_pair[p] for p, _e in bad}
             for p, e in bad:
-                if e.status not in GONE and (p, e.status) not in self._warned:
-                    self._warned.add((p, e.status))  # once per channel and status: no log flood
-                    log.warning("%s channel 0x%x/0x%x: %s", "disable" if disable else "enable", p[0], p[1], e)
+                c = by_pair[p]
+                who = c.pid or c.client  # a process: its pid, else its RM client
+                if e.status not in GONE and (who, e.status) not in self._warned:
+                    self._warned.add((who, e.status))
+                    n = sum(1 for q, f in bad if f.status == e.status and (by_pair[q].pid or q[0]) == who)
+                    log.warning("%s of %d channel(s) of %s %d (first 0x%x/0x%x): %s",
+                                "disable" if disable else "enable", n, "pid" if c.pid else "client",
+                                who, p[0], p[1], e)
             gone = {by_pair[p] for p, e in bad if e.status in GONE}
             self.forget(gone)
             failed -= gone

@@ -182,10 +182,11 @@ class Core:
         return sorted(out[: min(n, 256)])
 
     def objects(self) -> list[dict]:
-        out = (ctypes.c_uint64 * (10 * 100000))()
+        out = (ctypes.c_uint64 * (11 * 100000))()
         n = self.lib.t_objects(self.inst, out, 100000)
-        keys = ("kind", "file_id", "pid", "gpu", "client", "handle", "parent", "klass", "engine", "size")
-        return [dict(zip(keys, out[10 * i: 10 * i + 10])) for i in range(n)]
+        keys = ("kind", "file_id", "pid", "gpu", "client", "handle", "parent", "klass", "engine", "size",
+                "gateable")
+        return [dict(zip(keys, out[11 * i: 11 * i + 11])) for i in range(n)]
 
     def events(self) -> list[dict]:
         out = (ctypes.c_uint64 * (12 * 4096))()

@@ -77,6 +77,14 @@ static nv_u32 control(nv_handle c, nv_handle obj, nv_u32 cmd, void *params, nv_u
 	return p.status;
 }
 
+/* NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, bEnable: the TSG's channels become gateable */
+static nv_u32 schedule(nv_handle tsg)
+{
+	struct nva06c_ctrl_gpfifo_schedule_params sp = { .b_enable = 1 };
+
+	return control(client, tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, &sp, sizeof(sp));
+}
+
 static void fb_info(nv_u32 *total_kib, nv_u32 *free_kib)
 {
 	struct nv2080_ctrl_fb_get_info_v2_params fp;
@@ -146,6 +154,7 @@ static int serve(int quiet)
 	rm_alloc(client, DEV, 0x5c000030, KEPLER_CHANNEL_GROUP_A, &tp, &ret);
 	rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
 	rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
+	schedule(0x5c000030);
 	printf("ready 1\n");
 	fflush(stdout);
 	for (;;) {
@@ -313,6 +322,7 @@ int main(int argc, char **argv)
 		cp.engine_type = 1;
 		rm_alloc(client, DEV, 0x5c000020, KEPLER_CHANNEL_GROUP_A, &tp, &ret);
 		rm_alloc(client, 0x5c000020, 0x5c000021, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
+		schedule(0x5c000020);	/* as CUDA does: the channel is announced now */
 		rm_free(0x5c000020);
 	}
 	close(gpu);

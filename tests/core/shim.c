@@ -200,7 +200,7 @@ static int t_dump_cb(void *ctx, const struct gs_object *o)
 
 	if (d->n >= d->max)
 		return 1;
-	r = d->out + 10 * d->n++;
+	r = d->out + 11 * d->n++;
 	r[0] = o->obj_kind;
 	r[1] = o->file_id;
 	r[2] = o->pid;
@@ -211,10 +211,11 @@ static int t_dump_cb(void *ctx, const struct gs_object *o)
 	r[7] = o->klass;
 	r[8] = o->engine;
 	r[9] = o->size;
+	r[10] = gs_object_gateable(o);
 	return 0;
 }
 
-/* 10 u64 per object: kind, file, pid, gpu, client, handle, parent, class, engine, size */
+/* 11 u64 per object: kind, file, pid, gpu, client, handle, parent, class, engine, size, gateable */
 int t_objects(struct gs_inst *in, uint64_t *out, int max)
 {
 	struct t_dump d = { out, 0, max };

@@ -6,8 +6,8 @@ are in docs/h100-scheduler.md.
 
 Four workloads (tests/gpu/wl_sched.py: a loop of one SIZE^2 fp32 matmul + synchronize,
 completion times recorded) run under LD_PRELOAD=preload/libgpuslice.so with their own
-GPUSLICE_INSTANCE, reporting their RM objects to the harness's relay, which forwards
-them to whichever daemon runs (sched_common.py says why). The harness runs or pauses
+GPUSLICE_INSTANCE, reporting their RM objects to whichever daemon runs: a restarted
+daemon gets them back from the library's reporter thread (sched_common.py). The harness runs or pauses
 each workload; a paused one has its context and channels but submits nothing.
 
   a 4096, b 4096, c 3072, d 2048 (d is the bursty one: 4 s busy / 4 s idle where noted)
@@ -72,8 +72,7 @@ class Bench:
         self.quick = quick
         self.work = tempfile.mkdtemp(prefix="gs-sched-")
         self.logf = open(out / "sched.txt", "a")
-        self.relay = sc.Relay(os.path.join(self.work, "relay.sock"))
-        self.daemon = sc.Daemon(self.work, self.relay, self.log)
+        self.daemon = sc.Daemon(self.work, self.log)
         self.ws: dict[str, sc.Workload] = {}
         self.res: dict = {"phases": [], "alone": {}, "alone_blocks": [], "native": {}, "policies": [], "crash": [],
                           "gpu_samples": []}
@@ -95,7 +94,7 @@ class Bench:
 
     def start(self) -> None:
         for n, size in SIZES.items():
-            self.ws[n] = sc.Workload(n, size, self.work, self.relay.path, self.log)
+            self.ws[n] = sc.Workload(n, size, self.work, self.daemon.sock, self.log)
         for w in self.ws.values():
             w.wait_ready()
         self.log(f"workloads ready: {', '.join(f'{n}={w.proc.pid}' for n, w in self.ws.items())}")
@@ -279,10 +278,11 @@ class Bench:
             time.sleep(rng.uniform(0.2, 1.0))
             st = self.daemon.read_status() or {}
             tk, gone = self.daemon.signal(sig)
-            self.relay.set_target(None)
             time.sleep(1.1)
             rec = {"i": i, "signal": signal.Signals(sig).name, "gated_s": tk - ready, "exit_s": gone,
-                   "disabled_at_last_status": st.get("disabled_now")}
+                   "disabled_at_last_status": st.get("disabled_now"),
+                   # this start: spawn to both workloads' channels seen and a switch made
+                   "rejoin_s": self.daemon.rejoin_s[-1] if self.daemon.rejoin_s and not sc.FAKE else None}
             for n in ("a", "b"):
                 ts = self.ws[n].times()
                 f = sc.first_after(ts, tk)
@@ -291,7 +291,8 @@ class Bench:
                 rec[f"idle_before_{n}_ms"] = (tk - ts[i0 - 1]) * 1e3 if i0 else None  # > a matmul: it was gated
                 rec[f"rate_{n}_after"] = sc.rate(ts, tk + 0.1, tk + 1.1) / self.alone_at(tk)[n]
             self.res["crash"].append(rec)
-            self.log(f"kill {i:2d} {rec['signal']:7s} after {rec['gated_s']:.2f}s gating: resume a "
+            self.log(f"kill {i:2d} {rec['signal']:7s} (rejoined {f1(rec['rejoin_s'])} s after spawn) "
+                     f"after {rec['gated_s']:.2f}s gating: resume a "
                      f"{f1(rec['resume_a_ms'])} ms b {f1(rec['resume_b_ms'])} ms; next second a "
                      f"{rec['rate_a_after']:.3f} b {rec['rate_b_after']:.3f} of alone")
         self.run_set({})

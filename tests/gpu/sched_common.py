@@ -1,19 +1,11 @@
 """Machinery shared by the scheduler benchmark (bench_sched.py) and tests (test_sched.py):
-matmul workloads under libgpuslice.so that the harness can run/pause, a relay between
-them and the daemon's preload socket, `gpuctl daemon` start/stop/kill, and rates.
+matmul workloads under libgpuslice.so that the harness can run/pause, `gpuctl daemon`
+start/stop/kill, and rates.
 
-Why a relay: libgpuslice.so reports each RM object once, when it is created, on
-GPUSLICE_SOCKET. A daemon started (or restarted) after the workloads therefore never
-hears of their channels (PreloadSource has no way to ask; NetlinkSource dumps
-OBJECT_GET at start). The relay keeps each workload's event lines and replays them on a
-fresh connection to every new daemon, so one set of workloads can be driven through
-many daemon runs and kills.
-
-It changes one thing: libgpuslice.so reports "gpu":255 for objects allocated through
-/dev/nvidiactl (the file's minor; CUDA allocates its channels there), so the daemon
-would gate them on a GPU 255 that does not exist (found on the H100: "No such file or
-directory: '/dev/nvidia255'"). The relay rewrites 255 to 0, the machine's only GPU.
-The fix belongs in the core (an object's GPU is its device's, not its file's).
+The workloads' GPUSLICE_SOCKET is the daemon's own socket. A daemon (re)started under
+running workloads learns their channels from the library itself: its reporter thread
+reconnects within 0.2 s and resends the live objects (preload/report.c), so no relay
+replays them any more (issue 12, item 2); Daemon.start records how long that took.
 """
 
 from __future__ import annotations
@@ -53,101 +45,10 @@ def pythonpath() -> str:
     return ":".join(parts)
 
 
-# ---- relay ---------------------------------------------------------------------------
-
-class Relay:
-    """Workloads connect here (their GPUSLICE_SOCKET); lines go on to the current daemon."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        if os.path.exists(path):
-            os.unlink(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        self.sock.listen(64)
-        self.lock = threading.Lock()
-        self.ups: list[dict] = []  # {"lines": [bytes], "down": socket|None}
-        self.target: str | None = None
-        self.gpu_fix: tuple[int] | None = (0,)  # see _read
-        self.rewritten = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            up = {"lines": [], "down": None}
-            with self.lock:
-                self.ups.append(up)
-                if self.target:
-                    up["down"] = self._connect(self.target)
-            threading.Thread(target=self._read, args=(c, up), daemon=True).start()
-
-    def _read(self, c: socket.socket, up: dict) -> None:
-        buf = b""
-        while True:
-            try:
-                b = c.recv(65536)
-            except OSError:
-                b = b""
-            if not b:
-                return
-            buf += b
-            *lines, buf = buf.split(b"\n")
-            with self.lock:
-                for line in lines:
-                    if self.gpu_fix and b'"gpu":255,' in line:
-                        # objects RM_ALLOCed through nvidiactl (channels included) come
-                        # with gpu 255, the control node's minor: see the module doc
-                        line = line.replace(b'"gpu":255,', b'"gpu":%d,' % self.gpu_fix[0])
-                        self.rewritten += 1
-                    up["lines"].append(line + b"\n")
-                    self._send(up, line + b"\n")
-
-    @staticmethod
-    def _connect(path: str) -> socket.socket | None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-        except OSError:
-            s.close()
-            return None
-        return s
-
-    def _send(self, up: dict, data: bytes) -> None:
-        if up["down"] is None:
-            return
-        try:
-            up["down"].sendall(data)
-        except OSError:
-            up["down"].close()
-            up["down"] = None
-
-    def set_target(self, path: str | None) -> None:
-        """Connect every workload to the daemon socket ``path`` (None: disconnect),
-        replaying each one's lines so far."""
-        with self.lock:
-            for up in self.ups:
-                if up["down"] is not None:
-                    up["down"].close()
-                    up["down"] = None
-            self.target = path
-            if path:
-                for up in self.ups:
-                    up["down"] = self._connect(path)
-                    self._send(up, b"".join(up["lines"]))
-
-    def channels(self) -> int:
-        with self.lock:
-            return sum(1 for up in self.ups for ln in up["lines"] if b'"obj_kind":2' in ln)
-
-
 # ---- workloads -----------------------------------------------------------------------
 
 class Workload:
-    def __init__(self, name: str, size: int, workdir: str, relay_path: str, log) -> None:
+    def __init__(self, name: str, size: int, workdir: str, sock_path: str, log) -> None:
         self.name, self.size = name, size
         self.ctl = os.path.join(workdir, f"{name}.ctl")
         self.out = os.path.join(workdir, f"{name}.ts")
@@ -156,10 +57,10 @@ class Workload:
         if os.path.exists(self.out):
             os.unlink(self.out)
         env = dict(os.environ, PYTHONUNBUFFERED="1", LD_PRELOAD=str(SO), GPUSLICE_INSTANCE=name,
-                   GPUSLICE_SOCKET=relay_path)
+                   GPUSLICE_SOCKET=sock_path)
         env.pop("GPUSLICE_DEBUG", None)
         self.cmd = [sys.executable, str(WL), str(size), self.ctl, self.out]
-        log(f"$ LD_PRELOAD={SO} GPUSLICE_INSTANCE={name} GPUSLICE_SOCKET={relay_path} {' '.join(self.cmd)}")
+        log(f"$ LD_PRELOAD={SO} GPUSLICE_INSTANCE={name} GPUSLICE_SOCKET={sock_path} {' '.join(self.cmd)}")
         self.errf = open(os.path.join(workdir, f"{name}.err"), "w")
         self.proc = subprocess.Popen(self.cmd, env=env, stdout=subprocess.PIPE, stderr=self.errf, text=True)
         self._ts = array("d")
@@ -242,12 +143,12 @@ while not stop:
 class Daemon:
     """`gpuctl daemon --source preload` with its paths under ``workdir``."""
 
-    def __init__(self, workdir: str, relay: Relay, log, probe: str = "cpu") -> None:
+    def __init__(self, workdir: str, log, probe: str = "cpu") -> None:
         self.dir = workdir
         self.state = os.path.join(workdir, "state.json")
         self.status = os.path.join(workdir, "status.json")
         self.sock = os.path.join(workdir, "daemon.sock")
-        self.relay = relay
+        self.rejoin_s: list[float] = []  # per start: spawn to every member's channels seen
         self.log = log
         self.probe = probe
         self.proc: subprocess.Popen | None = None
@@ -273,9 +174,9 @@ class Daemon:
                 "--switch-order", self.order, "-v"]
 
     def start(self, members: list[str] = (), timeout: float = 15) -> float:
-        """Start, wait for the socket, point the relay at it, wait until the daemon's
-        status shows channels for every one of ``members`` and a slot switch. Returns
-        the monotonic time it was ready."""
+        """Start, wait until the daemon's status shows channels for every one of
+        ``members`` (the workloads reconnect by themselves) and a slot switch. Returns
+        the monotonic time it was ready; the delay from spawn goes to ``rejoin_s``."""
         for p in (self.sock, self.status):
             if os.path.exists(p):
                 os.unlink(p)
@@ -294,8 +195,6 @@ class Daemon:
             if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"daemon did not start (rc {self.proc.poll()}); see daemon.log")
             time.sleep(0.005)
-        time.sleep(0.01)
-        self.relay.set_target(self.sock)
         while members and not FAKE:
             st = self.read_status() or {}
             insts = st.get("gpus", {}).get("0", {}).get("instances", {})
@@ -304,7 +203,10 @@ class Daemon:
             if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"daemon did not see channels of {members}: {insts} (rc {self.proc.poll()})")
             time.sleep(0.02)
-        return time.monotonic()
+        ready = time.monotonic()
+        if members:
+            self.rejoin_s.append(ready - t0)
+        return ready
 
     def read_status(self) -> dict | None:
         try:
@@ -325,7 +227,6 @@ class Daemon:
         st = self.read_status()
         if self.proc is not None and self.proc.poll() is None:
             self.signal(signal.SIGTERM)
-        self.relay.set_target(None)
         self.proc = None
         return st
 

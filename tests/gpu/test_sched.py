@@ -30,9 +30,8 @@ def bed():
     subprocess.run(["make", "-s", "-C", str(sc.REPO / "preload")], check=True)
     work = tempfile.mkdtemp(prefix="gs-tsched-")
     logs: list[str] = []
-    relay = sc.Relay(os.path.join(work, "relay.sock"))
-    daemon = sc.Daemon(work, relay, logs.append)
-    ws = {n: sc.Workload(n, 4096, work, relay.path, logs.append) for n in ("a", "b")}
+    daemon = sc.Daemon(work, logs.append)
+    ws = {n: sc.Workload(n, 4096, work, daemon.sock, logs.append) for n in ("a", "b")}
     try:
         for w in ws.values():
             w.wait_ready()
@@ -86,7 +85,6 @@ def test_daemon_killed_mid_gating_workloads_resume(bed, sig):
             daemon.start(members=["a", "b"])
             time.sleep(0.2 + 0.3 * i)
             tk, _ = daemon.signal(sig)
-            daemon.relay.set_target(None)
             time.sleep(2.0)
             for n, w in ws.items():
                 f = sc.first_after(w.times(), tk)
