@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: host tests, then the guest suite in one QEMU boot
-# (stand-in NVIDIA driver + gpuslice.ko). Installs what it needs first.
+# (stand-in NVIDIA driver + gpuslice.ko) and the scheduler-through-the-module
+# tests in a second. Installs what it needs first.
 # Usage: sudo scripts/test.sh [pytest args for the host run]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,14 @@ host_rc=0
 echo "== guest tests (QEMU, stand-in driver)"
 guest_rc=0
 bash scripts/vm.sh --timeout 3000 -- bash scripts/guest-tests.sh -rfE || guest_rc=$?
+
+# The daemon through the module (netlink source): its workloads submit through their
+# instances with the stand-in's test escape, which the module lets through only when
+# loaded with allow_test_escapes=1 (never in the main run, whose isolation tests
+# check that instances refuse it): a second boot for those tests alone.
+echo "== guest tests, scheduler through the module (allow_test_escapes=1)"
+bash scripts/vm.sh --timeout 1200 -- env GPUSLICE_ARGS="require_device_cgroup=0 allow_test_escapes=1" \
+    bash scripts/guest-tests.sh -rfE -k test_gpuctl_kernel || guest_rc=$?
 
 echo "== host rc=$host_rc guest rc=$guest_rc"
 [ "$host_rc" -eq 0 ] && [ "$guest_rc" -eq 0 ]
