@@ -4,9 +4,10 @@
     scripts/vm.sh -- bash -c 'insmod tests/standin/nvstub.ko && .venv/bin/python scripts/bench-scheduler.py'
 
 For each scenario (policy, instances with weights/shares, which are busy) it starts one
-simulated workload per instance, runs `gpuctl daemon --source nvstub --probe nvstub`,
-and prints per instance the target share and the achieved share (executed_ns of the
-stand-in engine over WINDOW whole periods, aligned to the daemon's period starts, as a
+simulated workload per instance, runs `gpuctl daemon --source nvstub_sched:NvstubSource
+--probe nvstub_sched:NvstubProbe` (tests/guest/nvstub_sched.py, on the daemon's
+PYTHONPATH), and prints per instance the target share and the achieved share (executed_ns
+of the stand-in engine over WINDOW whole periods, aligned to the daemon's period starts, as a
 fraction of what the engine executes for them ungated), the total engine utilisation, and the daemon's slot-switch latency (from a
 slot boundary to the end of its FIFO_DISABLE_CHANNELS calls). Figures, no asserts.
 """

@@ -188,9 +188,8 @@ def test_cli_accepts_the_cpu_probe() -> None:
 
 
 @pytest.mark.parametrize("kind", ["cpu", "auto"])
-def test_make_probe_cpu_without_nvml(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_probe_cpu_without_nvml(kind: str) -> None:
     from gpuslice import cli
 
-    monkeypatch.setattr(cli, "NVSTUB_ENGINE", "/nonexistent")
     p = cli._make_probe(kind)
     assert isinstance(p, CpuProbe)

@@ -12,7 +12,7 @@ from gpuslice.gate import RmGate
 from gpuslice.probes import AllActive
 from gpuslice.rm import RmError
 from gpuslice.scheduler import Scheduler, timeslice_us
-from gpuslice.sources import Channel, EventTracker, PreloadSource, StaticSource, parse_engine
+from gpuslice.sources import Channel, EventTracker, PreloadSource, StaticSource
 
 MS = 1_000_000
 
@@ -470,15 +470,6 @@ def test_preload_socket_source(tmp_path) -> None:
         assert src.channels() == {}
     finally:
         src.close()
-
-
-def test_parse_engine() -> None:
-    text = ("client=0xc1d00001 channel=0x5c000010 tsg=0x5c000015 pid=12 executed_ns=5000 pending_ns=0 disabled=1 "
-            "timeslice_us=1000\nclient=0xc1d00002 channel=0x5c000011 tsg=0x5c000016 pid=13 executed_ns=7 "
-            "pending_ns=9 disabled=0 timeslice_us=2000\ngarbage line\n")
-    rows = parse_engine(text)
-    assert [(r["client"], r["channel"], r["pid"], r["disabled"]) for r in rows] == [
-        (0xC1D00001, 0x5C000010, 12, 1), (0xC1D00002, 0x5C000011, 13, 0)]
 
 
 class FakeNl:

@@ -9,6 +9,7 @@ JSON with --json. Errors are one line on stderr and a non-zero exit status.
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import logging
 import os
@@ -28,7 +29,6 @@ from .policy import POLICIES, compute_shares, validate
 
 STATUS_PATH = "/run/gpuslice/status.json"
 PRELOAD_SOCK = "/run/gpuslice/preload.sock"
-NVSTUB_ENGINE = "/proc/nvstub/engine"
 GUARD_STATUS = "/run/gpuslice/guard.json"
 
 
@@ -68,6 +68,55 @@ def _gpu_list(text: str) -> list[int]:
 
 
 GPUS = _Unit("gpus", _gpu_list)
+
+
+class ChoiceOrClass(click.ParamType):  # type: ignore[type-arg]
+    """One of ``choices``, or MODULE:CLASS: a class imported with importlib from the
+    process's Python path (PYTHONPATH), which must have the callable attributes ``needs``.
+    Converts to the choice (a str) or to the class; :func:`construct` makes the object."""
+
+    def __init__(self, name: str, choices: Sequence[str], needs: Sequence[str]) -> None:
+        self.name = name
+        self.choices = list(choices)
+        self.needs = list(needs)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join([*self.choices, "MODULE:CLASS"]) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, type) or value in self.choices:
+            return value
+        mod, sep, attr = str(value).partition(":")
+        if not (sep and mod and attr):
+            self.fail(f"{value!r} is none of {', '.join(self.choices)} and not MODULE:CLASS", param, ctx)
+        try:
+            obj: Any = importlib.import_module(mod)
+        except Exception as e:  # whatever the module raises: still one line
+            self.fail(f"{value}: cannot import {mod}: {type(e).__name__}: {e}", param, ctx)
+        for part in attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                self.fail(f"{value}: module {mod} has no {attr}", param, ctx)
+        if not isinstance(obj, type):
+            self.fail(f"{value}: not a class but a {type(obj).__name__}", param, ctx)
+        missing = [m for m in self.needs if not callable(getattr(obj, m, None))]
+        if missing:
+            self.fail(f"{value}: not a {self.name} (no {', '.join(m + '()' for m in missing)})", param, ctx)
+        return obj
+
+
+def construct(cls: type, option: str) -> Any:
+    """``cls()`` for a MODULE:CLASS option value; its failure is the option's error."""
+    try:
+        return cls()
+    except Exception as e:
+        raise click.BadParameter(f"{cls.__module__}:{cls.__qualname__}(): {type(e).__name__}: {e}",
+                                 param_hint=option) from None
+
+
+SOURCE = ChoiceOrClass("source", ["auto", "netlink", "preload"], ["refresh", "channels", "close"])
+PROBE = ChoiceOrClass("probe", ["auto", "cpu", "nvml", "all"], ["active"])
 
 
 # ---- one-line errors -----------------------------------------------------------------
@@ -684,16 +733,19 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 
 @main.command()
 @click.option("--ctl", default="/dev/nvidiactl", show_default=True, help="RM control node the daemon uses.")
-@click.option("--source", type=click.Choice(["auto", "netlink", "preload", "nvstub"]), default="auto",
-              show_default=True, help="Where channels come from: the module (netlink), the LD_PRELOAD "
-              "library's socket, or the stand-in's /proc/nvstub/engine (tests). auto: netlink, else nvstub, "
-              "else preload.")
+@click.option("--source", type=SOURCE, default="auto", show_default=True,
+              help="Where channels come from: the module (netlink) or the LD_PRELOAD library's socket "
+              "(preload); auto: netlink when the module is loaded, else preload. MODULE:CLASS: a source "
+              "class importable from the daemon's PYTHONPATH, constructed with no arguments, with "
+              "refresh(), channels() -> {instance: {Channel}} and close() (pyctl/gpuslice/sources.py).")
 @click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True, help="Socket for --source preload.")
-@click.option("--probe", type=click.Choice(["auto", "nvstub", "cpu", "nvml", "all"]), default="auto", show_default=True,
+@click.option("--probe", type=PROBE, default="auto", show_default=True,
               help="Activity probe for equal/burst: cpu = the instance's processes used >= 25% of a CPU in the "
               "last period (corrected by NVML when present; reacts within a period); nvml = NVML process "
-              "utilisation alone (reacts in seconds); nvstub = the stand-in's engine (tests); all = every "
-              "instance with a channel is busy. auto: nvstub when the stand-in is loaded, else cpu.")
+              "utilisation alone (reacts in seconds); all = every instance with a channel is busy; auto = "
+              "cpu. MODULE:CLASS: a probe class importable from the daemon's PYTHONPATH, constructed with "
+              "no arguments, with active({instance: {Channel}}) -> {active instances} "
+              "(pyctl/gpuslice/probes.py).")
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where to report (every 0.5 s).")
 @click.option("--watchdog/--no-watchdog", default=True, show_default=True,
               help="Run a watchdog process that re-enables channels if the daemon dies (even by SIGKILL).")
@@ -711,7 +763,7 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "of an instance that holds more video memory in RM's count than its limit.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
-def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: str, status_file: str,
+def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, probe: str | type, status_file: str,
            watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, guard_interval: int,
            verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
@@ -752,6 +804,10 @@ def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: 
         except (OSError, AttributeError) as e:
             logging.info("no SCHED_FIFO (%s); running with normal priority", e)
     try:
+        # the inputs first: a source or probe that cannot be had fails before the GPU is touched
+        src = _make_source(ctx, source, preload_sock)
+        cleanups.append(src.close)
+        prb = _make_probe(probe)
         wd = Watchdog(ctl) if watchdog else None
         if wd is not None:
             cleanups.append(wd.close)
@@ -762,10 +818,7 @@ def daemon(ctx: click.Context, ctl: str, source: str, preload_sock: str, probe: 
         rm = RmClient(ctl).open()
         cleanups.append(rm.close)
         gate = RmGate(rm, wd, enable_first=switch_order == "enable-first")
-        src = _make_source(ctx, source, preload_sock)
-        cleanups.append(src.close)
-        prb = _make_probe(probe)
-        nl = kernel(ctx) if source != "nvstub" else None
+        nl = kernel(ctx)
         sched = Scheduler(ctx.obj["state"], src, gate, prb, netlink=nl, status_path=status_file, wake_fd=rfd)
         cleanups.append(sched.close)  # runs first: re-enable before anything is closed
         until = time.monotonic_ns() + duration if duration else None
@@ -974,9 +1027,13 @@ def _stop_child(p: subprocess.Popen[bytes]) -> None:
         p.wait()
 
 
-def _make_source(ctx: click.Context, kind: str, preload_sock: str) -> Any:
-    from .sources import NetlinkSource, NvstubSource, PreloadSource
+def _make_source(ctx: click.Context, kind: str | type, preload_sock: str) -> Any:
+    """--source: netlink, preload, auto (netlink when the module is loaded, else preload),
+    or a class (MODULE:CLASS)."""
+    from .sources import NetlinkSource, PreloadSource
 
+    if isinstance(kind, type):
+        return construct(kind, "--source")
     if kind in ("auto", "netlink"):
         from .netlink import GpusliceNetlink, VersionMismatch
 
@@ -987,16 +1044,16 @@ def _make_source(ctx: click.Context, kind: str, preload_sock: str) -> Any:
         except OSError as e:
             if kind == "netlink":
                 raise GpuctlError(str(e)) from None
-    if kind == "nvstub" or (kind == "auto" and os.path.exists(NVSTUB_ENGINE)):
-        return NvstubSource(NVSTUB_ENGINE)
     return PreloadSource(preload_sock)
 
 
-def _make_probe(kind: str) -> Any:
-    from .probes import AllActive, CpuProbe, NvmlProbe, NvstubProbe
+def _make_probe(kind: str | type) -> Any:
+    """--probe: cpu (auto; corrected by NVML when NVML is there), nvml, all, or a class
+    (MODULE:CLASS)."""
+    from .probes import AllActive, CpuProbe, NvmlProbe
 
-    if kind == "nvstub" or (kind == "auto" and os.path.exists(NVSTUB_ENGINE)):
-        return NvstubProbe(NVSTUB_ENGINE)
+    if isinstance(kind, type):
+        return construct(kind, "--probe")
     nvml = None
     if kind in ("nvml", "cpu", "auto"):
         try:

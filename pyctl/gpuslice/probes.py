@@ -3,8 +3,6 @@
 A probe is sampled once per scheduling period. An instance counts as active when any
 of its channels had work in that sample:
 
-* NvstubProbe - the stand-in's /proc/nvstub/engine: pending_ns > 0, or executed_ns
-  grew since the previous sample (guest tests, benchmarks);
 * NvmlProbe   - NVML per-process SM utilisation on a real GPU: any of the instance's
   processes used the SMs since the previous sample. Idle instances are left ungated
   by the scheduler under work-conserving policies, so their first work shows up here.
@@ -21,6 +19,9 @@ of its channels had work in that sample:
   alias with the slot rotation and missed busy, gated processes for seconds, so a
   "no GPU sample for the NVML hold" rule dropped busy workloads (docs/h100-scheduler.md);
 * AllActive   - everyone with a channel is active (no probe available).
+
+`gpuctl daemon --probe MODULE:CLASS` takes any other class with the method of
+:class:`Probe`, constructed with no arguments (how tests plug in their own).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping, Protocol
 
-from .sources import Channel, parse_engine
+from .sources import Channel
 
 
 class Probe(Protocol):
@@ -39,25 +40,6 @@ class Probe(Protocol):
 class AllActive:
     def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
         return {n for n, cs in chans.items() if cs}
-
-
-class NvstubProbe:
-    def __init__(self, path: str = "/proc/nvstub/engine") -> None:
-        self.path = path
-        self._executed: dict[tuple[int, int], int] = {}
-
-    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
-        with open(self.path) as f:
-            rows = parse_engine(f.read())
-        busy: set[tuple[int, int]] = set()
-        executed: dict[tuple[int, int], int] = {}
-        for r in rows:
-            key = (r["client"], r["channel"])
-            executed[key] = r.get("executed_ns", 0)
-            if r.get("pending_ns", 0) > 0 or executed[key] > self._executed.get(key, executed[key]):
-                busy.add(key)
-        self._executed = executed
-        return {n for n, cs in chans.items() if any(c.pair in busy for c in cs)}
 
 
 class NvmlProbe:

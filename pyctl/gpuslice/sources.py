@@ -13,8 +13,10 @@ reported a channel:
   starts with the process's live TSGs and channels as TSG_NEW / CHANNEL_NEW, so a
   daemon (re)started after its workloads learns them; a NEW may repeat a known object.
   ``gpu`` is the device instance of the object's RM device (0 on one GPU), not 255;
-* NvstubSource  - the stand-in driver's /proc/nvstub/engine (guest tests); a channel
-  belongs to the instance named by its process's GPUSLICE_INSTANCE environment variable.
+* StaticSource  - a fixed table (host tests, benchmarks).
+
+`gpuctl daemon --source MODULE:CLASS` takes any other class with the methods of
+:class:`Source`, constructed with no arguments (how tests plug in their own).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from . import netlink as nl
 
@@ -215,69 +217,6 @@ class PreloadSource(EventTracker):
         self.sock.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
-
-
-def parse_engine(text: str) -> list[dict[str, int]]:
-    """/proc/nvstub/engine lines (``key=value ...``) as dicts of ints."""
-    rows = []
-    for line in text.splitlines():
-        row: dict[str, int] = {}
-        for tok in line.split():
-            if "=" in tok:
-                k, v = tok.split("=", 1)
-                try:
-                    row[k] = int(v, 0)
-                except ValueError:
-                    continue
-        if "client" in row and "channel" in row:
-            rows.append(row)
-    return rows
-
-
-def instance_from_environ(pid: int, var: str = "GPUSLICE_INSTANCE") -> str | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
-        return None
-    prefix = var.encode() + b"="
-    for e in env:
-        if e.startswith(prefix):
-            return e[len(prefix):].decode(errors="replace") or None
-    return None
-
-
-class NvstubSource:
-    """Channels of the stand-in's simulated engine, assigned to instances by ``assign``."""
-
-    def __init__(self, path: str = "/proc/nvstub/engine",
-                 assign: Callable[[dict[str, int]], str | None] | None = None) -> None:
-        self.path = path
-        self.assign = assign or (lambda row: instance_from_environ(row.get("pid", 0)))
-        self._by_pid: dict[int, str | None] = {}
-        self._chans: dict[str, set[Channel]] = {}
-        self.rows: list[dict[str, int]] = []
-
-    def refresh(self) -> None:
-        with open(self.path) as f:
-            self.rows = parse_engine(f.read())
-        out: dict[str, set[Channel]] = {}
-        for row in self.rows:
-            pid = row.get("pid", 0)
-            if pid not in self._by_pid:
-                self._by_pid[pid] = self.assign(row)
-            name = self._by_pid[pid]
-            if name:
-                out.setdefault(name, set()).add(Channel(row.get("gpu", 0), row["client"], row["channel"], pid))
-        live = {r.get("pid", 0) for r in self.rows}
-        self._by_pid = {p: n for p, n in self._by_pid.items() if p in live}
-        self._chans = out
-
-    def channels(self) -> dict[str, set[Channel]]:
-        return {k: set(v) for k, v in self._chans.items()}
-
-    def close(self) -> None:
-        pass
 
 
 class StaticSource:

@@ -1,8 +1,9 @@
 """gpuctl daemon against the nvstub stand-in's simulated engine (guest only).
 
 Workloads are separate processes (tests/guest/workload.py) that keep their channel busy
-with NVSTUB submits; the daemon runs as its own process (`gpuctl daemon --source nvstub
---probe nvstub`), gating them with FIFO_DISABLE_CHANNELS from its own RM client.
+with NVSTUB submits; the daemon runs as its own process (`gpuctl daemon --source
+nvstub_sched:NvstubSource --probe nvstub_sched:NvstubProbe`, tests/guest/nvstub_sched.py),
+gating them with FIFO_DISABLE_CHANNELS from its own RM client.
 Achieved share = executed_ns delta over 10 whole periods / what the engine delivers in
 that time with nobody gating (measured before the daemon starts; under QEMU/TCG the
 stand-in's engine executes 96-100% of wall time ungated, tests/standin/README.md).

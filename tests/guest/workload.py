@@ -4,7 +4,7 @@ Run as a program it is one workload process: it opens the stand-in's nodes, allo
 client/device/subdevice/TSG/channel, enables the TSG (GPFIFO_SCHEDULE) and keeps its
 channel's pending work topped up to --depth ms while busy. SIGUSR1 = busy, SIGUSR2 =
 idle (stop submitting; the backlog drains). It prints "ready CLIENT CHANNEL" when set up.
-The instance it belongs to comes from GPUSLICE_INSTANCE (what NvstubSource reads).
+The instance it belongs to comes from GPUSLICE_INSTANCE (what nvstub_sched.NvstubSource reads).
 
 Imported, it offers Workload (spawn/control one) and helpers to read the engine,
 start the daemon, and measure shares over whole scheduling periods.
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "guest"))
+GUEST = REPO / "tests" / "guest"
+sys.path.insert(0, str(GUEST))
 sys.path.insert(0, str(REPO / "pyctl"))
 
 ENGINE = "/proc/nvstub/engine"
@@ -32,7 +33,7 @@ FOREVER_NS = 3600 * 1000 * MS
 
 def engine() -> dict[tuple[int, int], dict[str, int]]:
     """(client, channel) -> row of /proc/nvstub/engine."""
-    from gpuslice.sources import parse_engine
+    from nvstub_sched import parse_engine
 
     with open(ENGINE) as f:
         return {(r["client"], r["channel"]): r for r in parse_engine(f.read())}
@@ -116,18 +117,19 @@ class Workload:
 
 
 class Daemon:
-    """`gpuctl daemon` on the stand-in, as its own process."""
+    """`gpuctl daemon` on the stand-in, as its own process: its source and probe are
+    nvstub_sched's (tests/guest on its PYTHONPATH) unless ``source`` / ``probe`` say otherwise."""
 
-    def __init__(self, state_path: str, status_path: str, *extra: str, source: str = "nvstub",
-                 kernel: str = "no") -> None:
+    def __init__(self, state_path: str, status_path: str, *extra: str, source: str = "nvstub_sched:NvstubSource",
+                 probe: str = "nvstub_sched:NvstubProbe", kernel: str = "no") -> None:
         self.status_path = status_path
         try:
             os.unlink(status_path)  # a killed predecessor's report must not count as ours
         except FileNotFoundError:
             pass
         cmd = [sys.executable, "-c", "from gpuslice.cli import main; main()", "--state", state_path, "--kernel", kernel,
-               "daemon", "--source", source, "--probe", "nvstub", "--status-file", status_path, *extra]
-        env = {**os.environ, "PYTHONPATH": str(REPO / "pyctl")}
+               "daemon", "--source", source, "--probe", probe, "--status-file", status_path, *extra]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "pyctl"), str(GUEST)])}
         self.log_path = status_path + ".log"
         self._log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, env=env, stderr=self._log, text=True)
