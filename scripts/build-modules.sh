@@ -2,6 +2,7 @@
 # Build the kernel modules against the kernel that scripts/vm.sh boots (not uname -r):
 #   tests/standin  -> tests/standin/nvstub.ko   (skipped if tests/standin has no Kbuild/Makefile)
 #   Kbuild (repo)  -> kmod/gpuslice.ko          (skipped if kmod/Kbuild is absent)
+#   dkms.conf      -> build/dkms/gpuslice-*.dkms.tar.gz (scripts/dkms.sh tarball; needs dkms, root)
 # Usage: scripts/build-modules.sh [clean]
 set -euo pipefail
 
@@ -38,5 +39,19 @@ if [[ -f "$REPO/kmod/Kbuild" || -f "$REPO/kmod/Makefile" ]]; then
     build "$REPO" gpuslice || rc=1
 else
     echo "build-modules: kmod/Kbuild absent, skipped" >&2
+fi
+# The DKMS binary tarball of gpuslice.ko for the guest kernel (scripts/dkms.sh tarball:
+# built here, where compiling is fast; tests/guest/test_dkms.py installs it in the guest).
+# Rebuilt only when the sources changed; needs dkms and root.
+if [[ "$TARGET" == modules && -f "$REPO/dkms.conf" ]]; then
+    if ! command -v dkms >/dev/null || [[ $EUID -ne 0 ]]; then
+        echo "build-modules: dkms tarball skipped (needs dkms and root)" >&2
+    elif log="$(bash "$REPO/scripts/dkms.sh" tarball "$KVER" "$REPO/build/dkms" 2>&1)"; then
+        echo "build-modules: dkms tarball ok ($KVER)" >&2
+    else
+        echo "$log" >&2
+        echo "build-modules: dkms tarball FAILED" >&2
+        rc=1
+    fi
 fi
 exit "$rc"
