@@ -72,7 +72,8 @@ class Podman:
         conf.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{base}/storage"\nrunroot = "{base}/run"\n')
         self.env = {**os.environ, "CONTAINERS_STORAGE_CONF": str(conf), "TMPDIR": str(base / "tmp")}
         self.argv = ["podman", "--root", str(base / "storage"), "--runroot", str(base / "run"),
-                     "--tmpdir", str(base / "tmp"), "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
+                     "--tmpdir", str(base / "tmp"), "--storage-driver", "vfs", "--runtime", "crun",
+                     "--cgroup-manager", "cgroupfs",
                      "--events-backend", "none"]
 
     def __call__(self, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
