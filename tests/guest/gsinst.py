@@ -129,6 +129,36 @@ def drop_shadow() -> None:
             libc.munmap(lo, hi - lo)
 
 
+def shadow_holders() -> dict[int, str]:
+    """Other live processes that map gpuslice's parameter pages (each pins the module):
+    pid -> command line."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if "gpuslice-params" in Path(f"/proc/{pid}/maps").read_text():
+                out[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        except OSError:
+            pass
+    return out
+
+
+def release_module() -> None:
+    """Before rmmod gpuslice: unmap this process's parameter pages and end the processes
+    earlier tests left mapping theirs (they pin the module by design), saying which."""
+    drop_shadow()
+    left = shadow_holders()
+    for pid in left:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    if left:
+        print(f"ended processes left by earlier tests: {left}")
+        time.sleep(1)
+
+
 def real_session(gpu: int = 0) -> nvstub.Session:
     return nvstub.Session(gpu)
 

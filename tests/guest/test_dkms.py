@@ -32,7 +32,7 @@ import pytest
 from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
-from gsinst import Instance, drop_shadow, loaded, needs_modules, session
+from gsinst import Instance, loaded, needs_modules, release_module, session
 
 REPO = Path(__file__).resolve().parents[2]
 GPUSLICE_KO = REPO / "kmod/gpuslice.ko"
@@ -76,37 +76,8 @@ def _tarball() -> Path:
     return REPO / "build/dkms" / r.stdout.strip()
 
 
-def _shadow_holders() -> dict[int, str]:
-    """Other live processes that map gpuslice's parameter pages (each pins the module)."""
-    out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
-            continue
-        try:
-            if "gpuslice-params" in Path(f"/proc/{pid}/maps").read_text():
-                out[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-        except OSError:
-            pass
-    return out
-
-
-def _release_module() -> None:
-    """What test_interposer_load does before rmmod: unmap this process's parameter
-    pages, end processes earlier tests left mapping theirs."""
-    drop_shadow()
-    left = _shadow_holders()
-    for pid in left:
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    if left:
-        print(f"ended processes left by earlier tests: {left}")
-        time.sleep(1)
-
-
 def _restore_testbed_module() -> None:
-    _release_module()
+    release_module()
     if loaded():
         r = subprocess.run(["rmmod", "gpuslice"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
@@ -122,7 +93,7 @@ def test_dkms_install_and_load(tmp_path: Path) -> None:
                     "as root with dkms installed; GPUSLICE_DKMS_BUILD_IN_GUEST=1 builds in the guest (~8 min)")
     out = tmp_path / "out"
     out.mkdir()
-    _release_module()
+    release_module()
     t0 = time.monotonic()
     try:
         r = subprocess.run(["bash", str(DKMS_SH), "sandbox", KVER, "--", "bash", "-c", INNER, "inner",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
-from gsinst import Instance, drop_shadow, session
+from gsinst import Instance, release_module, session, shadow_holders
 
 REPO = Path(__file__).resolve().parents[2]
 NVSTUB_KO = REPO / "tests/standin/nvstub.ko"
@@ -34,34 +33,12 @@ def insmod(ko: Path, *params: str) -> subprocess.CompletedProcess:
     return sh("insmod", str(ko), *params)
 
 
-def _shadow_holders() -> dict[int, str]:
-    """Live processes that still map gpuslice's parameter pages (each pins the module)."""
-    out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if "gpuslice-params" in Path(f"/proc/{pid}/maps").read_text():
-                out[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-        except OSError:
-            pass
-    return out
-
-
 def unload_all() -> None:
-    drop_shadow()
-    # processes earlier tests left behind (they pin the module by design): say which, end them
-    left = {pid: cmd for pid, cmd in _shadow_holders().items() if pid != os.getpid()}
-    for pid in left:
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    if left:
-        print(f"unload_all: ended processes left by earlier tests: {left}")
-        time.sleep(1)
+    release_module()
     for m in ("gpuslice", "nvstub"):
         if os.path.exists(f"/sys/module/{m}"):
             r = sh("rmmod", m)
-            assert r.returncode == 0, f"{r.stderr} (shadow holders: {_shadow_holders()})"
+            assert r.returncode == 0, f"{r.stderr} (shadow holders: {shadow_holders()})"
 
 
 @pytest.fixture
