@@ -190,7 +190,6 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 	up = gs_obj_parent(in, ob);
 	if (up)
 		up->nchild++;
-	ob->o.flags &= ~GS_OBJ_SCHEDULED;
 	if (o->obj_kind == GPUSLICE_OBJ_CHANNEL && up && up->o.obj_kind == GPUSLICE_OBJ_TSG &&
 	    (up->o.flags & GS_OBJ_SCHEDULED))
 		ob->o.flags |= GS_OBJ_SCHEDULED;

@@ -81,15 +81,19 @@ class RmGate:
         except RmError:
             bad = self.rm.disable_channels_each(gpu, by_pair.keys(), disable)
             failed = {by_pair[p] for p, _e in bad}
+            # refusals by process (its pid, else its RM client) and status, in order
+            by_who: dict[tuple[int, int], list[tuple[Channel, RmError]]] = {}
             for p, e in bad:
-                c = by_pair[p]
-                who = c.pid or c.client  # a process: its pid, else its RM client
-                if e.status not in GONE and (who, e.status) not in self._warned:
-                    self._warned.add((who, e.status))
-                    n = sum(1 for q, f in bad if f.status == e.status and (by_pair[q].pid or q[0]) == who)
+                if e.status not in GONE:
+                    c = by_pair[p]
+                    by_who.setdefault((c.pid or c.client, e.status), []).append((c, e))
+            for key, refused in by_who.items():
+                if key not in self._warned:
+                    self._warned.add(key)
+                    c, e = refused[0]
                     log.warning("%s of %d channel(s) of %s %d (first 0x%x/0x%x): %s",
-                                "disable" if disable else "enable", n, "pid" if c.pid else "client",
-                                who, p[0], p[1], e)
+                                "disable" if disable else "enable", len(refused),
+                                "pid" if c.pid else "client", key[0], c.client, c.handle, e)
             gone = {by_pair[p] for p, e in bad if e.status in GONE}
             self.forget(gone)
             failed -= gone
