@@ -3,7 +3,8 @@
  * preload.c - the decision core in user space: LD_PRELOAD=libgpuslice.so.
  *
  * Wraps ioctl() and, to know when RM forgets a file's clients, close(),
- * close_range(), dup*() and fcntl(F_DUPFD*). An fd is recognised as NVIDIA's by fstat() on
+ * close_range(), dup*() and fcntl(F_DUPFD*); and mmap(), munmap() and
+ * mremap() to find channels' USERD (userd.c). An fd is recognised as NVIDIA's by fstat() on
  * its first 'F' ioctl (character device, major 195: minor 255 is nvidiactl,
  * the rest nvidia<N>), so no open() wrapper is needed and fds opened before
  * the library was loaded are seen too. ioctls of any other type (nvidia-uvm's
@@ -24,6 +25,7 @@
  *                       (default /run/gpuslice/preload.sock); absent: no reports
  *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
  *   GPUSLICE_STATS      file that gets one JSON line of counters at exit
+ *   GPUSLICE_SAMPLE_MS  how often channels' USERD is looked at (default 5; 0: never)
  *
  * A forked child starts with a fresh instance (gs_atfork_child()); a vfork
  * child leaves its parent's state alone (gs_mine()).
@@ -48,7 +50,6 @@
 #include "preload.h"
 
 #define GS_MAX_FD	65536
-#define GS_EXPORT	__attribute__((visibility("default")))
 #define GS_TAG_OTHER	1
 #define GS_TAG_CTL	2
 #define GS_TAG_GPU	3
@@ -101,6 +102,11 @@ static int gs_copy(void *dst, const void *src, size_t len, int to_user)
 	return 0;
 }
 
+int gs_copy_in(void *dst, const void *src, size_t len)
+{
+	return gs_copy(dst, src, len, 0);
+}
+
 static int gs_io_read(void *ctx, nv_u64 uaddr, void *dst, nv_u32 len)
 {
 	return gs_copy(dst, (const void *)(uintptr_t)uaddr, len, 0);
@@ -141,6 +147,7 @@ static void gs_atfork_child(void)
 	gs_pl.sock = -1;
 	gs_pl.next_try_ns = 0;
 	gs_pl.reporter = 0;	/* threads do not survive fork: the child starts its own */
+	gs_userd_atfork_child();
 	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
 	gs_pl.owner = getpid();
 }
@@ -181,6 +188,16 @@ static void gs_init_once(void)
 	s = getenv("GPUSLICE_STATS");
 	if (s && *s)
 		snprintf(gs_pl.stats_path, sizeof(gs_pl.stats_path), "%s", s);
+	gs_pl.sample_ns = 5000000ull;
+	s = getenv("GPUSLICE_SAMPLE_MS");
+	if (s && *s) {
+		nv_u64 ms;
+
+		if (gs_parse_size(s, &ms) || ms > 1000)
+			fprintf(stderr, "gpuslice: bad GPUSLICE_SAMPLE_MS '%s' (0-1000), 5 ms\n", s);
+		else
+			gs_pl.sample_ns = ms * 1000000ull;
+	}
 	gs_pl.limit = ~0ull;
 	s = getenv("GPUSLICE_MEM_LIMIT");
 	if (s && *s && gs_parse_size(s, &gs_pl.limit)) {
@@ -334,6 +351,7 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	ret = real_ioctl(fd, req, size ? buf : uarg);
 	err = errno;
 	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
+	gs_userd_ioctl(&c, buf, ret);
 	if (ret == 0 && gs_copy(uarg, buf, size, 1)) {
 		ret = -1;
 		err = EFAULT;

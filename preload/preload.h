@@ -9,6 +9,8 @@
 #include <sys/types.h>
 #include "core.h"
 
+#define GS_EXPORT	__attribute__((visibility("default")))
+
 struct gs_preload {
 	struct gs_inst *inst;
 	char name[32];
@@ -21,6 +23,7 @@ struct gs_preload {
 	pid_t owner;		/* the process the state belongs to (not a vfork child) */
 	nv_u64 next_try_ns;	/* no connect or liveness check before this (__atomic outside sock_lock) */
 	int reporter;		/* the reporter thread was started (__atomic) */
+	nv_u64 sample_ns;	/* GPUSLICE_SAMPLE_MS; 0: USERD is never read */
 };
 
 extern struct gs_preload gs_pl;
@@ -31,5 +34,13 @@ void gs_report_event(void *ctx, const struct gs_event *ev);
 void gs_report_poll(void);
 void gs_report_refusal(const struct gs_call *c);
 void gs_report_stats(void);
+/* copy from the process's memory: -EFAULT for a bad pointer, never a crash */
+int gs_copy_in(void *dst, const void *src, size_t len);
+
+/* userd.c: channels' pending work, seen in their USERD */
+void gs_userd_ioctl(const struct gs_call *c, const void *arg, int ret);
+int gs_userd_sample(nv_u64 now, struct gs_event *evs, int max);
+int gs_userd_channels(void);
+void gs_userd_atfork_child(void);
 
 #endif /* GPUSLICE_PRELOAD_H */

@@ -20,6 +20,8 @@
  * and connects to a new one: a restarted controller has every live channel
  * back within GS_TICK_NS plus its own start. Without that thread (it could not
  * be made) the ioctl path and the events do the same at most once a second.
+ * The same thread reads the channels' USERD every GPUSLICE_SAMPLE_MS and sends
+ * CHANNEL_WORK for those that submitted (userd.c).
  * A send that fails or is short closes the connection: the controller forgets
  * that connection's processes, and the next connect's snapshot gives them
  * back, so a lost event is never a lasting error.
@@ -244,18 +246,52 @@ void gs_report_poll(void)
 	pthread_mutex_unlock(&gs_pl.sock_lock);
 }
 
+static void gs_sleep_ns(nv_u64 ns)
+{
+	struct timespec ts = { .tv_sec = ns / 1000000000ull, .tv_nsec = ns % 1000000000ull };
+
+	nanosleep(&ts, NULL);
+}
+
+/* CHANNEL_WORK for the channels that submitted since the last look (userd.c) */
+static void gs_send_work(nv_u64 now)
+{
+	struct gs_event evs[32];
+	char buf[32 * 512];
+	int i, n, len = 0;
+
+	n = gs_userd_sample(now, evs, 32);
+	for (i = 0; i < n; i++) {
+		evs[i].pid = gs_pl.owner;
+		len += gs_format_event(buf + len, sizeof(buf) - len, &evs[i]);
+	}
+	if (!len)
+		return;
+	pthread_mutex_lock(&gs_pl.sock_lock);
+	gs_send_locked(buf, len);
+	pthread_mutex_unlock(&gs_pl.sock_lock);
+}
+
+/*
+ * Every GS_TICK_NS: is the controller there (else connect to a new one);
+ * every sample_ns in between: which channels submitted work.
+ */
 static void *gs_reporter(void *arg)
 {
-	const struct timespec tick = {
-		.tv_sec = GS_TICK_NS / 1000000000ull,
-		.tv_nsec = GS_TICK_NS % 1000000000ull,
-	};
+	nv_u64 step = gs_pl.sample_ns && gs_pl.sample_ns < GS_TICK_NS ? gs_pl.sample_ns : GS_TICK_NS;
+	nv_u64 now, next_check = 0;
 
 	for (;;) {
-		nanosleep(&tick, NULL);
-		pthread_mutex_lock(&gs_pl.sock_lock);
-		gs_check_locked(gs_now_ns());
-		pthread_mutex_unlock(&gs_pl.sock_lock);
+		gs_sleep_ns(step);
+		now = gs_now_ns();
+		if (now >= next_check) {
+			next_check = now + GS_TICK_NS;
+			pthread_mutex_lock(&gs_pl.sock_lock);
+			gs_check_locked(now);
+			pthread_mutex_unlock(&gs_pl.sock_lock);
+		}
+		if (gs_pl.sample_ns)
+			gs_send_work(now);
 	}
 	return arg;
 }

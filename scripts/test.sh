@@ -16,7 +16,7 @@ host_rc=0
 
 echo "== guest tests (QEMU, stand-in driver)"
 guest_rc=0
-bash scripts/vm.sh --timeout 3000 -- bash scripts/guest-tests.sh -rfE || guest_rc=$?
+bash scripts/vm.sh --timeout 3000 -- bash scripts/guest-tests.sh -rfE --durations=25 || guest_rc=$?
 
 # The daemon through the module (netlink source): its workloads submit through their
 # instances with the stand-in's test escape, which the module lets through only when

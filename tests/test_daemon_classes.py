@@ -124,7 +124,7 @@ def test_from_pythonpath_in_a_real_process(helper, tmp_path: Path) -> None:
     ("--source", f"{MOD}:Prb", "not a source (no refresh(), channels(), close())"),
     ("--probe", f"{MOD}:Src", "not a probe (no active())"),
     ("--source", "nvstub", "'nvstub' is none of auto, netlink, preload and not MODULE:CLASS"),
-    ("--probe", "nvstub", "'nvstub' is none of auto, cpu, nvml, all and not MODULE:CLASS"),
+    ("--probe", "nvstub", "'nvstub' is none of auto, cpu, nvml, submit, all and not MODULE:CLASS"),
     ("--source", f"{MOD}:", "not MODULE:CLASS"),
     ("--probe", ":Prb", "not MODULE:CLASS"),
 ])
@@ -150,5 +150,5 @@ def test_help_names_the_form() -> None:
     res = CliRunner().invoke(main, ["daemon", "--help"])
     assert res.exit_code == 0
     assert "[auto|netlink|preload|MODULE:CLASS]" in res.output
-    assert "[auto|cpu|nvml|all|MODULE:CLASS]" in res.output
+    assert "[auto|cpu|nvml|submit|all|MODULE:CLASS]" in res.output
     assert "nvstub" not in res.output

@@ -197,3 +197,20 @@ def test_correction_example() -> None:
     # a's start was 2 ms late in a 40 ms period after an idle slot: paid from the idle slot
     out = corrected_shares({"a": 0.3, "b": 0.5, "": 0.2}, {"a": 0.05, "": -0.05})
     assert out == pytest.approx({"a": 0.35, "b": 0.5, "": 0.15})
+
+
+names_st = st.sets(st.sampled_from("abcdef"))
+
+
+@given(seen=names_st, was=names_st, present=names_st,
+       quiet=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 10**9)), hold=st.integers(1, 10**9))
+def test_sticky_active_keeps_busy_until_a_hold_of_enabled_time(seen, was, present, quiet, hold) -> None:
+    from gpuslice.policy import sticky_active
+
+    got = sticky_active(seen, was, present, quiet, hold)
+    assert got <= set(present)  # no channels, never active
+    assert set(seen) & set(present) <= got  # seen busy: active
+    for n in got - set(seen):  # kept only if it was active and not yet enabled for the hold
+        assert n in was and quiet.get(n, 0) < hold
+    for n in (set(was) & set(present)) - set(seen):
+        assert (n in got) == (quiet.get(n, 0) < hold)

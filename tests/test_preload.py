@@ -205,8 +205,9 @@ class Server:
                 return
             buf += b
             *done, buf = buf.split(b"\n")
+            now = time.monotonic_ns()
             with self.lock:
-                lines.extend(json.loads(x) for x in done if x.strip())
+                lines.extend({**json.loads(x), "_t": now} for x in done if x.strip())
 
     def wait(self, cond, what, timeout=30.0):
         """Bounded wait for cond(conns) (the library retries once a second)."""
@@ -315,3 +316,45 @@ def test_preload_restarted_controller_hears_a_quiet_process(built, tmp_path):
     finally:
         p.stdin.close()
         assert p.wait(timeout=60) == 0, p.stderr.read()
+
+
+WORK = 9  # GPUSLICE_EV_CHANNEL_WORK
+
+
+def test_preload_reports_work_submitted_in_userd(built, tmp_path):
+    """The library finds a channel's USERD the way CUDA maps it (RM_MAP_MEMORY with an fd,
+    then mmap of that fd) and reports CHANNEL_WORK while GPPut moves or GPGet != GPPut,
+    rate-limited, nothing while the channel is quiet, and never reads it once unmapped
+    (issue 12: an activity signal that does not depend on how the process waits)."""
+    sock = tmp_path / "work.sock"
+    srv = Server(sock)
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+        "GPUSLICE_INSTANCE": "box1",
+        "GPUSLICE_SOCKET": str(sock),
+    })
+    p = subprocess.run([str(built / "client"), str(built / "dev"), "userd"], env=env, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)  # no fault from reading an unmapped USERD
+    out = [ln.split() for ln in p.stdout.splitlines()]
+    client, chan = (int(x, 0) for x in out[0][1:3])
+    t = {w[1]: int(w[2]) for w in out if w[0] == "phase"}
+    snap = srv.wait(lambda c: c and any(e["event"] == 3 for e in c[0]), "the channel")
+    srv.stop()
+    work = [e for e in snap[0] if e["event"] == WORK]
+    assert work and all((e["client"], e["handle"], e["name"]) == (client, chan, "box1") for e in work), work
+    at = [e["_t"] for e in work]
+
+    def between(a, b):
+        return [x for x in at if t[a] <= x < t[b]]
+
+    assert not [x for x in at if x < t["busy"]], "work reported before anything was submitted"
+    busy = between("busy", "idle")
+    assert 2 <= len(busy) <= 20, busy  # repeated while it submits, at most every 100 ms
+    # quiet again: nothing in the second half of the idle phase (the first half may still
+    # carry the last sample of the busy phase on a loaded machine)
+    assert not [x for x in at if (t["idle"] + t["pending"]) // 2 <= x < t["pending"]]
+    # an entry not fetched for 600 ms counts all along, not only when GPPut moved
+    assert len(between("pending", "fetched")) >= 2
+    assert not [x for x in at if x >= (t["unmapped"] + t["done"]) // 2]

@@ -193,3 +193,52 @@ def test_make_probe_cpu_without_nvml(kind: str) -> None:
 
     p = cli._make_probe(kind)
     assert isinstance(p, CpuProbe)
+
+
+def _tracker_with(chans: dict[str, list[Channel]], clock):
+    from gpuslice.sources import EventTracker
+
+    tr = EventTracker(clock=clock)
+    for name, cs in chans.items():
+        for c in cs:
+            tr.apply({"event": 3, "name": name, "pid": c.pid, "client": c.client, "handle": c.handle, "gpu": c.gpu})
+    return tr
+
+
+def test_submit_probe_is_busy_for_the_hold_after_each_report() -> None:
+    from gpuslice.probes import SubmitProbe
+
+    now = [0]
+    a1, a2, b1 = Channel(0, 1, 10, 100), Channel(0, 1, 11, 100), Channel(0, 2, 20, 200)
+    tr = _tracker_with({"a": [a1, a2], "b": [b1]}, lambda: now[0])
+    p = SubmitProbe(tr, hold_s=0.3, clock=lambda: now[0])
+    chans = tr.channels()
+    assert p.active(chans) == {"a", "b"}  # first seen: a slot before the first report
+    now[0] = 400_000_000
+    assert p.active(chans) == set()  # nothing submitted since
+    tr.apply({"event": 9, "client": 1, "handle": 11, "pid": 100})  # a's second channel submits
+    tr.apply({"event": 9, "client": 9, "handle": 99, "pid": 900})  # unknown channel: ignored
+    assert p.active(chans) == {"a"}
+    now[0] = 700_000_000
+    assert p.active(chans) == {"a"}  # exactly the hold later: still
+    now[0] = 700_000_001
+    assert p.active(chans) == set()
+    tr.apply({"event": 4, "client": 1, "handle": 11})  # deleted: its report goes with it
+    assert (1, 11) not in tr.work_seen()
+
+
+def test_make_probe_submit_needs_the_preload_source(tmp_path) -> None:
+    from gpuslice import cli
+    from gpuslice.cli import GpuctlError
+    from gpuslice.probes import AnyOf, SubmitProbe
+    from gpuslice.sources import PreloadSource
+
+    with pytest.raises(GpuctlError):
+        cli._make_probe("submit", None)
+    src = PreloadSource(str(tmp_path / "p.sock"))
+    try:
+        assert isinstance(cli._make_probe("submit", src), SubmitProbe)
+        auto = cli._make_probe("auto", src)
+        assert isinstance(auto, AnyOf) and isinstance(auto.probes[0], SubmitProbe)
+    finally:
+        src.close()

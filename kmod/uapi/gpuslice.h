@@ -58,6 +58,11 @@
  *            FILTER_REFUSED) are rate-limited per instance, 100/s with a
  *            burst of 100; NR_EVENTS_SUPPRESSED counts those not sent. TSG,
  *            CHANNEL and PROC events are never limited.
+ *            CHANNEL_WORK (CLIENT, HANDLE of an announced channel): work was
+ *            submitted on it (its USERD's GPPut moved, or GPGet != GPPut).
+ *            Sent by the user-space build's sampler (preload/userd.c) when a
+ *            quiet channel submits and then at most every 100 ms while it
+ *            keeps submitting; the module does not send it yet.
  *
  * The instance's core lock (one mutex per instance, taken by every
  * interposed ioctl, twice by a call that reaches the driver, and by these
@@ -158,6 +163,7 @@ enum gpuslice_event {
 	GPUSLICE_EV_PROC_DETACH,
 	GPUSLICE_EV_ALLOC_REFUSED,
 	GPUSLICE_EV_FILTER_REFUSED,
+	GPUSLICE_EV_CHANNEL_WORK,
 };
 
 #endif /* _UAPI_GPUSLICE_H */

@@ -116,7 +116,7 @@ def construct(cls: type, option: str) -> Any:
 
 
 SOURCE = ChoiceOrClass("source", ["auto", "netlink", "preload"], ["refresh", "channels", "close"])
-PROBE = ChoiceOrClass("probe", ["auto", "cpu", "nvml", "all"], ["active"])
+PROBE = ChoiceOrClass("probe", ["auto", "cpu", "nvml", "submit", "all"], ["active"])
 
 
 # ---- one-line errors -----------------------------------------------------------------
@@ -742,8 +742,10 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.option("--probe", type=PROBE, default="auto", show_default=True,
               help="Activity probe for equal/burst: cpu = the instance's processes used >= 25% of a CPU in the "
               "last period (corrected by NVML when present; reacts within a period); nvml = NVML process "
-              "utilisation alone (reacts in seconds); all = every instance with a channel is busy; auto = "
-              "cpu. MODULE:CLASS: a probe class importable from the daemon's PYTHONPATH, constructed with "
+              "utilisation alone (reacts in seconds); submit = work submitted on the instance's channels in "
+              "the last 300 ms, as the LD_PRELOAD library reads it in their USERD (source preload); all = "
+              "every instance with a channel is busy; auto = submit or cpu with source preload, else cpu. "
+              "MODULE:CLASS: a probe class importable from the daemon's PYTHONPATH, constructed with "
               "no arguments, with active({instance: {Channel}}) -> {active instances} "
               "(pyctl/gpuslice/probes.py).")
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where to report (every 0.5 s).")
@@ -807,7 +809,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         # the inputs first: a source or probe that cannot be had fails before the GPU is touched
         src = _make_source(ctx, source, preload_sock)
         cleanups.append(src.close)
-        prb = _make_probe(probe)
+        prb = _make_probe(probe, src)
         wd = Watchdog(ctl) if watchdog else None
         if wd is not None:
             cleanups.append(wd.close)
@@ -1047,13 +1049,20 @@ def _make_source(ctx: click.Context, kind: str | type, preload_sock: str) -> Any
     return PreloadSource(preload_sock)
 
 
-def _make_probe(kind: str | type) -> Any:
-    """--probe: cpu (auto; corrected by NVML when NVML is there), nvml, all, or a class
-    (MODULE:CLASS)."""
-    from .probes import AllActive, CpuProbe, NvmlProbe
+def _make_probe(kind: str | type, src: Any = None) -> Any:
+    """--probe: cpu (corrected by NVML when NVML is there), nvml, submit (the preload
+    library's USERD reports), all, or a class (MODULE:CLASS); auto: submit or cpu when
+    the source is the preload library's socket, else cpu."""
+    from .probes import AllActive, AnyOf, CpuProbe, NvmlProbe, SubmitProbe
+    from .sources import PreloadSource
 
     if isinstance(kind, type):
         return construct(kind, "--probe")
+    submits = isinstance(src, PreloadSource)
+    if kind == "submit":
+        if not submits:
+            raise GpuctlError("--probe submit needs --source preload (the module does not report submissions yet)")
+        return SubmitProbe(src)
     nvml = None
     if kind in ("nvml", "cpu", "auto"):
         try:
@@ -1063,6 +1072,8 @@ def _make_probe(kind: str | type) -> Any:
                 raise GpuctlError(f"NVML not available: {e}") from None
     if kind == "nvml":
         return nvml
+    if kind == "auto" and submits:
+        return AnyOf(SubmitProbe(src), CpuProbe(nvml=nvml))
     if kind in ("cpu", "auto"):
         return CpuProbe(nvml=nvml)
     return AllActive()

@@ -197,3 +197,21 @@ def corrected_shares(shares: Mapping[str, float], owed: Mapping[str, float],
     for n in names:
         out[n] = shares[n] + corr[n]
     return out
+
+
+def sticky_active(seen: Collection[str], was_active: Collection[str], present: Collection[str],
+                  quiet_enabled_ns: Mapping[str, int], hold_ns: int) -> set[str]:
+    """The active set for the next period, from what the probe ``seen`` busy now and
+    the gating history.
+
+    An instance that was active stays active until it has been *enabled* (had its
+    channels runnable) for ``hold_ns`` in total since it was last seen busy
+    (``quiet_enabled_ns``): a gated channel submits and completes nothing, and a process
+    that sleeps while its channels are gated looks idle, so time spent gated is no
+    evidence of idleness. Without this, such an instance was dropped from the busy set
+    after each gated period, left ungated, seen busy again, and so on (issue 12: 60/39
+    instead of 50/50 under burst on the H100). Only instances that still have channels
+    (``present``) can be active.
+    """
+    keep = {n for n in was_active if quiet_enabled_ns.get(n, 0) < hold_ns}
+    return (set(seen) | keep) & set(present)

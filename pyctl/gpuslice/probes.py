@@ -18,7 +18,20 @@ of its channels had work in that sample:
   work from gated GPU work: on an H100 its per-process samples (about every 200 ms)
   alias with the slot rotation and missed busy, gated processes for seconds, so a
   "no GPU sample for the NVML hold" rule dropped busy workloads (docs/h100-scheduler.md);
+* SubmitProbe - work submitted on the instance's channels, as the LD_PRELOAD library
+  reads it in their USERD (GPPut moved or GPGet != GPPut; preload/userd.c) and reports
+  as CHANNEL_WORK events: does not depend on how a process waits (spin, sleep-poll,
+  blocking event). A submission, not a completion, signal: an instance counts as busy
+  for ``hold_s`` after its last report (a kernel longer than that looks idle; 163 ms
+  matmuls needed 200 ms on the H100, docs/h100-userd.md). With --probe auto it is
+  or-ed with CpuProbe when the source carries the reports;
+* AnyOf       - active for any of several probes;
 * AllActive   - everyone with a channel is active (no probe available).
+
+Whatever the probe, the scheduler keeps an instance that was busy when it was gated busy
+until it has had the GPU (been enabled) for a whole period in total without being seen
+busy: a gated channel shows no new work, and a process whose threads sleep while they
+wait looks idle (policy.sticky_active).
 
 `gpuctl daemon --probe MODULE:CLASS` takes any other class with the method of
 :class:`Probe`, constructed with no arguments (how tests plug in their own).
@@ -28,7 +41,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from .sources import Channel
 
@@ -139,6 +152,42 @@ class NvmlProbe:
         self.watch(chans)
         busy_pids = self.busy_pids(time.time())
         return {n for n, cs in chans.items() if any(c.pid in busy_pids for c in cs)}
+
+
+class SubmitProbe:
+    """Active = a channel of the instance reported submitted work within ``hold_s``, or
+    was first seen within ``hold_s`` (a new workload gets a slot before its first report).
+    ``source`` is a channel source with work_seen() (sources.EventTracker)."""
+
+    def __init__(self, source: Any, hold_s: float = 0.3, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.source = source
+        self.hold_ns = int(hold_s * 1e9)
+        self.clock = clock
+        self._first: dict[tuple[int, int], int] = {}
+
+    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+        now = self.clock()
+        work = self.source.work_seen()
+        live = {c.pair for cs in chans.values() for c in cs}
+        for pair in live - set(self._first):
+            self._first[pair] = now
+        for pair in set(self._first) - live:
+            del self._first[pair]
+        recent = {p for p in live if now - max(work.get(p, self._first[p]), self._first[p]) <= self.hold_ns}
+        return {n for n, cs in chans.items() if any(c.pair in recent for c in cs)}
+
+
+class AnyOf:
+    """Active for any of ``probes``."""
+
+    def __init__(self, *probes: Probe) -> None:
+        self.probes = probes
+
+    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+        out: set[str] = set()
+        for p in self.probes:
+            out |= p.active(chans)
+        return out
 
 
 def process_cpu_ns(pid: int) -> int | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from . import state as st
-from .policy import WORK_CONSERVING, Slot, compute_shares, corrected_shares, slot_plan
+from .policy import WORK_CONSERVING, Slot, compute_shares, corrected_shares, slot_plan, sticky_active
 from .probes import Probe
 from .netlink import mask_of
 from .sources import Channel, Source
@@ -90,6 +90,25 @@ class GpuTimeline:
     latency_hist: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
     latency_sum_ns: int = 0
     _open: tuple[str, int, frozenset[str]] | None = None  # the slot now running: owner, since, gated
+    # policy.sticky_active: each instance's enabled time since the probe last saw it busy,
+    # and where the count stood at the last plan (time, gated_ns totals)
+    quiet_enabled_ns: dict[str, int] = field(default_factory=dict)
+    _quiet_mark: tuple[int, dict[str, int]] | None = None
+
+    def note_seen(self, members: list[str], seen: set[str], now: int) -> None:
+        """Add the enabled time since the last plan to each quiet instance's count and
+        clear the count of those ``seen`` busy."""
+        gated = self.totals(now)[1]
+        if self._quiet_mark is not None:
+            t0, g0 = self._quiet_mark
+            for n in members:
+                enabled = max(0, (now - t0) - (gated.get(n, 0) - g0.get(n, 0)))
+                self.quiet_enabled_ns[n] = self.quiet_enabled_ns.get(n, 0) + enabled
+        for n in seen:
+            self.quiet_enabled_ns[n] = 0
+        for n in set(self.quiet_enabled_ns) - set(members):
+            del self.quiet_enabled_ns[n]
+        self._quiet_mark = (now, gated)
 
     def count_latency(self, ns: int) -> None:
         ns = max(0, ns)
@@ -336,11 +355,17 @@ class Scheduler:
         gp = self.state.policy_of(gpu)
         claims = self.state.claims(gpu)
         mine = {c.name: {ch for ch in self.chans.get(c.name, set()) if ch.gpu == gpu} for c in claims}
+        present = {n for n, cs in mine.items() if cs}
         try:
-            active = self.probe.active(mine)
+            seen = self.probe.active(mine)
         except OSError as e:
             log.warning("activity probe: %s", e)
-            active = {n for n, cs in mine.items() if cs}
+            seen = present
+        tl = self.timelines.get(gpu)
+        active = set(seen) & present
+        if tl is not None:
+            tl.note_seen([c.name for c in claims], active, now)
+            active = sticky_active(active, tl.plan.active, present, tl.quiet_enabled_ns, gp.period_ns)
         shares = compute_shares(gp.policy, claims, active)
         members = [c.name for c in claims]
         ungated = {n for n in members if n not in active} if gp.policy in WORK_CONSERVING else set()
@@ -348,7 +373,6 @@ class Scheduler:
         idle = 1.0 - sum(given.values())
         if idle > 1e-9:
             given[""] = idle  # the idle remainder, nobody's
-        tl = self.timelines.get(gpu)
         fixed = corrected_shares(given, tl.owed if tl is not None and tl.plan.shares == shares else {})
         corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
         fixed.pop("", None)

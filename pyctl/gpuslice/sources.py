@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from . import netlink as nl
 
@@ -81,11 +81,20 @@ def normalise_event(ev: Mapping[str, Any]) -> dict[str, Any]:
 class EventTracker:
     """Channel table kept from object records and events (shared by every source)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self._chans: dict[tuple[int, int], tuple[str, Channel]] = {}  # (client, handle) -> (instance, channel)
+        # (client, handle) -> when its last CHANNEL_WORK arrived (this process's monotonic ns)
+        self._work: dict[tuple[int, int], int] = {}
+        self._clock = clock
 
     def clear(self) -> None:
         self._chans.clear()
+
+    def work_seen(self) -> dict[tuple[int, int], int]:
+        """When each known channel last reported submitted work (CHANNEL_WORK), in
+        time.monotonic_ns() of this process: the time it arrived, not a clock of the
+        sender's."""
+        return {k: v for k, v in self._work.items() if k in self._chans}
 
     def add_object(self, rec: Mapping[str, Any]) -> None:
         r = normalise_event(rec)
@@ -101,6 +110,11 @@ class EventTracker:
             self.add_object({**r, "obj_kind": nl.OBJ_CHANNEL})
         elif e == nl.EVENTS["GPUSLICE_EV_CHANNEL_DEL"]:
             self._chans.pop((r.get("client", 0), r.get("handle", 0)), None)
+            self._work.pop((r.get("client", 0), r.get("handle", 0)), None)
+        elif e == nl.EVENTS["GPUSLICE_EV_CHANNEL_WORK"]:
+            key = (r.get("client", 0), r.get("handle", 0))
+            if key in self._chans:
+                self._work[key] = self._clock()
         elif e == nl.EVENTS["GPUSLICE_EV_TSG_DEL"]:
             pass  # its channels are deleted first (RM frees children before the parent)
         elif e == nl.EVENTS["GPUSLICE_EV_PROC_DETACH"]:
@@ -109,6 +123,7 @@ class EventTracker:
     def drop_pid(self, pid: int) -> None:
         for key in [k for k, (_n, c) in self._chans.items() if c.pid == pid]:
             del self._chans[key]
+            self._work.pop(key, None)
 
     def channels(self) -> dict[str, set[Channel]]:
         out: dict[str, set[Channel]] = {}

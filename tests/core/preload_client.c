@@ -8,6 +8,11 @@
  *   preload_client DIR serve   a CUDA-like context (device 0, a TSG, two channels),
  *                              "ready", then cheap controls until stdin closes;
  *                              each line "chan" on stdin adds a channel ("chan_done")
+ *   preload_client DIR userd   a channel whose USERD is a memory object mapped
+ *                              the way CUDA maps it (RM_MAP_MEMORY with an fd of
+ *                              nvidia0, then mmap of that fd), then phases that
+ *                              write its GPGet/GPPut as a GPU's PBDMA and a
+ *                              submitting process would; "phase NAME t_ns" lines
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,6 +183,111 @@ static int serve(int quiet)
 	return 0;
 }
 
+static nv_u64 now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (nv_u64)ts.tv_sec * 1000000000ull + (nv_u64)ts.tv_nsec;
+}
+
+static void phase(const char *name)
+{
+	printf("phase %s %llu\n", name, (unsigned long long)now_ns());
+	fflush(stdout);
+}
+
+static void msleep(int ms)
+{
+	usleep((useconds_t)ms * 1000);
+}
+
+/*
+ * USERD of one channel (Nvc86fControl, class/clc86f.h): GPGet at 0x88, GPPut at
+ * 0x8c, at userdOffset 0x2000 of a 64 KiB memory object, as CUDA lays it out
+ * (docs/h100-userd.md).
+ */
+static int userd(const char *dir)
+{
+	struct nv0080_alloc_params dp;
+	struct nv_channel_group_alloc_params tp = { .engine_type = 1 };
+	struct nv_channel_alloc_params_head cp;
+	struct nvos33_params_with_fd mp;
+	const nv_handle mem = 0x5c000017, tsg = 0x5c000030, ch = 0x5c000031;
+	const size_t len = 0x10000;
+	volatile nv_u32 *gpget, *gpput;
+	char path[512];
+	nv_u64 end;
+	void *va;
+	int ret, fdm, i;
+
+	memset(&dp, 0, sizeof(dp));
+	memset(&cp, 0, sizeof(cp));
+	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, &dp, &ret);
+	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
+	{
+		struct nv_memory_allocation_params ma;
+
+		memset(&ma, 0, sizeof(ma));
+		ma.size = len;
+		rm_alloc(client, DEV, mem, NV01_MEMORY_LOCAL_USER, &ma, &ret);
+	}
+	rm_alloc(client, DEV, tsg, KEPLER_CHANNEL_GROUP_A, &tp, &ret);
+	cp.gp_fifo_entries = 1024;
+	cp.h_userd_memory[0] = mem;
+	cp.userd_offset[0] = 0x2000;
+	rm_alloc(client, tsg, ch, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
+	schedule(tsg);
+	snprintf(path, sizeof(path), "%s/nvidia0", dir);
+	fdm = open(path, O_RDWR);
+	if (fdm < 0 || ftruncate(fdm, len))
+		return 4;
+	memset(&mp, 0, sizeof(mp));
+	mp.params.h_client = client;
+	mp.params.h_device = SUB;
+	mp.params.h_memory = mem;
+	mp.params.length = len;
+	mp.fd = fdm;
+	if (ioctl(ctl, REQ(NV_ESC_RM_MAP_MEMORY, struct nvos33_params_with_fd), &mp) || mp.params.status)
+		return 5;
+	va = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fdm, 0);
+	if (va == MAP_FAILED)
+		return 6;
+	gpget = (volatile nv_u32 *)((char *)va + 0x2000 + 0x88);
+	gpput = (volatile nv_u32 *)((char *)va + 0x2000 + 0x8c);
+	printf("ready 0x%x 0x%x\n", client, ch);
+	phase("quiet");
+	msleep(400);
+	/* a spinning submitter: one entry every 2 ms, fetched at once */
+	phase("busy");
+	for (end = now_ns() + 1000000000ull; now_ns() < end;) {
+		*gpput = (*gpput + 1) % 1024;
+		*gpget = *gpput;
+		msleep(2);
+	}
+	phase("idle");
+	msleep(1000);
+	/* an entry submitted and not fetched (a gated channel): pending all along */
+	phase("pending");
+	*gpput = (*gpput + 1) % 1024;
+	msleep(600);
+	*gpget = *gpput;
+	phase("fetched");
+	msleep(400);
+	/* unmapped while submitting: the sampler must never read it again */
+	for (i = 0; i < 5; i++) {
+		*gpput = (*gpput + 1) % 1024;
+		msleep(2);
+	}
+	munmap(va, len);
+	phase("unmapped");
+	msleep(500);
+	phase("done");
+	close(fdm);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	char path[512];
@@ -196,6 +308,8 @@ int main(int argc, char **argv)
 		return serve(1);
 	if (argc > 2 && !strcmp(argv[2], "serve"))
 		return serve(0);
+	if (argc > 2 && !strcmp(argv[2], "userd"))
+		return userd(argv[1]);
 
 	st = rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
 	printf("client_status %u client 0x%x\n", st, client);

@@ -48,7 +48,8 @@ def pythonpath() -> str:
 # ---- workloads -----------------------------------------------------------------------
 
 class Workload:
-    def __init__(self, name: str, size: int, workdir: str, sock_path: str, log) -> None:
+    def __init__(self, name: str, size: int, workdir: str, sock_path: str, log,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.name, self.size = name, size
         self.ctl = os.path.join(workdir, f"{name}.ctl")
         self.out = os.path.join(workdir, f"{name}.ts")
@@ -59,8 +60,10 @@ class Workload:
         env = dict(os.environ, PYTHONUNBUFFERED="1", LD_PRELOAD=str(SO), GPUSLICE_INSTANCE=name,
                    GPUSLICE_SOCKET=sock_path)
         env.pop("GPUSLICE_DEBUG", None)
+        env.update(extra_env or {})
         self.cmd = [sys.executable, str(WL), str(size), self.ctl, self.out]
-        log(f"$ LD_PRELOAD={SO} GPUSLICE_INSTANCE={name} GPUSLICE_SOCKET={sock_path} {' '.join(self.cmd)}")
+        extra = "".join(f"{k}={v} " for k, v in (extra_env or {}).items())
+        log(f"$ LD_PRELOAD={SO} GPUSLICE_INSTANCE={name} GPUSLICE_SOCKET={sock_path} {extra}{' '.join(self.cmd)}")
         self.errf = open(os.path.join(workdir, f"{name}.err"), "w")
         self.proc = subprocess.Popen(self.cmd, env=env, stdout=subprocess.PIPE, stderr=self.errf, text=True)
         self._ts = array("d")

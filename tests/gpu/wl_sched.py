@@ -10,6 +10,10 @@ use) when its CUDA event is seen done. Paused: the queue is drained, nothing lau
 appended to OUTFILE as native doubles every 0.25 s and at exit, so a killed run still
 leaves its data.
 
+WL_WAIT=sleep: wait for each completion by polling the event (cudaEventQuery) with a
+0.5 ms sleep between polls instead of spin-waiting in synchronize: a process that is off
+the CPU while it waits (issue 12, item 1), as runtimes that sleep-poll are.
+
 GPUSLICE_FAKE_WORKLOAD=1 replaces the GPU by a sleep of about the H100's time per
 matmul (local dry runs of the harness only; never used for reported figures).
 """
@@ -49,6 +53,14 @@ def main() -> None:
             a @ b
         torch.cuda.synchronize()
         inflight: deque = deque()
+        sleepy = os.environ.get("WL_WAIT") == "sleep"
+
+        def wait(e) -> None:
+            if not sleepy:
+                e.synchronize()
+                return
+            while not e.query():
+                time.sleep(0.0005)
 
         # DEPTH matmuls stay queued, so the GPU never waits for this process's next
         # launch; each completion is timed when its event is seen (spin-wait)
@@ -58,12 +70,12 @@ def main() -> None:
             e.record()
             inflight.append(e)
             if len(inflight) >= DEPTH:
-                inflight.popleft().synchronize()
+                wait(inflight.popleft())
                 ts.append(time.monotonic())
 
         def drain() -> None:
             while inflight:
-                inflight.popleft().synchronize()
+                wait(inflight.popleft())
                 ts.append(time.monotonic())
 
     print(json.dumps({"ready": os.getpid(), "size": size}), flush=True)
