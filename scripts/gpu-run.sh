@@ -13,9 +13,11 @@
 #   daemon.log   the daemon's log   sched-raw.tgz  completion times, status samples
 #   sched-tests.txt                 pytest of tests/gpu/test_sched.py (SCHED_TESTS=0: skipped)
 # SCHED_ARGS: extra arguments for bench_sched.py.
+# activity (not part of all): tests/gpu/bench_activity.py, activity probes against
+# spinning and sleep-polling workloads: activity.txt, activity.json, daemon.log.
 # The daemon needs click, pyroute2 and nvidia-ml-py; a folder .devsite (carried with the
 # device tool, git-ignored) is added to PYTHONPATH for what the machine lacks (pyroute2).
-# Usage: scripts/gpu-run.sh [tests|bench|all|sched]   (default all)
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -51,10 +53,16 @@ fi
 if [[ $what == all || $what == bench ]]; then
 	python3 tests/gpu/bench_overhead.py 5 5 2>&1 | tee "$OUT/bench.txt"
 fi
-if [[ $what == sched ]]; then
+if [[ $what == sched || $what == activity ]]; then
 	export PYTHONPATH="$PWD/pyctl${PYTHONPATH:+:$PYTHONPATH}"
 	[[ -d .devsite ]] && export PYTHONPATH="$PYTHONPATH:$PWD/.devsite"
 	python3 -c 'import click, pyroute2, pynvml' || echo "gpu-run: a package the daemon needs is missing" >&2
+fi
+if [[ $what == activity ]]; then
+	python3 tests/gpu/bench_activity.py --out "$OUT" ${ACTIVITY_ARGS:-}
+	rc=$?
+fi
+if [[ $what == sched ]]; then
 	python3 tests/gpu/bench_sched.py --out "$OUT" ${SCHED_ARGS:-}
 	rc=$?
 	if [[ ${SCHED_TESTS:-1} == 1 ]] && python3 -c 'import pytest' 2>/dev/null; then
