@@ -49,7 +49,7 @@ def pythonpath() -> str:
 
 class Workload:
     def __init__(self, name: str, size: int, workdir: str, sock_path: str, log,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, cmd: list[str] | None = None) -> None:
         self.name, self.size = name, size
         self.ctl = os.path.join(workdir, f"{name}.ctl")
         self.out = os.path.join(workdir, f"{name}.ts")
@@ -61,7 +61,9 @@ class Workload:
                    GPUSLICE_SOCKET=sock_path)
         env.pop("GPUSLICE_DEBUG", None)
         env.update(extra_env or {})
-        self.cmd = [sys.executable, str(WL), str(size), self.ctl, self.out]
+        # another program with wl_sched.py's protocol (tests/gpu/wl_poll.c): cmd + [ctl, out]
+        self.cmd = (cmd[:1] + [cmd[1], self.ctl, self.out] + cmd[2:]) if cmd else \
+            [sys.executable, str(WL), str(size), self.ctl, self.out]
         extra = "".join(f"{k}={v} " for k, v in (extra_env or {}).items())
         log(f"$ LD_PRELOAD={SO} GPUSLICE_INSTANCE={name} GPUSLICE_SOCKET={sock_path} {extra}{' '.join(self.cmd)}")
         self.errf = open(os.path.join(workdir, f"{name}.err"), "w")
