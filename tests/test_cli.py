@@ -192,3 +192,20 @@ def test_guard_child_dies_with_its_parent(tmp_path):
         time.sleep(0.05)
     else:
         raise AssertionError("the child outlived its parent")
+
+
+def test_priority_online_offline(run) -> None:
+    import json as _json
+
+    ok(run("instance", "create", "svc", "--memory", "1GiB"))
+    out = _json.loads(ok(run("instance", "create", "batch", "--memory", "1GiB", "--priority", "offline",
+                             "--min-share", "5%", "--json")))
+    assert out["priority"] == "offline" and out["min_share"] == pytest.approx(0.05)
+    assert "offline (min 5.0%)" in ok(run("instance", "list"))
+    one_line_error(run("instance", "create", "x", "--memory", "1GiB", "--min-share", "5%"), "--priority offline")
+    one_line_error(run("instance", "set", "svc", "--min-share", "5%"), "offline")
+    out = _json.loads(ok(run("instance", "set", "batch", "--priority", "online", "--json")))
+    assert out["priority"] == "online" and out["min_share"] is None  # the floor goes with offline
+    one_line_error(run("instance", "set", "batch", "--priority", "later"), "later")
+    rows = _json.loads(ok(run("instance", "list", "--json")))
+    assert {r["name"]: r["priority"] for r in rows} == {"svc": "online", "batch": "online"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,10 @@ def test_instance_from_environ() -> None:
     q = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
                          env={k: v for k, v in os.environ.items() if k != "GPUSLICE_INSTANCE"})
     try:
+        for x in (p, q):  # /proc/PID/environ is the parent's until the child has exec'd
+            end = time.monotonic() + 10
+            while b"sleep(30)" not in open(f"/proc/{x.pid}/cmdline", "rb").read() and time.monotonic() < end:
+                time.sleep(0.01)
         assert nvstub_sched.instance_from_environ(p.pid) == "batch"
         assert nvstub_sched.instance_from_environ(q.pid) is None
     finally:

@@ -214,3 +214,55 @@ def test_sticky_active_keeps_busy_until_a_hold_of_enabled_time(seen, was, presen
         assert n in was and quiet.get(n, 0) < hold
     for n in (set(was) & set(present)) - set(seen):
         assert (n in got) == (quiet.get(n, 0) < hold)
+
+
+@st.composite
+def prio_claims(draw):
+    n = draw(st.integers(1, 6))
+    out = []
+    for i in range(n):
+        off = draw(st.booleans())
+        out.append(Claim(f"i{i}", draw(st.integers(1, 100)), None, None, "offline" if off else "online",
+                         draw(st.sampled_from([None, 0.05, 0.1])) if off else None))
+    return out
+
+
+@given(policy=st.sampled_from(["weight", "equal", "burst"]), claims=prio_claims(), data=st.data())
+@settings(max_examples=300)
+def test_priority_online_work_takes_all_but_the_floors(policy, claims, data) -> None:
+    from gpuslice.policy import online_busy, ungated
+
+    active = data.draw(st.sets(st.sampled_from([c.name for c in claims])))
+    assert not validate(policy, claims)
+    got = compute_shares(policy, claims, active)
+    assert sum(got.values()) <= 1 + 1e-9 and all(v >= 0 for v in got.values())
+    off = [c for c in claims if c.offline]
+    on = [c for c in claims if not c.offline]
+    free = ungated(policy, claims, active)
+    if off and any(c.name in active for c in on):
+        assert online_busy(claims, active)
+        for c in off:  # the floor, and only while it has work; never ungated
+            assert got[c.name] == pytest.approx((c.min_share or 0.0) if c.name in active else 0.0)
+            assert c.name not in free
+        floors = sum(c.min_share or 0.0 for c in off if c.name in active)
+        # online instances share the rest exactly as the policy would share the whole GPU among them
+        alone = compute_shares(policy, on, active)
+        for c in on:
+            assert got[c.name] == pytest.approx(alone[c.name] * (1 - floors))
+    elif off:
+        assert not online_busy(claims, active)
+        alone = compute_shares(policy, off, active)
+        for c in off:
+            assert got[c.name] == pytest.approx(alone[c.name])
+        for c in on:  # idle online instances: nothing, but ungated (their first work runs at once)
+            assert got[c.name] == 0.0 and c.name in free
+    else:
+        assert got == compute_shares(policy, [Claim(c.name, c.weight) for c in claims], active)
+
+
+def test_priority_validation() -> None:
+    assert validate("burst", [Claim("a", min_share=0.1)])  # a floor on an online instance
+    assert validate("burst", [Claim("a", priority="batch")])
+    assert validate("burst", [Claim("a", priority="offline", min_share=0.6),
+                              Claim("b", priority="offline", min_share=0.5)])  # floors over 99%
+    assert not validate("burst", [Claim("a", priority="offline", min_share=0.2), Claim("b")])

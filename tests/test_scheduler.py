@@ -622,3 +622,54 @@ def test_rmgate_logs_once_per_process(caplog) -> None:
     assert len(lines) == 2, lines
     assert any("20 channel(s) of pid 11" in m for m in lines) and any("pid 12" in m for m in lines)
     assert gate.disabled == b  # the refused ones are not counted as disabled
+
+
+def test_online_work_preempts_offline_at_once_and_offline_resumes() -> None:
+    """Issue 14: an offline instance has the GPU while the online one is idle (which stays
+    ungated, so its first work runs at once); the online instance's first work is seen
+    at the next poll (1 ms), not at the next period, and preempts: the offline channels
+    are disabled then, within the poll interval of the work. While online work runs the
+    offline instance gets nothing; once the online one is idle again the offline one
+    gets the whole GPU back."""
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
+    for policy in ("burst", "weight", "fixed"):
+        sched, gate, clock, table, probe = make(policy, insts, active={"batch"}, period=100 * MS)
+        t0, t1 = run_periods(sched, clock, 5, period=100 * MS)
+        assert share_of(gate, table, "batch", t0, t1) == 1.0
+        assert share_of(gate, table, "svc", t0, t1) == 1.0  # idle online: ungated
+        tl = sched.timelines[0]
+        t_work = clock.t + 30 * MS + 123_456  # mid-period
+        sched.run(lambda: False, until_ns=t_work)
+        probe.set = {"svc", "batch"}
+        sched.run(lambda: False, until_ns=t_work + 2 * MS)
+        assert tl.preemptions == 1
+        off = [t for t, dis in gate.log if t >= t_work and table["batch"] <= dis]
+        assert off and off[0] - t_work <= sched.preempt_poll_ns, (policy, off[:1])
+        t2 = clock.t
+        sched.run(lambda: False, until_ns=t2 + 5 * 100 * MS)
+        assert share_of(gate, table, "batch", t2, clock.t) == 0.0, policy
+        assert share_of(gate, table, "svc", t2, clock.t) >= 0.5, policy
+        probe.set = {"batch"}  # online idle again: within a few periods offline runs alone
+        t3 = clock.t
+        sched.run(lambda: False, until_ns=t3 + 10 * 100 * MS)
+        assert share_of(gate, table, "batch", t3 + 5 * 100 * MS, clock.t) == 1.0, policy
+        snap = sched.snapshot()["gpus"]["0"]
+        assert snap["preemptions"] == 1 and snap["preempt_latency_ns"]["max"] <= sched.preempt_poll_ns
+        assert snap["instances"]["batch"]["priority"] == "offline"
+
+
+def test_offline_floor_holds_while_online_work_runs() -> None:
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline", min_share=0.1)]
+    sched, gate, clock, table, probe = make("burst", insts, active={"svc", "batch"})
+    t0, t1 = run_periods(sched, clock, 10)
+    assert share_of(gate, table, "batch", t0, t1) == pytest.approx(0.1, abs=0.01)
+    assert share_of(gate, table, "svc", t0, t1) == pytest.approx(0.9, abs=0.01)
+
+
+def test_offline_work_never_runs_beside_online_work() -> None:
+    """An offline instance that is idle while online work runs is not left ungated (its
+    work would run beside the online work as soon as it came)."""
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
+    sched, gate, clock, table, probe = make("equal", insts, active={"svc"})
+    t0, t1 = run_periods(sched, clock, 5)
+    assert share_of(gate, table, "batch", t0, t1) == 0.0

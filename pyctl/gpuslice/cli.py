@@ -206,12 +206,19 @@ def inst_row(i: S.Instance) -> dict[str, Any]:
     return {"name": i.name, "gpus": ",".join(map(str, i.gpus)), "memory": units.format_size(i.memory),
             "memory_bytes": i.memory, "weight": i.weight,
             "share": units.format_share(i.share) if i.share is not None else None,
-            "ceiling": units.format_share(i.ceiling) if i.ceiling is not None else None}
+            "ceiling": units.format_share(i.ceiling) if i.ceiling is not None else None,
+            "priority": i.priority + (f" (min {units.format_share(i.min_share)})" if i.min_share else "")}
 
 
 def inst_json(i: S.Instance) -> dict[str, Any]:
     return {"name": i.name, "gpus": i.gpus, "memory": i.memory, "weight": i.weight, "share": i.share,
-            "ceiling": i.ceiling}
+            "ceiling": i.ceiling, "priority": i.priority, "min_share": i.min_share}
+
+
+PRIORITY = click.Choice(["online", "offline"])
+PRIORITY_HELP = ("online (default) or offline: while any online instance of the GPU has work, offline ones get "
+                 "nothing (or their --min-share) and are preempted as soon as online work appears; with no "
+                 "online work they share the GPU by its policy.")
 
 
 # ---- the command tree ----------------------------------------------------------------
@@ -246,22 +253,27 @@ def instance() -> None:
 @click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000 (weight, burst; default 1).")
 @click.option("--share", type=SHARE, help="Fixed share of the GPU, e.g. 30% (fixed policy).")
 @click.option("--ceiling", type=SHARE, help="At most this share (equal, burst), e.g. 50%.")
+@click.option("--priority", type=PRIORITY, default="online", show_default=True, help=PRIORITY_HELP)
+@click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs, e.g. 5%.")
 @click.option("--uid", type=int, help="Owner of the device nodes.")
 @click.option("--gid", type=int, help="Group of the device nodes.")
 @click.option("--mode", type=str, help="Permission bits of the device nodes, octal (default 0660).")
 @json_option
 @click.pass_context
 def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int, policy: str | None,
-                    weight: int | None, share: float | None, ceiling: float | None, uid: int | None,
-                    gid: int | None, mode: str | None) -> None:
+                    weight: int | None, share: float | None, ceiling: float | None, priority: str,
+                    min_share: float | None, uid: int | None, gid: int | None, mode: str | None) -> None:
     """Create instance NAME on --gpu with a --memory limit."""
     if weight is not None and share is not None:
         raise click.UsageError("--weight and --share are mutually exclusive")
+    if min_share is not None and priority != "offline":
+        raise click.UsageError("--min-share is for --priority offline")
     mode_bits = _mode(mode)
     with S.locked(ctx.obj["state"]) as st:
         if name in st.instances:
             raise GpuctlError(f"instance {name!r} exists")
-        inst = S.Instance(name, gpus, memory, weight=weight or 1, share=share, ceiling=ceiling)
+        inst = S.Instance(name, gpus, memory, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
+                          min_share=min_share)
         st.instances[name] = inst
         if policy:
             for g in gpus:
@@ -291,7 +303,7 @@ def _mode(mode: str | None) -> int | None:
 
 
 INST_COLS = [("name", "NAME"), ("gpus", "GPUS"), ("memory", "MEMORY"), ("weight", "WEIGHT"), ("share", "SHARE"),
-             ("ceiling", "CEILING")]
+             ("ceiling", "CEILING"), ("priority", "PRIORITY")]
 
 
 def _kernel_info(ctx: click.Context) -> dict[str, dict[str, Any]]:
@@ -377,17 +389,25 @@ def instance_show(ctx: click.Context, name: str) -> None:
 @click.option("--no-share", is_flag=True, help="Remove the fixed share.")
 @click.option("--ceiling", type=SHARE, help="Ceiling, e.g. 50%.")
 @click.option("--no-ceiling", is_flag=True, help="Remove the ceiling.")
+@click.option("--priority", type=PRIORITY, help=PRIORITY_HELP)
+@click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs.")
+@click.option("--no-min-share", is_flag=True, help="Remove the offline floor.")
 @json_option
 @click.pass_context
 def instance_set(ctx: click.Context, name: str, memory: int | None, weight: int | None, share: float | None,
-                 no_share: bool, ceiling: float | None, no_ceiling: bool) -> None:
+                 no_share: bool, ceiling: float | None, no_ceiling: bool, priority: str | None,
+                 min_share: float | None, no_min_share: bool) -> None:
     """Change an instance; the daemon applies it from its next period."""
     if share is not None and no_share:
         raise click.UsageError("--share and --no-share are mutually exclusive")
     if ceiling is not None and no_ceiling:
         raise click.UsageError("--ceiling and --no-ceiling are mutually exclusive")
-    if all(v is None for v in (memory, weight, share, ceiling)) and not (no_share or no_ceiling):
-        raise click.UsageError("nothing to change (give --memory, --weight, --share or --ceiling)")
+    if min_share is not None and no_min_share:
+        raise click.UsageError("--min-share and --no-min-share are mutually exclusive")
+    if all(v is None for v in (memory, weight, share, ceiling, priority, min_share)) and \
+            not (no_share or no_ceiling or no_min_share):
+        raise click.UsageError("nothing to change (give --memory, --weight, --share, --ceiling, --priority "
+                               "or --min-share)")
     with S.locked(ctx.obj["state"]) as st:
         i = _get(st, name)
         if memory is not None:
@@ -398,6 +418,12 @@ def instance_set(ctx: click.Context, name: str, memory: int | None, weight: int 
             i.share = share
         if ceiling is not None or no_ceiling:
             i.ceiling = ceiling
+        if priority is not None:
+            i.priority = priority
+            if priority == "online" and min_share is None:
+                i.min_share = None  # a floor means nothing online
+        if min_share is not None or no_min_share:
+            i.min_share = min_share
         st.check()
         nl = kernel(ctx)
         if nl is not None:
@@ -760,14 +786,17 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "overlap for about one RM call, at each slot's start and end alike, so shares stay unbiased: "
               "met 2 points at 50 ms on the H100) or disable the outgoing one first (slots stay exclusive; "
               "every slot loses one call, ~0.75 ms on the H100).")
+@click.option("--preempt-poll", type=DURATION, default="1ms", show_default=True,
+              help="While offline instances hold a GPU, how often to look for online work (the probe on the "
+              "online instances only); the first seen preempts the offline ones at once.")
 @click.option("--guard-interval", type=DURATION, default="100ms", show_default=True,
               help="Run `gpuctl guard` beside the scheduler at this interval (0: do not): it kills a process "
               "of an instance that holds more video memory in RM's count than its limit.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, probe: str | type, status_file: str,
-           watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, guard_interval: int,
-           verbose: int) -> None:
+           watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, preempt_poll: int,
+           guard_interval: int, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
     from .gate import RmGate, Watchdog
@@ -821,7 +850,8 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         cleanups.append(rm.close)
         gate = RmGate(rm, wd, enable_first=switch_order == "enable-first")
         nl = kernel(ctx)
-        sched = Scheduler(ctx.obj["state"], src, gate, prb, netlink=nl, status_path=status_file, wake_fd=rfd)
+        sched = Scheduler(ctx.obj["state"], src, gate, prb, netlink=nl, status_path=status_file, wake_fd=rfd,
+                          preempt_poll_ns=max(100_000, preempt_poll))
         cleanups.append(sched.close)  # runs first: re-enable before anything is closed
         until = time.monotonic_ns() + duration if duration else None
         sched.start()

@@ -14,6 +14,8 @@ from typing import Collection, Iterable, Mapping, Sequence
 POLICIES = ("fixed", "weight", "equal", "burst")
 # work-conserving policies hand idle capacity to active instances
 WORK_CONSERVING = frozenset({"equal", "burst"})
+# online instances preempt offline ones (issue 14, docs/policies.md)
+PRIORITIES = ("online", "offline")
 WEIGHT_MIN = 1
 WEIGHT_MAX = 10000
 EPS = 1e-9
@@ -25,12 +27,20 @@ class Claim:
 
     weight: 1..10000 (weight, burst). share: fixed absolute fraction (fixed policy).
     ceiling: at most this fraction (equal, burst); None = no ceiling.
+    priority: online or offline (compute_shares). min_share: an offline instance's
+    floor while online work runs; None = nothing then.
     """
 
     name: str
     weight: int = 1
     share: float | None = None
     ceiling: float | None = None
+    priority: str = "online"
+    min_share: float | None = None
+
+    @property
+    def offline(self) -> bool:
+        return self.priority == "offline"
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,13 @@ def validate(policy: str, claims: Sequence[Claim]) -> list[str]:
             errors.append(f"{c.name}: share {c.share} outside (0, 1]")
         if c.ceiling is not None and not 0 < c.ceiling <= 1:
             errors.append(f"{c.name}: ceiling {c.ceiling} outside (0, 1]")
+        if c.priority not in PRIORITIES:
+            errors.append(f"{c.name}: priority {c.priority!r} is not one of {', '.join(PRIORITIES)}")
+        if c.min_share is not None and (not 0 < c.min_share <= 1 or not c.offline):
+            errors.append(f"{c.name}: min_share {c.min_share} needs an offline instance and (0, 1]")
+    floors = sum(c.min_share for c in claims if c.min_share is not None and c.offline)
+    if floors > 1 - 0.01 + EPS:
+        errors.append(f"offline floors (min_share) sum to {floors * 100:.1f}%: online work needs at least 1%")
     if policy == "fixed":
         total = sum(c.share for c in claims if c.share is not None)
         if total > 1 + EPS:
@@ -91,7 +108,56 @@ def _water_fill(weights: Mapping[str, float], ceilings: Mapping[str, float | Non
 
 
 def compute_shares(policy: str, claims: Sequence[Claim], active: Collection[str]) -> dict[str, float]:
-    """Fraction of the period each instance of one GPU may run (sum <= 1).
+    """Fraction of the period each instance of one GPU may run (sum <= 1), with priority.
+
+    Without offline instances: the policy alone (_policy_shares). With them:
+    - while any online instance is active, each active offline instance gets its
+      min_share floor (0 without one) and the online instances share the rest by the
+      policy among themselves (idle capacity of fixed/weight stays idle as usual);
+    - while no online instance is active, the offline instances share the whole GPU by
+      the policy among themselves, and online instances get nothing (the scheduler
+      leaves them ungated, so their first work runs at once: gated_when_idle).
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}")
+    offline = [c for c in claims if c.offline]
+    if not offline:
+        return _policy_shares(policy, claims, active)
+    online = [c for c in claims if not c.offline]
+    out = {c.name: 0.0 for c in claims}
+    if not any(c.name in active for c in online):
+        out.update(_policy_shares(policy, offline, active))
+        return out
+    floors = {c.name: c.min_share for c in offline if c.name in active and c.min_share}
+    rest = max(0.0, 1.0 - sum(floors.values()))  # type: ignore[arg-type]
+    out.update({n: s * rest for n, s in _policy_shares(policy, online, active).items()})
+    out.update(floors)  # type: ignore[arg-type]
+    return _normalise(out)
+
+
+def online_busy(claims: Sequence[Claim], active: Collection[str]) -> bool:
+    """Does any online instance of a GPU with offline instances have work? (Then the
+    offline ones are preempted.) False where no instance is offline."""
+    return any(c.offline for c in claims) and any(not c.offline and c.name in active for c in claims)
+
+
+def ungated(policy: str, claims: Sequence[Claim], active: Collection[str]) -> set[str]:
+    """Instances the scheduler leaves enabled all period: idle ones under a
+    work-conserving policy (their first work runs at once), and idle online ones of a
+    GPU with offline instances, whatever the policy (an online request must not wait
+    for a slot). While online work runs, offline instances are never left ungated:
+    offline work that starts then would run beside it."""
+    idle = {c.name for c in claims if c.name not in active}
+    out = set(idle) if policy in WORK_CONSERVING else set()
+    if any(c.offline for c in claims):
+        out |= {c.name for c in claims if not c.offline and c.name in idle}
+        if online_busy(claims, active):
+            out -= {c.name for c in claims if c.offline}
+    return out
+
+
+def _policy_shares(policy: str, claims: Sequence[Claim], active: Collection[str]) -> dict[str, float]:
+    """The policy alone, priority aside.
 
     fixed  : share f_i as configured; instances without a share split what the fixed
              ones leave equally. Idle capacity stays idle.
@@ -101,8 +167,6 @@ def compute_shares(policy: str, claims: Sequence[Claim], active: Collection[str]
     burst  : guarantee w_i/sum(w) over all; what idle instances leave goes to active
              ones in proportion to w, each at most its ceiling.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}")
     if not claims:
         return {}
     if policy == "fixed":

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from . import state as st
-from .policy import WORK_CONSERVING, Slot, compute_shares, corrected_shares, slot_plan, sticky_active
+from .policy import Slot, compute_shares, corrected_shares, online_busy, slot_plan, sticky_active, ungated
 from .probes import Probe
 from .netlink import mask_of
 from .sources import Channel, Source
@@ -63,6 +63,9 @@ class Plan:
     active: set[str] = field(default_factory=set)
     # what the slots add to (or take from) each share to pay back owed time; "" = idle
     corr: dict[str, float] = field(default_factory=dict)
+    # online instances to watch for work while offline ones hold the GPU (issue 14):
+    # the first work of any preempts the offline ones at once, not at the next period
+    watch: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -94,6 +97,9 @@ class GpuTimeline:
     # and where the count stood at the last plan (time, gated_ns totals)
     quiet_enabled_ns: dict[str, int] = field(default_factory=dict)
     _quiet_mark: tuple[int, dict[str, int]] | None = None
+    next_watch: int = 0  # when to look at plan.watch next
+    preemptions: int = 0
+    preempt_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
 
     def note_seen(self, members: list[str], seen: set[str], now: int) -> None:
         """Add the enabled time since the last plan to each quiet instance's count and
@@ -212,7 +218,7 @@ class Scheduler:
     def __init__(self, state_path: str | None, source: Source, gate: GateLike, probe: Probe,
                  netlink: Any = None, clock: Callable[[], int] = time.monotonic_ns,
                  status_path: str | None = None, wake_fd: int | None = None,
-                 state_obj: st.State | None = None) -> None:
+                 state_obj: st.State | None = None, preempt_poll_ns: int = 1_000_000) -> None:
         self.state_path = state_path
         self.source = source
         self.gate = gate
@@ -236,6 +242,7 @@ class Scheduler:
         self.started = False
         self.stopping = False
         self.wake_bias_ns = 0
+        self.preempt_poll_ns = preempt_poll_ns
 
     # --- configuration ---
     def reload_state(self, force: bool = False) -> bool:
@@ -367,8 +374,11 @@ class Scheduler:
             tl.note_seen([c.name for c in claims], active, now)
             active = sticky_active(active, tl.plan.active, present, tl.quiet_enabled_ns, gp.period_ns)
         shares = compute_shares(gp.policy, claims, active)
-        members = [c.name for c in claims]
-        ungated = {n for n in members if n not in active} if gp.policy in WORK_CONSERVING else set()
+        # online first: after a preemption the period starts with their slots
+        members = [c.name for c in claims if not c.offline] + [c.name for c in claims if c.offline]
+        free = ungated(gp.policy, claims, active)
+        watch = [] if online_busy(claims, active) or not any(c.offline for c in claims) else \
+            [c.name for c in claims if not c.offline and c.name in present]
         given = {n: s for n, s in shares.items() if s > 0}
         idle = 1.0 - sum(given.values())
         if idle > 1e-9:
@@ -377,7 +387,7 @@ class Scheduler:
         corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
         fixed.pop("", None)
         slots = slot_plan(fixed, gp.period_ns, order=members)
-        return Plan(gp.policy, gp.period_ns, slots, shares, members, ungated, active, corr)
+        return Plan(gp.policy, gp.period_ns, slots, shares, members, free, active, corr, watch)
 
     def target_disabled(self, tl: GpuTimeline, owner: str | None) -> set[Channel]:
         out: set[Channel] = set()
@@ -439,6 +449,38 @@ class Scheduler:
             return room[-1]
         return max(range(len(slots)), key=lambda i: slots[i].length_ns)
 
+    def _watch(self, tl: GpuTimeline, now: int) -> None:
+        """While offline instances hold the GPU: has a watched online instance got work?
+        Then preempt: a new period starts now with the online slots first."""
+        tl.next_watch = now + self.preempt_poll_ns
+        self._refresh(now)
+        mine = {n: {c for c in self.chans.get(n, set()) if c.gpu == tl.gpu} for n in tl.plan.watch}
+        try:
+            seen = self.probe.active(mine)
+        except OSError:
+            return
+        if not seen:
+            return
+        since = now
+        work = getattr(self.source, "work_seen", None)
+        if work is not None:  # when the first of it reached us, if the source says
+            ts = [t for pair, t in work().items() for n in seen for c in mine[n] if c.pair == pair]
+            since = min(now, max(ts)) if ts else now
+        prev = tl.plan
+        tl.plan = self._make_plan(tl.gpu, now)
+        tl.next_plan = None
+        tl.period_start, tl.idx = now, 0
+        tl.periods += 1
+        tl.started(prev)
+        if tl.plan.watch:
+            return  # the plan did not take it as work after all (sticky / probe disagreed)
+        self._boundary(tl, now)
+        done = self.clock()
+        tl.preemptions += 1
+        tl.preempt_ns.append(done - since)
+        log.info("preempted offline instances of gpu %d for %s in %.2f ms", tl.gpu, ",".join(sorted(seen)),
+                 (done - since) / 1e6)
+
     def step(self) -> int:
         """Handle every boundary that is due; return ns until the next one."""
         if not self.started:
@@ -450,6 +492,9 @@ class Scheduler:
                 self._boundary(tl, now)
                 guard += 1
                 now = self.clock()
+            if tl.plan.watch and now >= tl.next_watch:
+                self._watch(tl, now)
+                now = self.clock()
         self._sync_timelines(now)
         if self.status_path and self._status_due(now):
             self._last_status = now
@@ -457,7 +502,9 @@ class Scheduler:
             self.status_cost_ns = int(0.8 * self.status_cost_ns + 0.2 * (self.clock() - now))
         if not self.timelines:
             return 50_000_000
-        return max(0, min(tl.next_boundary() for tl in self.timelines.values()) - self.clock())
+        nxt = min(min(tl.next_boundary(), tl.next_watch if tl.plan.watch else tl.next_boundary())
+                  for tl in self.timelines.values())
+        return max(0, nxt - self.clock())
 
     def _status_due(self, now: int) -> bool:
         """Every 0.5 s, at a moment with room before the next switch (twice the average
@@ -537,10 +584,16 @@ class Scheduler:
                     "period_start_ns": tl.period_start,  # CLOCK_MONOTONIC
                     "periods": tl.periods,
                     "active_changes": [[t, a] for t, a in tl.active_changes],
+                    # online work preempting offline instances: from the online instance's
+                    # first work (its CHANNEL_WORK's arrival, else when the probe saw it)
+                    # to the last offline channel disabled
+                    "preemptions": tl.preemptions,
+                    "preempt_latency_ns": dist(tl.preempt_ns),
                     "switch_latency_hist_ns": list(tl.latency_hist),
                     "switch_latency_sum_ns": tl.latency_sum_ns,
                     "instances": {
                         n: {"share": tl.shares.get(n, 0.0), "active": n in tl.active, "gated": n not in tl.ungated,
+                            "priority": self.state.instances[n].priority if n in self.state.instances else "online",
                             "owed_ns": int(tl.owed.get(n, 0.0) * tl.period_ns),
                             "slot_ns": totals[g][0].get(n, 0), "gated_ns": totals[g][1].get(n, 0),
                             "channels": len([c for c in self.chans.get(n, set()) if c.gpu == g])}

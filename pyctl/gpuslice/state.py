@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from .policy import POLICIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
+from .policy import POLICIES, PRIORITIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
 
 DEFAULT_PATH = "/var/lib/gpuslice/state.json"
 VERSION = 1
@@ -48,9 +48,11 @@ class Instance:
     weight: int = 1
     share: float | None = None  # fixed share, fraction of one GPU
     ceiling: float | None = None  # burst/equal ceiling, fraction
+    priority: str = "online"  # online | offline (policy.PRIORITIES)
+    min_share: float | None = None  # offline: floor while online work runs, fraction
 
     def claim(self) -> Claim:
-        return Claim(self.name, self.weight, self.share, self.ceiling)
+        return Claim(self.name, self.weight, self.share, self.ceiling, self.priority, self.min_share)
 
 
 @dataclass
@@ -141,6 +143,8 @@ def _check_types(inst: Instance) -> None:
         and type(inst.weight) is int
         and (inst.share is None or isinstance(inst.share, (int, float)))
         and (inst.ceiling is None or isinstance(inst.ceiling, (int, float)))
+        and isinstance(inst.priority, str)
+        and (inst.min_share is None or isinstance(inst.min_share, (int, float)))
     )
     if not ok:
         raise StateError(f"instance {inst.name!r}: field of the wrong type")
@@ -156,9 +160,13 @@ def _check_instance(name: str, inst: Instance) -> None:
         raise StateError(f"instance {name}: memory must be positive")
     if not WEIGHT_MIN <= inst.weight <= WEIGHT_MAX:
         raise StateError(f"instance {name}: weight {inst.weight} outside {WEIGHT_MIN}..{WEIGHT_MAX}")
-    for what, v in (("share", inst.share), ("ceiling", inst.ceiling)):
+    for what, v in (("share", inst.share), ("ceiling", inst.ceiling), ("min_share", inst.min_share)):
         if v is not None and not 0 < v <= 1:
             raise StateError(f"instance {name}: {what} {v} outside (0, 1]")
+    if inst.priority not in PRIORITIES:
+        raise StateError(f"instance {name}: priority {inst.priority!r} is not one of {', '.join(PRIORITIES)}")
+    if inst.min_share is not None and inst.priority != "offline":
+        raise StateError(f"instance {name}: a min_share is for offline instances only")
 
 
 def state_path(path: str | None = None) -> str:
