@@ -56,7 +56,7 @@
 #define GS_UD_MAPS		64
 #define GS_UD_GPGET		0x88	/* Nvc86fControl.GPGet; GPPut follows at 0x8c */
 #define GS_UD_SIZE		0x90	/* bytes of USERD that must be mapped */
-#define GS_WORK_REPEAT_NS	100000000ull
+#define GS_WORK_REPEAT_NS	10000000ull
 
 struct gs_ud_chan {
 	nv_handle client;

@@ -42,6 +42,8 @@ STATUS = {"running": True, "pid": 1, "switches": 42, "rm_calls": 84,
           "gpus": {"0": {"policy": "burst", "period_ns": 50_000_000,
                          "switch_latency_hist_ns": lock_hist((17, 30), (18, 10), (20, 2)),
                          "switch_latency_sum_ns": 10_000_000,
+                         "preemptions": 5, "resumes": 4,
+                         "preempt_latency_ns": {"n": 5, "p50": 800_000, "p99": 2_000_000, "max": 2_000_000},
                          "instances": {"web": {"share": 0.75, "active": True, "gated": True, "channels": 4,
                                                "slot_ns": 3_000_000_000, "gated_ns": 1_000_000_000},
                                        "batch": {"share": 0.25, "active": False, "gated": False, "channels": 0,
@@ -85,6 +87,9 @@ def test_scrape_over_loopback(server) -> None:
     assert ctype.startswith("text/plain; version=")  # the text format (0.0.4, or 1.0.0 from client 0.22 on)
     sm = samples(text)
     assert value(sm, "gpuslice_module_up") == 1
+    assert value(sm, "gpuslice_gpu_preemptions_total", gpu="0") == 5
+    assert value(sm, "gpuslice_gpu_resumes_total", gpu="0") == 4
+    assert value(sm, "gpuslice_gpu_recent_preempt_latency_seconds", gpu="0", stat="p99") == 0.002
     assert value(sm, "gpuslice_instance_info", instance="web", gpus="0,1") == 1
     assert value(sm, "gpuslice_instance_memory_limit_bytes", instance="web") == 8 * GIB
     assert value(sm, "gpuslice_instance_memory_used_bytes", instance="web") == 3 * GIB

@@ -351,7 +351,7 @@ def test_preload_reports_work_submitted_in_userd(built, tmp_path):
 
     assert not [x for x in at if x < t["busy"]], "work reported before anything was submitted"
     busy = between("busy", "idle")
-    assert 2 <= len(busy) <= 20, busy  # repeated while it submits, at most every 100 ms
+    assert 2 <= len(busy) <= 150, busy  # repeated while it submits, at most every 10 ms
     # quiet again: nothing in the second half of the idle phase (the first half may still
     # carry the last sample of the busy phase on a loaded machine)
     assert not [x for x in at if (t["idle"] + t["pending"]) // 2 <= x < t["pending"]]

@@ -673,3 +673,36 @@ def test_offline_work_never_runs_beside_online_work() -> None:
     sched, gate, clock, table, probe = make("equal", insts, active={"svc"})
     t0, t1 = run_periods(sched, clock, 5)
     assert share_of(gate, table, "batch", t0, t1) == 0.0
+
+
+class HoldProbe(SetProbe):
+    """A probe that sees submissions: the scheduler asks it with the short online hold."""
+
+    takes_hold = True
+
+    def active(self, chans, hold_ns=None):
+        return super().active(chans)
+
+
+def test_offline_gets_the_gpu_back_the_moment_online_work_ends() -> None:
+    """With a probe that sees submissions, online quiet (for the online hold) gives the
+    GPU back to offline instances at the next poll, not at the next period."""
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
+    sched, gate, clock, table, _ = make("burst", insts, active={"batch"}, period=100 * MS)
+    probe = HoldProbe({"batch"})
+    sched.probe = probe
+    run_periods(sched, clock, 3, period=100 * MS)
+    tl = sched.timelines[0]
+    for _ in range(3):  # request, quiet, request, quiet, ...
+        t_work = clock.t + 20 * MS + 333_333
+        sched.run(lambda: False, until_ns=t_work)
+        probe.set = {"svc", "batch"}
+        sched.run(lambda: False, until_ns=t_work + 5 * MS)
+        t_quiet = clock.t
+        probe.set = {"batch"}
+        sched.run(lambda: False, until_ns=t_quiet + 5 * MS)
+        on = [t for t, dis in gate.log if t >= t_quiet and not (table["batch"] & dis)]
+        assert on and on[0] - t_quiet <= sched.preempt_poll_ns, on[:1]
+    snap = sched.snapshot()["gpus"]["0"]
+    assert snap["preemptions"] == 3 and snap["resumes"] == 3
+    assert share_of(gate, table, "svc", tl.period_start - 300 * MS, clock.t) == 1.0  # never gated

@@ -61,7 +61,7 @@
  *            CHANNEL_WORK (CLIENT, HANDLE of an announced channel): work was
  *            submitted on it (its USERD's GPPut moved, or GPGet != GPPut).
  *            Sent by the user-space build's sampler (preload/userd.c) when a
- *            quiet channel submits and then at most every 100 ms while it
+ *            quiet channel submits and then at most every 10 ms while it
  *            keeps submitting; the module does not send it yet.
  *
  * The instance's core lock (one mutex per instance, taken by every

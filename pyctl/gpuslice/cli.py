@@ -789,6 +789,10 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.option("--preempt-poll", type=DURATION, default="1ms", show_default=True,
               help="While offline instances hold a GPU, how often to look for online work (the probe on the "
               "online instances only); the first seen preempts the offline ones at once.")
+@click.option("--online-hold", type=DURATION, default="5ms", show_default=True,
+              help="With a probe that sees submissions (submit, auto with the preload source): an online "
+              "instance of a GPU with offline ones counts as busy for this long after its last submission; "
+              "when all are quiet the offline ones get the GPU back at once.")
 @click.option("--guard-interval", type=DURATION, default="100ms", show_default=True,
               help="Run `gpuctl guard` beside the scheduler at this interval (0: do not): it kills a process "
               "of an instance that holds more video memory in RM's count than its limit.")
@@ -796,7 +800,7 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, probe: str | type, status_file: str,
            watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, preempt_poll: int,
-           guard_interval: int, verbose: int) -> None:
+           online_hold: int, guard_interval: int, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
     from .gate import RmGate, Watchdog
@@ -851,7 +855,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         gate = RmGate(rm, wd, enable_first=switch_order == "enable-first")
         nl = kernel(ctx)
         sched = Scheduler(ctx.obj["state"], src, gate, prb, netlink=nl, status_path=status_file, wake_fd=rfd,
-                          preempt_poll_ns=max(100_000, preempt_poll))
+                          preempt_poll_ns=max(100_000, preempt_poll), online_hold_ns=online_hold)
         cleanups.append(sched.close)  # runs first: re-enable before anything is closed
         until = time.monotonic_ns() + duration if duration else None
         sched.start()

@@ -169,8 +169,22 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
                      "slot boundary to the gating applied.",
                      (([g], list(tl["switch_latency_hist_ns"]), int(tl.get("switch_latency_sum_ns", 0)),
                        sum(tl["switch_latency_hist_ns"])) for g, tl in gpus if "switch_latency_hist_ns" in tl), ["gpu"])
+    preempt = CounterMetricFamily("gpuslice_gpu_preemptions", "Times online work preempted the GPU's offline "
+                                  "instances (priority, docs/policies.md).", labels=["gpu"])
+    resumes = CounterMetricFamily("gpuslice_gpu_resumes", "Times the GPU went back to offline instances the moment "
+                                  "online work ended.", labels=["gpu"])
+    plat = GaugeMetricFamily("gpuslice_gpu_recent_preempt_latency_seconds", "From an online instance's first work to "
+                             "the last offline channel disabled, over the last 10000 preemptions, by statistic.",
+                             labels=["gpu", "stat"])
     for g, tl in gpus:
         policy.add_metric([g, str(tl.get("policy"))], 1)
+        if "preemptions" in tl:
+            preempt.add_metric([g], tl["preemptions"])
+            resumes.add_metric([g], tl.get("resumes", 0))
+            for stat in ("p50", "p99", "max"):
+                v = (tl.get("preempt_latency_ns") or {}).get(stat)
+                if v is not None:
+                    plat.add_metric([g, stat], v * NS)
         if "period_ns" in tl:
             period.add_metric([g], tl["period_ns"] * NS)
         for name, li in sorted((tl.get("instances") or {}).items()):
@@ -182,7 +196,7 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
                 slot.add_metric([name, g], li["slot_ns"] * NS)
             if "gated_ns" in li:
                 gated_t.add_metric([name, g], li["gated_ns"] * NS)
-    return out + [target, active, gated, chans, slot, gated_t, policy, period, lat_hist]
+    return out + [target, active, gated, chans, slot, gated_t, policy, period, lat_hist, preempt, resumes, plat]
 
 
 def _guard(guard: Mapping[str, Any] | None) -> list[Metric]:

@@ -159,13 +159,17 @@ class SubmitProbe:
     was first seen within ``hold_s`` (a new workload gets a slot before its first report).
     ``source`` is a channel source with work_seen() (sources.EventTracker)."""
 
+    takes_hold = True  # active(chans, hold_ns): the scheduler's short hold for online instances
+
     def __init__(self, source: Any, hold_s: float = 0.3, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.source = source
         self.hold_ns = int(hold_s * 1e9)
         self.clock = clock
         self._first: dict[tuple[int, int], int] = {}
 
-    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+    def active(self, chans: Mapping[str, set[Channel]], hold_ns: int | None = None) -> set[str]:
+        """Busy within ``hold_ns`` (default: the probe's hold) of a report or first sight."""
+        hold = self.hold_ns if hold_ns is None else hold_ns
         now = self.clock()
         work = self.source.work_seen()
         live = {c.pair for cs in chans.values() for c in cs}
@@ -173,20 +177,25 @@ class SubmitProbe:
             self._first[pair] = now
         for pair in set(self._first) - live:
             del self._first[pair]
-        recent = {p for p in live if now - max(work.get(p, self._first[p]), self._first[p]) <= self.hold_ns}
+        recent = {p for p in live if now - max(work.get(p, self._first[p]), self._first[p]) <= hold}
         return {n for n, cs in chans.items() if any(c.pair in recent for c in cs)}
 
 
 class AnyOf:
-    """Active for any of ``probes``."""
+    """Active for any of ``probes``. ``active(chans, hold_ns)`` (the scheduler's short
+    hold for online instances) asks only the probes that take a hold."""
 
     def __init__(self, *probes: Probe) -> None:
         self.probes = probes
+        self.takes_hold = any(getattr(p, "takes_hold", False) for p in probes)
 
-    def active(self, chans: Mapping[str, set[Channel]]) -> set[str]:
+    def active(self, chans: Mapping[str, set[Channel]], hold_ns: int | None = None) -> set[str]:
         out: set[str] = set()
         for p in self.probes:
-            out |= p.active(chans)
+            if hold_ns is None:
+                out |= p.active(chans)
+            elif getattr(p, "takes_hold", False):
+                out |= p.active(chans, hold_ns=hold_ns)  # type: ignore[call-arg]
         return out
 
 

@@ -63,9 +63,11 @@ class Plan:
     active: set[str] = field(default_factory=set)
     # what the slots add to (or take from) each share to pay back owed time; "" = idle
     corr: dict[str, float] = field(default_factory=dict)
-    # online instances to watch for work while offline ones hold the GPU (issue 14):
-    # the first work of any preempts the offline ones at once, not at the next period
+    # online instances to watch (issue 14): while offline ones hold the GPU, the first
+    # work of any preempts them at once; while online work has preempted them, the
+    # moment all are quiet (online hold) gives the GPU back at once, not at the next period
     watch: list[str] = field(default_factory=list)
+    watch_for: str = ""  # "work" or "quiet"
 
 
 @dataclass
@@ -99,6 +101,7 @@ class GpuTimeline:
     _quiet_mark: tuple[int, dict[str, int]] | None = None
     next_watch: int = 0  # when to look at plan.watch next
     preemptions: int = 0
+    resumes: int = 0  # offline instances given the GPU back the moment online work ended
     preempt_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
 
     def note_seen(self, members: list[str], seen: set[str], now: int) -> None:
@@ -218,7 +221,8 @@ class Scheduler:
     def __init__(self, state_path: str | None, source: Source, gate: GateLike, probe: Probe,
                  netlink: Any = None, clock: Callable[[], int] = time.monotonic_ns,
                  status_path: str | None = None, wake_fd: int | None = None,
-                 state_obj: st.State | None = None, preempt_poll_ns: int = 1_000_000) -> None:
+                 state_obj: st.State | None = None, preempt_poll_ns: int = 1_000_000,
+                 online_hold_ns: int = 5_000_000) -> None:
         self.state_path = state_path
         self.source = source
         self.gate = gate
@@ -243,6 +247,7 @@ class Scheduler:
         self.stopping = False
         self.wake_bias_ns = 0
         self.preempt_poll_ns = preempt_poll_ns
+        self.online_hold_ns = online_hold_ns
 
     # --- configuration ---
     def reload_state(self, force: bool = False) -> bool:
@@ -363,8 +368,13 @@ class Scheduler:
         claims = self.state.claims(gpu)
         mine = {c.name: {ch for ch in self.chans.get(c.name, set()) if ch.gpu == gpu} for c in claims}
         present = {n for n, cs in mine.items() if cs}
+        prio = any(c.offline for c in claims) and getattr(self.probe, "takes_hold", False)
+        online = {c.name for c in claims if not c.offline} if prio else set()
         try:
-            seen = self.probe.active(mine)
+            seen = set(self.probe.active(mine))
+            if online:  # online instances: busy only within the short online hold
+                seen = (seen - online) | set(self.probe.active(  # type: ignore[call-arg]
+                    {n: mine[n] for n in online}, hold_ns=self.online_hold_ns))
         except OSError as e:
             log.warning("activity probe: %s", e)
             seen = present
@@ -372,13 +382,19 @@ class Scheduler:
         active = set(seen) & present
         if tl is not None:
             tl.note_seen([c.name for c in claims], active, now)
-            active = sticky_active(active, tl.plan.active, present, tl.quiet_enabled_ns, gp.period_ns)
+            # online instances with the short hold decide by it alone (sticky_active would
+            # keep one busy for a period after its last work, and the offline ones out)
+            sticky = sticky_active(active, tl.plan.active - online, present, tl.quiet_enabled_ns, gp.period_ns)
+            active = sticky | (active & online)
         shares = compute_shares(gp.policy, claims, active)
         # online first: after a preemption the period starts with their slots
         members = [c.name for c in claims if not c.offline] + [c.name for c in claims if c.offline]
         free = ungated(gp.policy, claims, active)
-        watch = [] if online_busy(claims, active) or not any(c.offline for c in claims) else \
-            [c.name for c in claims if not c.offline and c.name in present]
+        watch = [c.name for c in claims if not c.offline and c.name in present] \
+            if any(c.offline for c in claims) else []
+        watch_for = "quiet" if online_busy(claims, active) else "work"
+        if watch_for == "quiet" and not online:
+            watch = []  # without the short hold, quiet is decided at the period's plan
         given = {n: s for n, s in shares.items() if s > 0}
         idle = 1.0 - sum(given.values())
         if idle > 1e-9:
@@ -387,7 +403,7 @@ class Scheduler:
         corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
         fixed.pop("", None)
         slots = slot_plan(fixed, gp.period_ns, order=members)
-        return Plan(gp.policy, gp.period_ns, slots, shares, members, free, active, corr, watch)
+        return Plan(gp.policy, gp.period_ns, slots, shares, members, free, active, corr, watch, watch_for)
 
     def target_disabled(self, tl: GpuTimeline, owner: str | None) -> set[Channel]:
         out: set[Channel] = set()
@@ -450,36 +466,44 @@ class Scheduler:
         return max(range(len(slots)), key=lambda i: slots[i].length_ns)
 
     def _watch(self, tl: GpuTimeline, now: int) -> None:
-        """While offline instances hold the GPU: has a watched online instance got work?
-        Then preempt: a new period starts now with the online slots first."""
+        """Online instances of a GPU with offline ones, every preempt_poll_ns: while the
+        offline ones hold the GPU, has an online one got work? Then preempt: a new period
+        starts now with the online slots first. While online work holds it, are all the
+        online ones quiet (for the online hold)? Then a new period starts now without them."""
         tl.next_watch = now + self.preempt_poll_ns
         self._refresh(now)
         mine = {n: {c for c in self.chans.get(n, set()) if c.gpu == tl.gpu} for n in tl.plan.watch}
         try:
-            seen = self.probe.active(mine)
+            if getattr(self.probe, "takes_hold", False):
+                seen = self.probe.active(mine, hold_ns=self.online_hold_ns)  # type: ignore[call-arg]
+            else:
+                seen = self.probe.active(mine)
         except OSError:
             return
-        if not seen:
+        if (tl.plan.watch_for == "work") != bool(seen):
             return
         since = now
         work = getattr(self.source, "work_seen", None)
-        if work is not None:  # when the first of it reached us, if the source says
+        if seen and work is not None:  # when the first of it reached us, if the source says
             ts = [t for pair, t in work().items() for n in seen for c in mine[n] if c.pair == pair]
             since = min(now, max(ts)) if ts else now
         prev = tl.plan
-        tl.plan = self._make_plan(tl.gpu, now)
-        tl.next_plan = None
+        plan = self._make_plan(tl.gpu, now)
+        if plan.watch_for == prev.watch_for:
+            return  # the plan does not see it so after all (sticky / probe disagree)
+        tl.plan, tl.next_plan = plan, None
         tl.period_start, tl.idx = now, 0
         tl.periods += 1
         tl.started(prev)
-        if tl.plan.watch:
-            return  # the plan did not take it as work after all (sticky / probe disagreed)
         self._boundary(tl, now)
+        if not seen:
+            tl.resumes += 1
+            return
         done = self.clock()
         tl.preemptions += 1
         tl.preempt_ns.append(done - since)
-        log.info("preempted offline instances of gpu %d for %s in %.2f ms", tl.gpu, ",".join(sorted(seen)),
-                 (done - since) / 1e6)
+        log.debug("preempted offline instances of gpu %d for %s in %.2f ms", tl.gpu, ",".join(sorted(seen)),
+                  (done - since) / 1e6)
 
     def step(self) -> int:
         """Handle every boundary that is due; return ns until the next one."""
@@ -588,6 +612,7 @@ class Scheduler:
                     # first work (its CHANNEL_WORK's arrival, else when the probe saw it)
                     # to the last offline channel disabled
                     "preemptions": tl.preemptions,
+                    "resumes": tl.resumes,
                     "preempt_latency_ns": dist(tl.preempt_ns),
                     "switch_latency_hist_ns": list(tl.latency_hist),
                     "switch_latency_sum_ns": tl.latency_sum_ns,

@@ -83,3 +83,60 @@ def test_cli_drives_the_module_and_daemon_uses_netlink_source(tmp_path: Path) ->
     # Accuracy under TCG is timing (tests/guest/test_scheduler.py's TOL says why): printed
     # by scripts/bench-scheduler.py, not asserted.
     assert abs(got[a] - 0.25) <= 0.08 and abs(got[b] - 0.75) <= 0.08, f"shares {got} vs 25/75 beyond 8 points"
+
+
+def test_priority_through_the_module(tmp_path: Path) -> None:
+    """Issue 14 through the module: instances made by the CLI (one --priority offline),
+    channels from netlink, the stand-in's engine. The offline instance has the engine
+    while the online one is idle; the online one's first work preempts it before the
+    (500 ms) period ends, it executes nothing while the online work runs, and it gets the
+    engine back once the online instance is idle."""
+    state = tmp_path / "state.json"
+    svc, batch = f"s{uuid.uuid4().hex[:6]}", f"o{uuid.uuid4().hex[:6]}"
+    r = gpuctl(state, "instance", "create", svc, "--memory", "1GiB", "--mode", "666")
+    assert r.returncode == 0, r.stderr
+    r = gpuctl(state, "instance", "create", batch, "--memory", "1GiB", "--mode", "666", "--priority", "offline")
+    assert r.returncode == 0, r.stderr
+    assert gpuctl(state, "policy", "set", "burst", "--period", "500ms").returncode == 0
+    loads: list[Workload] = []
+    d = None
+    try:
+        on = Workload.start(svc, busy=False, dev=f"/dev/gpuslice/{svc}")
+        off = Workload.start(batch, dev=f"/dev/gpuslice/{batch}")
+        loads = [on, off]
+        u0 = max(0.05, native_utilisation([off]))
+        d = Daemon(str(state), str(tmp_path / "status.json"), "--preempt-poll", "5ms", source="netlink", kernel="yes")
+        d.wait_periods(min_periods=2)
+        g = d.status()["gpus"]["0"]
+        assert g["preemptions"] == 0 and g["instances"][batch]["priority"] == "offline", g
+        on.busy(True)
+        end = time.monotonic() + 30
+        while d.status()["gpus"]["0"]["preemptions"] == 0 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert d.status()["gpus"]["0"]["preemptions"] >= 1
+        time.sleep(0.2)
+        e0 = {w.name: w.executed() for w in loads}
+        t0 = time.monotonic_ns()
+        time.sleep(2.0)
+        wall = time.monotonic_ns() - t0
+        got = {w.name: (w.executed() - e0[w.name]) / wall / u0 for w in loads}
+        assert got[batch] <= 0.08 and got[svc] >= 0.92, got
+        on.stop()  # its work ends with its process; an idle one takes its place
+        loads[0] = on = Workload.start(svc, busy=False, dev=f"/dev/gpuslice/{svc}")
+        end = time.monotonic() + 60
+        while d.status()["gpus"]["0"]["instances"][svc]["active"] and time.monotonic() < end:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        e0b = off.executed()
+        t0 = time.monotonic_ns()
+        time.sleep(2.0)
+        back = (off.executed() - e0b) / (time.monotonic_ns() - t0) / u0
+        assert back >= 0.92, back
+    finally:
+        if d is not None:
+            d.stop()
+        for w in loads:
+            w.stop()
+    assert not [r for r in engine().values() if r.get("disabled")]
+    for name in (svc, batch):
+        assert gpuctl(state, "instance", "delete", name).returncode == 0

@@ -294,3 +294,47 @@ def test_restart_reenables_what_a_sigkilled_daemon_left(rig: Rig) -> None:
     assert all(progressed_within(loads, 1.0).values())
     d.stop(signal.SIGTERM)
     assert all(progressed_within(loads, 1.0).values())
+
+
+def test_online_work_preempts_offline_work(rig: Rig) -> None:
+    """Issue 14 on the stand-in's engine: an offline instance has the engine while the
+    online one is idle; the online one's work is seen by the daemon's watch (every 5 ms)
+    and preempts the offline one before the period ends (period 500 ms: the periodic
+    plan cannot be what reacted); while it works the offline one executes nothing (no
+    floor); once it is idle again the offline one gets the engine back."""
+    period_ms = 500
+    st = S.State(instances={"svc": S.Instance("svc", [0], 1 << 30),
+                            "batch": S.Instance("batch", [0], 1 << 30, priority="offline")},
+                 gpus={0: S.GpuPolicy("burst", period_ms * 1_000_000)})
+    S.save(st, str(rig.state))
+    svc, batch = rig.start_loads(["svc", "batch"], idle={"svc"})
+    rig.native()
+    d = rig.daemon("--preempt-poll", "5ms")
+    d.wait_periods(min_periods=2)
+    assert d.status()["gpus"]["0"]["preemptions"] == 0
+    svc.busy(True)
+    while engine()[svc.key]["pending_ns"] == 0:  # its submit lands 100+ ms later under TCG
+        time.sleep(0.001)
+    end = time.monotonic() + 30
+    while d.status()["gpus"]["0"]["preemptions"] == 0 and time.monotonic() < end:
+        time.sleep(0.05)
+    g = d.status()["gpus"]["0"]
+    assert g["preemptions"] >= 1, g
+    time.sleep(0.2)
+    e0 = {w.name: w.executed() for w in (svc, batch)}
+    t0 = time.monotonic_ns()
+    time.sleep(2.0)
+    wall = time.monotonic_ns() - t0
+    got = {w.name: (w.executed() - e0[w.name]) / wall / rig.u0 for w in (svc, batch)}
+    assert got["batch"] <= TOL and got["svc"] >= 1 - TOL, (got, g)
+    svc.stop()  # its work ends with its process; an idle one takes its place
+    rig.loads[0] = svc = Workload.start("svc", busy=False)
+    end = time.monotonic() + 60
+    while d.status()["gpus"]["0"]["instances"]["svc"]["active"] and time.monotonic() < end:
+        time.sleep(0.1)
+    time.sleep(period_ms / 1000)
+    e0 = batch.executed()
+    t0 = time.monotonic_ns()
+    time.sleep(2.0)
+    back = (batch.executed() - e0) / (time.monotonic_ns() - t0) / rig.u0
+    assert back >= 1 - TOL, (back, d.status()["gpus"]["0"])

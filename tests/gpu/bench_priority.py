@@ -1,0 +1,139 @@
+"""Online/offline priority on one GPU (issue 14), through the user-space build.
+
+  python3 tests/gpu/bench_priority.py [--out DIR] [--seconds S] [--loads 0.3,0.6,0.9]
+
+An online service (tests/gpu/wl_service.py: a transformer forward pass, Poisson arrivals
+at LOAD of its standalone capacity) and an offline trainer (tests/gpu/wl_sched.py: 4096^2
+fp32 matmuls, always busy), each under LD_PRELOAD=preload/libgpuslice.so with its own
+instance (svc, batch). Per load, four modes:
+
+  alone     the service alone (trainer paused, no daemon)
+  native    both, no daemon: the GPU's own time-slicing
+  burst     both, `gpuctl daemon` burst with weights 1:1 (both online)
+  priority  both, burst, svc online and batch offline (`--priority offline`): the daemon
+            preempts batch as soon as svc submits (--preempt-poll 1ms, --probe auto)
+
+Printed per load and mode: the service's p50 / p99 / p99.9 latency (ms, queueing
+included), the trainer's throughput as a fraction of its rate alone and of the capacity
+the service leaves idle (1 - LOAD), and under priority the daemon's preemptions and their
+latency (first CHANNEL_WORK of the service reaching the daemon -> last offline channel
+disabled). Raw latencies: priority.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sched_common as sc  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def pct(xs: list[float], p: float) -> float:
+    v = sorted(xs)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpuslice-out"))
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--loads", default="0.3,0.6,0.9")
+    ap.add_argument("--modes", default="alone,native,burst,priority")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="gs-prio-")
+    logf = open(out / "priority.txt", "a")
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    log(f"# bench_priority {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
+    d = sc.Daemon(work, log, probe="auto")
+    svc = sc.Workload("svc", 0, work, d.sock, log, cmd=[sys.executable, str(HERE / "wl_service.py")])
+    trainer = sc.Workload("batch", 4096, work, d.sock, log)
+    line = svc.proc.stdout.readline()
+    info = json.loads(line)
+    trainer.wait_ready()
+    log(f"service: {info['service_ms']:.2f} ms per request alone")
+    trainer.set("run")
+    t0 = time.monotonic()
+    time.sleep(3)
+    trainer.set("pause")
+    trainer_alone = sc.rate(trainer.times(), t0 + 0.5, t0 + 3)
+    log(f"trainer alone: {trainer_alone:.1f} matmuls/s")
+    results = []
+    tag_n = 0
+
+    def phase(load: float) -> list[float]:
+        nonlocal tag_n
+        tag_n += 1
+        tag = f"p{tag_n}"
+        with open(svc.ctl, "w") as f:
+            f.write(f"run {load} {args.seconds} {tag}")
+        end = time.monotonic() + args.seconds + 60
+        while time.monotonic() < end:
+            try:
+                with open(svc.out) as f:
+                    for ln in f:
+                        rec = json.loads(ln)
+                        if rec["tag"] == tag:
+                            return rec["lat_ms"]
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("service phase did not finish")
+
+    for load in (float(x) for x in args.loads.split(",")):
+        for mode in args.modes.split(","):
+            status = None
+            if mode in ("burst", "priority"):
+                d.write_state("burst", 50, {"svc": {"weight": 1},
+                                            "batch": {"weight": 1, "priority": "offline" if mode == "priority"
+                                                      else "online"}})
+            if mode != "alone":
+                trainer.set("run")
+            if mode in ("burst", "priority"):
+                d.start(members=["batch"])
+            time.sleep(0.5)
+            t_0 = time.monotonic()
+            lat = phase(load)
+            t_1 = time.monotonic()
+            if mode in ("burst", "priority"):
+                status = d.stop()
+            trainer.set("pause")
+            time.sleep(0.5)
+            tr = sc.rate(trainer.times(), t_0, t_1) / trainer_alone if mode != "alone" else 0.0
+            g = ((status or {}).get("gpus") or {}).get("0") or {}
+            row = {"load": load, "mode": mode, "n": len(lat), "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
+                   "p999": pct(lat, 0.999), "trainer": tr, "trainer_of_idle": tr / max(1e-9, 1 - load),
+                   "preemptions": g.get("preemptions"), "preempt_latency_ns": g.get("preempt_latency_ns"),
+                   "lat_ms": lat}
+            results.append(row)
+            pl = row["preempt_latency_ns"] or {}
+            log(f"load {load:.0%} {mode:8s}: n {len(lat):5d} p50 {row['p50']:7.2f} p99 {row['p99']:7.2f} "
+                f"p99.9 {row['p999']:7.2f} ms; trainer {tr:.1%} of alone, {row['trainer_of_idle']:.1%} of idle"
+                + (f"; preemptions {row['preemptions']}, latency p50 {pl.get('p50', 0) / 1e3:.0f} "
+                   f"p99 {(pl.get('p99') or 0) / 1e3:.0f} max {(pl.get('max') or 0) / 1e3:.0f} us"
+                   if mode == "priority" and pl else ""))
+    with open(svc.ctl, "w") as f:
+        f.write("exit")
+    trainer.stop()
+    svc.proc.wait(timeout=30)
+    (out / "priority.json").write_text(json.dumps({"service_ms": info["service_ms"], "trainer_alone": trainer_alone,
+                                                   "rows": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""An online inference service for the priority benchmark (tests/gpu/bench_priority.py).
+
+  wl_service.py CTLFILE OUTFILE
+
+Builds a small transformer encoder in code (random weights, fp16: 6 layers, d_model 1024,
+16 heads, batch 4 x 256 tokens), measures its standalone service time (median of 50
+forward passes + synchronize), prints {"ready": pid, "service_ms": ...}, then waits for
+phases. A line "run LOAD SECONDS TAG" in CTLFILE (re-read every 10 ms) runs a phase: Poisson
+arrivals at LOAD x (1 / service time) per second for SECONDS, served FIFO one at a time;
+each request's latency is its completion minus its arrival (queueing included). At the
+end of the phase one JSON line {"tag", "load", "rate", "lat_ms": [...]} is appended to
+OUTFILE. "exit" ends the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+
+
+def main() -> None:
+    import torch
+
+    ctl, out = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 6).cuda().half().eval()
+    x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
+
+    def serve() -> None:
+        with torch.inference_mode():
+            model(x)
+        torch.cuda.synchronize()
+
+    for _ in range(10):
+        serve()
+    ts = []
+    for _ in range(50):
+        t0 = time.monotonic()
+        serve()
+        ts.append(time.monotonic() - t0)
+    service_s = sorted(ts)[len(ts) // 2]
+    print(json.dumps({"ready": os.getpid(), "service_ms": service_s * 1e3}), flush=True)
+    rng = random.Random(1)
+    done: set[str] = set()
+    while True:
+        try:
+            with open(ctl) as f:
+                cmd = f.read().split()
+        except OSError:
+            cmd = []
+        if cmd and cmd[0] == "exit":
+            return
+        if len(cmd) == 4 and cmd[0] == "run" and cmd[3] not in done:
+            load, seconds, tag = float(cmd[1]), float(cmd[2]), cmd[3]
+            rate = load / service_s
+            lat: list[float] = []
+            t_end = time.monotonic() + seconds
+            nxt = time.monotonic() + rng.expovariate(rate)
+            while nxt < t_end:
+                now = time.monotonic()
+                if now < nxt:
+                    time.sleep(min(nxt - now, 0.0005))
+                    continue
+                arrival = nxt
+                nxt += rng.expovariate(rate)
+                serve()
+                lat.append((time.monotonic() - arrival) * 1e3)
+            with open(out, "a") as f:
+                f.write(json.dumps({"tag": tag, "load": load, "rate": rate, "lat_ms": lat}) + "\n")
+            done.add(tag)
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    main()
