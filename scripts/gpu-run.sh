@@ -15,9 +15,11 @@
 # SCHED_ARGS: extra arguments for bench_sched.py.
 # activity (not part of all): tests/gpu/bench_activity.py, activity probes against
 # spinning and sleep-polling workloads: activity.txt, activity.json, daemon.log.
+# priority (not part of all): tests/gpu/bench_priority.py, an online service beside an
+# offline trainer (PRIORITY_ARGS): priority.txt, priority.json.
 # The daemon needs click, pyroute2 and nvidia-ml-py; a folder .devsite (carried with the
 # device tool, git-ignored) is added to PYTHONPATH for what the machine lacks (pyroute2).
-# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity]   (default all)
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -53,10 +55,14 @@ fi
 if [[ $what == all || $what == bench ]]; then
 	python3 tests/gpu/bench_overhead.py 5 5 2>&1 | tee "$OUT/bench.txt"
 fi
-if [[ $what == sched || $what == activity ]]; then
+if [[ $what == sched || $what == activity || $what == priority ]]; then
 	export PYTHONPATH="$PWD/pyctl${PYTHONPATH:+:$PYTHONPATH}"
 	[[ -d .devsite ]] && export PYTHONPATH="$PYTHONPATH:$PWD/.devsite"
 	python3 -c 'import click, pyroute2, pynvml' || echo "gpu-run: a package the daemon needs is missing" >&2
+fi
+if [[ $what == priority ]]; then
+	python3 tests/gpu/bench_priority.py --out "$OUT" ${PRIORITY_ARGS:-}
+	rc=$?
 fi
 if [[ $what == activity ]]; then
 	python3 tests/gpu/bench_activity.py --out "$OUT" ${ACTIVITY_ARGS:-}

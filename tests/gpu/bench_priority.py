@@ -104,7 +104,7 @@ def main() -> int:
             if mode != "alone":
                 trainer.set("run")
             if mode in ("burst", "priority"):
-                d.start(members=["batch"])
+                d.start(members=["batch"], need_switch=False)
             time.sleep(0.5)
             t_0 = time.monotonic()
             lat = phase(load)

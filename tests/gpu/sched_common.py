@@ -178,7 +178,7 @@ class Daemon:
                 "--preload-sock", self.sock, "--probe", self.probe, "--status-file", self.status,
                 "--switch-order", self.order, "-v"]
 
-    def start(self, members: list[str] = (), timeout: float = 15) -> float:
+    def start(self, members: list[str] = (), timeout: float = 15, need_switch: bool = True) -> float:
         """Start, wait until the daemon's status shows channels for every one of
         ``members`` (the workloads reconnect by themselves) and a slot switch. Returns
         the monotonic time it was ready; the delay from spawn goes to ``rejoin_s``."""
@@ -203,7 +203,8 @@ class Daemon:
         while members and not FAKE:
             st = self.read_status() or {}
             insts = st.get("gpus", {}).get("0", {}).get("instances", {})
-            if all(insts.get(m, {}).get("channels", 0) > 0 for m in members) and st.get("switches", 0) > 0:
+            if all(insts.get(m, {}).get("channels", 0) > 0 for m in members) and \
+                    (st.get("switches", 0) > 0 or not need_switch):
                 break
             if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"daemon did not see channels of {members}: {insts} (rc {self.proc.poll()})")
