@@ -706,3 +706,31 @@ def test_offline_gets_the_gpu_back_the_moment_online_work_ends() -> None:
     snap = sched.snapshot()["gpus"]["0"]
     assert snap["preemptions"] == 3 and snap["resumes"] == 3
     assert share_of(gate, table, "svc", tl.period_start - 300 * MS, clock.t) == 1.0  # never gated
+
+
+def test_watching_daemon_wakes_for_a_source_line() -> None:
+    """While offline instances hold a GPU, the daemon's sleep also ends when the source
+    has new lines (a CHANNEL_WORK), so the preemption starts when the report arrives; the
+    wait is a real select() here, not the fake clock's."""
+    import os as _os
+
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
+    sched, gate, clock, table, probe = make("burst", insts, active={"batch"}, period=100 * MS)
+    run_periods(sched, clock, 2, period=100 * MS)
+    assert sched.timelines[0].plan.watch == ["svc"]
+    r, w = _os.pipe()
+
+    class Waitable(StaticSource):
+        def filenos(self) -> list[int]:
+            return [r]
+
+    sched.source = Waitable(table)
+    try:
+        _os.write(w, b"x")
+        Scheduler._wait(sched, 30.0)  # the real wait: returns at once, the pipe is readable
+        assert sched._source_ready
+        sched.step()
+        assert not sched._source_ready
+    finally:
+        _os.close(r)
+        _os.close(w)

@@ -247,6 +247,7 @@ class Scheduler:
         self.stopping = False
         self.wake_bias_ns = 0
         self.preempt_poll_ns = preempt_poll_ns
+        self._source_ready = False
         self.online_hold_ns = online_hold_ns
 
     # --- configuration ---
@@ -510,15 +511,18 @@ class Scheduler:
         if not self.started:
             self.start()
         now = self.clock()
+        if self._source_ready:
+            self._refreshed_at = -1  # read the new lines now (else they wake us again)
         for tl in list(self.timelines.values()):
             guard = 0
             while tl.next_boundary() <= now and guard < 1000:
                 self._boundary(tl, now)
                 guard += 1
                 now = self.clock()
-            if tl.plan.watch and now >= tl.next_watch:
+            if tl.plan.watch and (now >= tl.next_watch or self._source_ready):
                 self._watch(tl, now)
                 now = self.clock()
+        self._source_ready = False
         self._sync_timelines(now)
         if self.status_path and self._status_due(now):
             self._last_status = now
@@ -565,15 +569,24 @@ class Scheduler:
                 self.wake_bias_ns = min(2_000_000, int(0.9 * self.wake_bias_ns + 0.1 * late))
 
     def _wait(self, seconds: float) -> None:
-        if self.wake_fd is None:
+        """Sleep until the next boundary, a signal (wake_fd), or, while a GPU watches its
+        online instances, new lines from a source that can be waited on (CHANNEL_WORK:
+        the preemption starts when the report arrives, not at the next poll)."""
+        fds = [] if self.wake_fd is None else [self.wake_fd]
+        filenos = getattr(self.source, "filenos", None)
+        if filenos is not None and any(tl.plan.watch for tl in self.timelines.values()):
+            fds += filenos()
+        if not fds:
             time.sleep(seconds)
             return
-        r, _, _ = select.select([self.wake_fd], [], [], seconds)
-        if r:
+        r, _, _ = select.select(fds, [], [], seconds)
+        if self.wake_fd is not None and self.wake_fd in r:
             try:
                 os.read(self.wake_fd, 512)
             except BlockingIOError:
                 pass
+        if any(fd != self.wake_fd for fd in r):
+            self._source_ready = True
 
     # --- reporting ---
     def snapshot(self) -> dict[str, Any]:

@@ -207,6 +207,10 @@ class PreloadSource(EventTracker):
             else:
                 self._conns[c] = (buf, pids)
 
+    def filenos(self) -> list[int]:
+        """What to wait on for new lines (the daemon wakes at once for online work)."""
+        return [self.sock.fileno()] + [c.fileno() for c in self._conns]
+
     def _line(self, line: bytes, pids: set[int]) -> None:
         if not line.strip():
             return

@@ -60,7 +60,9 @@ def main() -> int:
 
     log(f"# bench_priority {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     d = sc.Daemon(work, log, probe="auto")
-    svc = sc.Workload("svc", 0, work, d.sock, log, cmd=[sys.executable, str(HERE / "wl_service.py")])
+    # the service's library looks at its channels every 1 ms (default 5): how soon a request is seen
+    svc = sc.Workload("svc", 0, work, d.sock, log, cmd=[sys.executable, str(HERE / "wl_service.py")],
+                      extra_env={"GPUSLICE_SAMPLE_MS": os.environ.get("SVC_SAMPLE_MS", "1")})
     trainer = sc.Workload("batch", 4096, work, d.sock, log)
     line = svc.proc.stdout.readline()
     info = json.loads(line)

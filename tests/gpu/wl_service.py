@@ -4,7 +4,7 @@
 
 Builds a small transformer encoder in code (random weights, fp16: 6 layers, d_model 1024,
 16 heads, batch 4 x 256 tokens), measures its standalone service time (median of 50
-forward passes + synchronize), prints {"ready": pid, "service_ms": ...}, then waits for
+isolated forward passes + synchronize, 5 ms apart), prints {"ready": pid, "service_ms": ...}, then waits for
 phases. A line "run LOAD SECONDS TAG" in CTLFILE (re-read every 10 ms) runs a phase: Poisson
 arrivals at LOAD x (1 / service time) per second for SECONDS, served FIFO one at a time;
 each request's latency is its completion minus its arrival (queueing included). At the
@@ -38,7 +38,8 @@ def main() -> None:
     for _ in range(10):
         serve()
     ts = []
-    for _ in range(50):
+    for _ in range(50):  # isolated requests, as Poisson arrivals at low load see them
+        time.sleep(0.005)
         t0 = time.monotonic()
         serve()
         ts.append(time.monotonic() - t0)
