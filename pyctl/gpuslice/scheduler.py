@@ -488,9 +488,19 @@ class Scheduler:
         if seen and work is not None:  # when the first of it reached us, if the source says
             ts = [t for pair, t in work().items() for n in seen for c in mine[n] if c.pair == pair]
             since = min(now, max(ts)) if ts else now
+        done = 0
+        if seen:
+            # the offline channels off first, in one call, before any planning: that is
+            # what the online work waits for
+            offline = {c for n in tl.members if n not in tl.plan.watch and n in self.state.instances
+                       and self.state.instances[n].priority == "offline"
+                       for c in self.chans.get(n, set()) if c.gpu == tl.gpu}
+            if offline:
+                self.gate.apply(tl.gpu, set(self.gate.disabled) | offline)
+                done = self.clock()
         prev = tl.plan
         plan = self._make_plan(tl.gpu, now)
-        if plan.watch_for == prev.watch_for:
+        if plan.watch_for == prev.watch_for and not done:
             return  # the plan does not see it so after all (sticky / probe disagree)
         tl.plan, tl.next_plan = plan, None
         tl.period_start, tl.idx = now, 0
@@ -500,7 +510,7 @@ class Scheduler:
         if not seen:
             tl.resumes += 1
             return
-        done = self.clock()
+        done = done or self.clock()
         tl.preemptions += 1
         tl.preempt_ns.append(done - since)
         log.debug("preempted offline instances of gpu %d for %s in %.2f ms", tl.gpu, ",".join(sorted(seen)),
