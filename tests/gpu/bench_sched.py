@@ -92,9 +92,22 @@ class Bench:
         for n, w in self.ws.items():
             w.set(running.get(n, "pause"))
 
-    def start(self) -> None:
+    def start(self, waits: dict[str, str] | None = None) -> None:
+        """waits: how a workload waits for its GPU work (bench_activity.py's modes): spin
+        (default), sleep (PyTorch, event polled with sleeps), cpoll / cblock (wl_poll.c)."""
+        waits = waits or {}
+        poll_bin = os.path.join(self.work, "wl_poll")
+        if any(w.startswith("c") for w in waits.values()):
+            subprocess.run(["gcc", "-O2", "-Wall", "-o", poll_bin, str(Path(__file__).with_name("wl_poll.c")),
+                            "-ldl"], check=True)
         for n, size in SIZES.items():
-            self.ws[n] = sc.Workload(n, size, self.work, self.daemon.sock, self.log)
+            w = waits.get(n, "spin")
+            if w in ("cpoll", "cblock"):
+                kernel_us = str(int(2000 * (size / 4096) ** 3) or 100)
+                self.ws[n] = sc.Workload(n, size, self.work, self.daemon.sock, self.log,
+                                         cmd=[poll_bin, kernel_us, "4", "500", "poll" if w == "cpoll" else "block"])
+            else:
+                self.ws[n] = sc.Workload(n, size, self.work, self.daemon.sock, self.log, extra_env={"WL_WAIT": w})
         for w in self.ws.values():
             w.wait_ready()
         self.log(f"workloads ready: {', '.join(f'{n}={w.proc.pid}' for n, w in self.ws.items())}")
@@ -466,6 +479,8 @@ def main() -> int:
     ap.add_argument("--policies", default="fixed,weight,equal,burst")
     ap.add_argument("--orders", default="enable-first", help="gpuctl daemon --switch-order values to run")
     ap.add_argument("--probes", default="cpu", help="gpuctl daemon --probe values to run equal and burst with")
+    ap.add_argument("--waits", default="", help="how workloads wait, e.g. a=cpoll,b=sleep (spin, sleep, cpoll, "
+                    "cblock; default spin)")
     ap.add_argument("--no-native", action="store_true", help="skip the native time-slicing phases")
     ap.add_argument("--quick", action="store_true", help="half-length phases")
     ap.add_argument("--budget", type=float, default=470, help="seconds; later phases are cut short to fit")
@@ -494,7 +509,7 @@ def main() -> int:
     stop_log = threading.Event()
     threading.Thread(target=b.gpu_log, args=(stop_log,), daemon=True).start()
     try:
-        b.start()
+        b.start(dict(x.split("=", 1) for x in a.waits.split(",") if x))
         b.alone("first", 2.0)
         for names in ([] if a.no_native else (["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"])):
             b.native(names, b.dur(5.0))
