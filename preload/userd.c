@@ -53,7 +53,7 @@
 #include "preload.h"
 
 #define GS_UD_CHANS		512
-#define GS_UD_MAPS		64
+#define GS_UD_MAPS		256
 #define GS_UD_GPGET		0x88	/* Nvc86fControl.GPGet; GPPut follows at 0x8c */
 #define GS_UD_SIZE		0x90	/* bytes of USERD that must be mapped */
 #define GS_WORK_REPEAT_NS	10000000ull
@@ -146,6 +146,23 @@ static void gs_ud_channel_new(const struct gs_call *c, const struct nvos64_param
 	pthread_mutex_unlock(&gs_ud_lock);
 }
 
+/* under gs_ud_lock: does a channel's USERD live in this memory object? */
+static int gs_ud_map_in_use(const struct gs_ud_map *m)
+{
+	int i;
+
+	for (i = 0; i < GS_UD_CHANS; i++)
+		if (gs_ud_chans[i].used && gs_ud_chans[i].client == m->client && gs_ud_chans[i].mem == m->mem)
+			return 1;
+	return 0;
+}
+
+/*
+ * Every RM_MAP_MEMORY is remembered until its mapping goes, since a channel
+ * names its USERD memory only after that memory was mapped (CUDA maps it
+ * first, docs/h100-userd.md). A full table makes room by forgetting a mapping
+ * that no channel uses, never one that a channel's USERD is in.
+ */
 static void gs_ud_mapped_by_rm(const struct nvos33_params_with_fd *p)
 {
 	struct gs_ud_map *m = NULL;
@@ -161,6 +178,12 @@ static void gs_ud_mapped_by_rm(const struct nvos33_params_with_fd *p)
 			gs_ud_map_drop(o);	/* never mmapped: the new one is the fd's */
 		if (!o->used && !m)
 			m = o;
+	}
+	for (i = 0; i < GS_UD_MAPS && !m; i++) {
+		if (gs_ud_maps[i].addr && !gs_ud_map_in_use(&gs_ud_maps[i])) {
+			gs_ud_map_drop(&gs_ud_maps[i]);
+			m = &gs_ud_maps[i];
+		}
 	}
 	if (m) {
 		m->used = 1;

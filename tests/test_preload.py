@@ -321,11 +321,14 @@ def test_preload_restarted_controller_hears_a_quiet_process(built, tmp_path):
 WORK = 9  # GPUSLICE_EV_CHANNEL_WORK
 
 
-def test_preload_reports_work_submitted_in_userd(built, tmp_path):
+@pytest.mark.parametrize("others", [0, 300], ids=["alone", "after-300-mappings"])
+def test_preload_reports_work_submitted_in_userd(built, tmp_path, others):
     """The library finds a channel's USERD the way CUDA maps it (RM_MAP_MEMORY with an fd,
     then mmap of that fd) and reports CHANNEL_WORK while GPPut moves or GPGet != GPPut,
     rate-limited, nothing while the channel is quiet, and never reads it once unmapped
-    (issue 12: an activity signal that does not depend on how the process waits)."""
+    (issue 12: an activity signal that does not depend on how the process waits). With
+    300 other RM mappings made first (more than the library keeps: it forgets those no
+    channel uses) the channel's USERD is still found."""
     sock = tmp_path / "work.sock"
     srv = Server(sock)
     env = dict(os.environ)
@@ -334,7 +337,7 @@ def test_preload_reports_work_submitted_in_userd(built, tmp_path):
         "GPUSLICE_INSTANCE": "box1",
         "GPUSLICE_SOCKET": str(sock),
     })
-    p = subprocess.run([str(built / "client"), str(built / "dev"), "userd"], env=env, text=True,
+    p = subprocess.run([str(built / "client"), str(built / "dev"), "userd", str(others)], env=env, text=True,
                        capture_output=True, timeout=60)
     assert p.returncode == 0, (p.returncode, p.stderr)  # no fault from reading an unmapped USERD
     out = [ln.split() for ln in p.stdout.splitlines()]

@@ -13,6 +13,7 @@
  *                              nvidia0, then mmap of that fd), then phases that
  *                              write its GPGet/GPPut as a GPU's PBDMA and a
  *                              submitting process would; "phase NAME t_ns" lines
+ *   preload_client DIR userd N the same after N other mappings of RM memory
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -207,7 +208,7 @@ static void msleep(int ms)
  * 0x8c, at userdOffset 0x2000 of a 64 KiB memory object, as CUDA lays it out
  * (docs/h100-userd.md).
  */
-static int userd(const char *dir)
+static int userd(const char *dir, int others)
 {
 	struct nv0080_alloc_params dp;
 	struct nv_channel_group_alloc_params tp = { .engine_type = 1 };
@@ -241,8 +242,27 @@ static int userd(const char *dir)
 	schedule(tsg);
 	snprintf(path, sizeof(path), "%s/nvidia0", dir);
 	fdm = open(path, O_RDWR);
-	if (fdm < 0 || ftruncate(fdm, len))
+	/* a new channel's USERD reads 0/0: nothing of an earlier run's in the file */
+	if (fdm < 0 || ftruncate(fdm, 0) || ftruncate(fdm, len))
 		return 4;
+	/* a process with many other mappings first (more than the library keeps) */
+	for (i = 0; i < others; i++) {
+		struct nv_memory_allocation_params ma;
+		nv_handle h = 0x5c100000 + i;
+
+		memset(&ma, 0, sizeof(ma));
+		ma.size = 4096;
+		rm_alloc(client, DEV, h, NV01_MEMORY_LOCAL_USER, &ma, &ret);
+		memset(&mp, 0, sizeof(mp));
+		mp.params.h_client = client;
+		mp.params.h_device = SUB;
+		mp.params.h_memory = h;
+		mp.params.length = 4096;
+		mp.fd = fdm;
+		if (ioctl(ctl, REQ(NV_ESC_RM_MAP_MEMORY, struct nvos33_params_with_fd), &mp) ||
+		    mmap(NULL, 4096, PROT_READ, MAP_SHARED, fdm, 0) == MAP_FAILED)
+			return 7;
+	}
 	memset(&mp, 0, sizeof(mp));
 	mp.params.h_client = client;
 	mp.params.h_device = SUB;
@@ -309,7 +329,7 @@ int main(int argc, char **argv)
 	if (argc > 2 && !strcmp(argv[2], "serve"))
 		return serve(0);
 	if (argc > 2 && !strcmp(argv[2], "userd"))
-		return userd(argv[1]);
+		return userd(argv[1], argc > 3 ? atoi(argv[3]) : 0);
 
 	st = rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
 	printf("client_status %u client 0x%x\n", st, client);
