@@ -132,12 +132,15 @@ def test_status_reads_daemon_report(run, tmp_path) -> None:
     sf = tmp_path / "status.json"
     sf.write_text(json.dumps({"pid": os.getpid(), "switches": 12, "rm_calls": 30,
                               "switch_latency_ns": {"p50": 300000, "p99": 900000},
-                              "gpus": {"0": {"instances": {"a": {"share": 0.5, "active": True, "gated": True,
-                                                                  "channels": 20}}}}}))
+                              "gpus": {"0": {"preemptions": 7, "resumes": 6,
+                                             "preempt_latency_ns": {"p50": 1200000, "p99": 4000000, "max": 5000000},
+                                             "instances": {"a": {"share": 0.5, "active": True, "gated": True,
+                                                                 "channels": 20}}}}}))
     out = ok(run("status", "--status-file", str(sf)))
     assert "running (pid" in out and "p50 300us" in out
+    assert "preempted offline instances 7 times" in out and "back 6 times" in out
     row = [ln for ln in out.splitlines() if ln.startswith("0 ")][0].split()
-    assert row == ["0", "a", "burst", "50.0%", "yes", "yes", "20"]
+    assert row == ["0", "a", "burst", "online", "50.0%", "yes", "yes", "20"]
 
 
 def test_help_mentions_units(run) -> None:

@@ -678,7 +678,7 @@ def _status_rows(st: S.State, d: dict[str, Any] | None) -> list[dict[str, Any]]:
         live = (d or {}).get("gpus", {}).get(str(g), {}) if d and d.get("running") else {}
         for i in st.instances_on(g):
             li = live.get("instances", {}).get(i.name, {})
-            rows.append({"gpu": g, "instance": i.name, "policy": st.policy_of(g).policy,
+            rows.append({"gpu": g, "instance": i.name, "policy": st.policy_of(g).policy, "priority": i.priority,
                          "share": units.format_share(li["share"]) if "share" in li else None,
                          "active": ("yes" if li.get("active") else "no") if li else None,
                          "gated": ("yes" if li.get("gated") else "no") if li else None,
@@ -686,7 +686,8 @@ def _status_rows(st: S.State, d: dict[str, Any] | None) -> list[dict[str, Any]]:
     return rows
 
 
-STATUS_COLS = [("gpu", "GPU"), ("instance", "INSTANCE"), ("policy", "POLICY"), ("share", "SHARE NOW"),
+STATUS_COLS = [("gpu", "GPU"), ("instance", "INSTANCE"), ("policy", "POLICY"), ("priority", "PRIORITY"),
+               ("share", "SHARE NOW"),
                ("active", "ACTIVE"), ("gated", "GATED"), ("channels", "CHANNELS")]
 
 
@@ -713,6 +714,12 @@ def status(ctx: click.Context, status_file: str, guard_file: str) -> None:
                     f"{k} call p50 {_us((calls.get(k) or {}).get('p50'))} p99 {_us((calls.get(k) or {}).get('p99'))} "
                     f"max {_us((calls.get(k) or {}).get('max'))} (n={(calls.get(k) or {}).get('n', 0)})"
                     for k in ("disable", "enable"))
+            for gpu, tl in sorted((d.get("gpus") or {}).items()):
+                if tl.get("preemptions") or tl.get("resumes"):
+                    pl = tl.get("preempt_latency_ns") or {}
+                    head += (f"\ngpu {gpu}: online work preempted offline instances {tl.get('preemptions', 0)} "
+                             f"times (latency p50 {_us(pl.get('p50'))} p99 {_us(pl.get('p99'))} max "
+                             f"{_us(pl.get('max'))}), gave the GPU back {tl.get('resumes', 0)} times")
         else:
             head = "daemon: not running"
         if g:
