@@ -34,10 +34,21 @@ def gpuctl(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(REPO / "pyctl")})
 
 
-def test_cli_drives_the_module_and_daemon_uses_netlink_source(tmp_path: Path) -> None:
+def test_cli_drives_the_module_and_every_policy_through_netlink(tmp_path: Path) -> None:
+    """The CLI makes the instances through the module; the daemon takes their channels
+    from it (NetlinkSource), and gates two busy instances and an idle third by each
+    policy in turn under one daemon (issue 12, item 4): weight set by the CLI, then fixed
+    and burst set live. Each gets what policy.compute_shares gives it within 8 points
+    (gating by policy; accuracy under TCG is the benchmark's, tests/guest/test_scheduler.py
+    says why). Equal with two busy instances is what ungated would give, so it is left
+    out. Fixed and burst are set in the state file in-process (each gpuctl start costs
+    seconds under TCG; the CLI's path is weight's)."""
+    from gpuslice import state as S
+    from gpuslice.policy import Claim, compute_shares
+
     state = tmp_path / "state.json"
-    a, b = f"a{uuid.uuid4().hex[:6]}", f"b{uuid.uuid4().hex[:6]}"
-    for name, w in ((a, "1"), (b, "3")):
+    a, b, c = (f"{x}{uuid.uuid4().hex[:6]}" for x in "abc")
+    for name, w in ((a, "1"), (b, "3"), (c, "2")):
         r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "666")
         assert r.returncode == 0, r.stderr
         assert os.path.exists(f"/dev/gpuslice/{name}/nvidiactl")
@@ -45,18 +56,39 @@ def test_cli_drives_the_module_and_daemon_uses_netlink_source(tmp_path: Path) ->
     assert r.returncode == 0, r.stderr
     loads: list[Workload] = []
     d = None
+    failures = []
     try:
-        loads = [Workload.start(n, dev=f"/dev/gpuslice/{n}") for n in (a, b)]
+        loads = [Workload.start(a, dev=f"/dev/gpuslice/{a}"), Workload.start(b, dev=f"/dev/gpuslice/{b}"),
+                 Workload.start(c, busy=False, dev=f"/dev/gpuslice/{c}")]
         lst = json.loads(gpuctl(state, "instance", "list", "--json").stdout)
         kern = {i["name"]: i["kernel"] for i in lst}
         assert kern[a]["weight"] == 1 and kern[b]["weight"] == 3
-        u0 = max(0.05, native_utilisation(loads))  # what the engine delivers ungated (TCG overhead)
+        u0 = max(0.05, native_utilisation(loads[:2]))  # what the engine delivers ungated (TCG overhead)
         d = Daemon(str(state), str(tmp_path / "status.json"), source="netlink", kernel="yes")
         rep = d.wait_periods(min_periods=10)
         insts = rep["gpus"]["0"]["instances"]
         assert insts[a]["channels"] == 1 and insts[b]["channels"] == 1  # from the module, not /proc
-        got = {n: v / u0 for n, v in measure(d, loads)[0].items()}
-        assert got[b] > got[a] > 0.05, (got, u0)  # gated by weight (accuracy: checked last)
+        for policy in ("weight", "fixed", "burst"):
+            shares = {a: 0.2, b: 0.5, c: 0.2} if policy == "fixed" else {}
+            if policy != "weight":
+                with S.locked(str(state)) as st:
+                    for n in (a, b, c):
+                        st.instances[n].share = shares.get(n)
+                    st.gpus[0] = S.GpuPolicy(policy, 50_000_000)
+                end = time.monotonic() + 30
+                while d.status()["gpus"]["0"]["policy"] != policy and time.monotonic() < end:
+                    time.sleep(0.1)
+                d.wait_periods(min_periods=d.status()["gpus"]["0"]["periods"] + 4)
+            claims = [Claim(a, 1, shares.get(a)), Claim(b, 3, shares.get(b)), Claim(c, 2, shares.get(c))]
+            want = compute_shares(policy, claims, {a, b})
+            got = {n: v / u0 for n, v in measure(d, loads)[0].items()}
+            bad = {n: (round(got[n], 3), round(want[n], 3)) for n in (a, b) if abs(got[n] - want[n]) > 0.08}
+            if bad or got[c] > 0.01:
+                failures.append((policy, bad, got))
+            if policy == "weight":
+                # the module was told the weights (and a timeslice) by the daemon
+                show = json.loads(gpuctl(state, "instance", "show", b, "--json").stdout)
+                assert show["kernel"]["weight"] == 3 and show["kernel"]["timeslice_us"] == 3000
         # a channel created after the daemon started arrives by EVENT multicast
         late = Workload.start(a, dev=f"/dev/gpuslice/{a}")
         loads.append(late)
@@ -66,23 +98,18 @@ def test_cli_drives_the_module_and_daemon_uses_netlink_source(tmp_path: Path) ->
                 break
             time.sleep(0.1)
         assert d.status()["gpus"]["0"]["instances"][a]["channels"] == 2
-        # the module was told the weights (and a timeslice) by the daemon
-        show = json.loads(gpuctl(state, "instance", "show", b, "--json").stdout)
-        assert show["kernel"]["weight"] == 3 and show["kernel"]["timeslice_us"] == 3000
     finally:
         if d is not None:
             d.stop()
         for w in loads:
             w.stop()
     assert not [r for r in engine().values() if r.get("disabled")]
-    for name in (a, b):
+    for name in (a, b, c):
         r = gpuctl(state, "instance", "delete", name)
         assert r.returncode == 0, r.stderr
         assert not os.path.exists(f"/dev/gpuslice/{name}")
-    # gated by weight, not just ordered: ungated the two would share 50/50, 25 points off.
-    # Accuracy under TCG is timing (tests/guest/test_scheduler.py's TOL says why): printed
-    # by scripts/bench-scheduler.py, not asserted.
-    assert abs(got[a] - 0.25) <= 0.08 and abs(got[b] - 0.75) <= 0.08, f"shares {got} vs 25/75 beyond 8 points"
+    # gated by policy: ungated, the two busy ones would share 50/50, at least 17 points off each
+    assert not failures, failures
 
 
 def test_priority_through_the_module(tmp_path: Path) -> None:
@@ -140,55 +167,3 @@ def test_priority_through_the_module(tmp_path: Path) -> None:
     assert not [r for r in engine().values() if r.get("disabled")]
     for name in (svc, batch):
         assert gpuctl(state, "instance", "delete", name).returncode == 0
-
-
-def test_every_policy_through_the_module(tmp_path: Path) -> None:
-    """Issue 12, item 4: the policies through the module (netlink source) under one daemon,
-    each set live: two busy instances and an idle third get what policy.compute_shares
-    gives them, within 8 points (the gating by policy; accuracy under TCG is the
-    benchmark's, tests/guest/test_scheduler.py says why). Weight is the test above; equal
-    with two busy instances is what ungated would give, so fixed and burst are the
-    informative ones here. The policy is changed in the state file in-process (each
-    gpuctl start costs seconds under TCG; the CLI's path is the test above's)."""
-    from gpuslice import state as S
-    from gpuslice.policy import Claim, compute_shares
-
-    state = tmp_path / "state.json"
-    a, b, c = (f"{x}{uuid.uuid4().hex[:6]}" for x in "abc")
-    for name, w in ((a, "1"), (b, "3"), (c, "2")):
-        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "666")
-        assert r.returncode == 0, r.stderr
-    loads: list[Workload] = []
-    d = None
-    failures = []
-    try:
-        loads = [Workload.start(a, dev=f"/dev/gpuslice/{a}"), Workload.start(b, dev=f"/dev/gpuslice/{b}"),
-                 Workload.start(c, busy=False, dev=f"/dev/gpuslice/{c}")]
-        u0 = max(0.05, native_utilisation(loads[:2]))
-        d = Daemon(str(state), str(tmp_path / "status.json"), source="netlink", kernel="yes")
-        d.wait_periods(min_periods=3)
-        for policy in ("fixed", "burst"):
-            shares = {a: 0.2, b: 0.5, c: 0.2} if policy == "fixed" else {}
-            with S.locked(str(state)) as st:
-                for n in (a, b, c):
-                    st.instances[n].share = shares.get(n)
-                st.gpus[0] = S.GpuPolicy(policy, 50_000_000)
-            end = time.monotonic() + 30
-            while d.status()["gpus"]["0"]["policy"] != policy and time.monotonic() < end:
-                time.sleep(0.1)
-            d.wait_periods(min_periods=d.status()["gpus"]["0"]["periods"] + 4)
-            claims = [Claim(a, 1, shares.get(a)), Claim(b, 3, shares.get(b)), Claim(c, 2, shares.get(c))]
-            want = compute_shares(policy, claims, {a, b})
-            got = {n: v / u0 for n, v in measure(d, loads)[0].items()}
-            bad = {n: (round(got[n], 3), round(want[n], 3)) for n in (a, b) if abs(got[n] - want[n]) > 0.08}
-            if bad or got[c] > 0.01:
-                failures.append((policy, bad, got))
-    finally:
-        if d is not None:
-            d.stop()
-        for w in loads:
-            w.stop()
-    assert not [r for r in engine().values() if r.get("disabled")]
-    for name in (a, b, c):
-        assert gpuctl(state, "instance", "delete", name).returncode == 0
-    assert not failures, failures

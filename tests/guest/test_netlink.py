@@ -1,5 +1,5 @@
 """The netlink family under load and attack (guest only): INSTANCE_GET of an instance
-with 1000 processes, handlers that must not hold the instance list while a container
+with more processes than one message holds, handlers that must not hold the instance list while a container
 holds its instance's core lock, open() racing delete, and refusal floods that must
 not cost other instances' channel events."""
 
@@ -54,7 +54,7 @@ def kernel_bugs(since: str) -> list[str]:
             if any(k in ln for k in ("BUG:", "Oops", "WARNING:", "general protection", "list_del corruption"))]
 
 
-# ---- INSTANCE_GET with 1000 processes --------------------------------------------------
+# ---- INSTANCE_GET with 600 processes ---------------------------------------------------
 
 # Forks N processes that each open NODE, allocate an RM client on it, report, and become
 # `sleep` with the node still open (a Python process each would not fit the guest).
@@ -95,10 +95,10 @@ for pid in kids:
     os.waitpid(pid, 0)
 """
 
-N_HOLDERS = 1000
+N_HOLDERS = 600  # more than one NLMSG_GOODSIZE message held (about 450)
 
 
-def test_instance_get_lists_1000_processes(nl, tmp_path: Path) -> None:
+def test_instance_get_lists_more_pids_than_one_message_holds(nl, tmp_path: Path) -> None:
     """The reply used to be one NLMSG_GOODSIZE message: about 450 pids, then EMSGSIZE
     (and a dump ended early, so gpuctl showed no kernel data at all)."""
     state = tmp_path / "state.json"
@@ -127,7 +127,7 @@ def test_instance_get_lists_1000_processes(nl, tmp_path: Path) -> None:
             err, replies = g.request(gnl.CMD_INSTANCE_GET, [], dump=True)
             assert err == 0 and max(g.sizes) <= 4096
             mine = [m for m in replies if rawgenl.get_str(m, A["GPUSLICE_A_NAME"]) == name]
-            assert len(mine) >= 3
+            assert len(mine) >= 2
             assert [p for m in mine for p in pids_of(m)] == pids
             assert all(rawgenl.get_u32(m, A["GPUSLICE_A_WEIGHT"]) is None for m in mine[1:])
             assert len({rawgenl.get_u32(m, A["GPUSLICE_A_ID"]) for m in mine}) == 1
