@@ -292,6 +292,19 @@ static int gs_instance_add_node(struct gs_instance *inst, enum gs_file_kind kind
 	return 0;
 }
 
+/* per-GPU limits only for the instance's GPUs (gpu_mask is fixed at creation) */
+static bool gs_gpu_limits_valid(const struct gs_inst_cfg *cfg, u32 gpu_mask)
+{
+	unsigned int gpu;
+
+	if (!(cfg->set & GS_CFG_GPU_MEM_LIMIT))
+		return true;
+	for (gpu = 0; gpu < GS_MAX_GPUS; gpu++)
+		if (cfg->gpu_mem_limit[gpu] && !(gpu_mask & BIT(gpu)))
+			return false;
+	return true;
+}
+
 int gs_instance_new(const struct gs_inst_cfg *cfg)
 {
 	struct gs_instance *inst;
@@ -299,7 +312,8 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	unsigned int gpu;
 	int err;
 
-	if (!gs_instance_name_valid(cfg->name) || !cfg->gpu_mask || !cfg->mem_limit)
+	if (!gs_instance_name_valid(cfg->name) || !cfg->gpu_mask || !cfg->mem_limit ||
+	    !gs_gpu_limits_valid(cfg, cfg->gpu_mask))
 		return -EINVAL;
 	mask = cfg->gpu_mask;
 	for_each_set_bit(gpu, &mask, GS_MAX_GPUS)
@@ -341,6 +355,8 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	}
 	if (gs_allow_test_escapes)
 		gs_inst_set_flags(inst->core, GS_INST_ALLOW_TEST_ESCAPES);
+	if (cfg->set & GS_CFG_GPU_MEM_LIMIT)
+		gs_inst_set_gpu_limits(inst->core, cfg->gpu_mem_limit);
 
 	mutex_lock(&gs_instances_lock);
 	if (gs_instance_find(cfg->name)) {
@@ -411,10 +427,16 @@ int gs_instance_set(const struct gs_inst_cfg *cfg)
 	inst = gs_instance_get(cfg->name);
 	if (!inst)
 		return -ENOENT;
+	if (!gs_gpu_limits_valid(cfg, inst->gpu_mask)) {
+		gs_instance_put(inst);
+		return -EINVAL;
+	}
 	mutex_lock(&inst->cfg_lock);
 	/* A call may hold the core lock long: wait for it without gs_instances_lock. */
 	if (cfg->set & GS_CFG_MEM_LIMIT)
 		gs_inst_set_limit(inst->core, cfg->mem_limit);
+	if (cfg->set & GS_CFG_GPU_MEM_LIMIT)
+		gs_inst_set_gpu_limits(inst->core, cfg->gpu_mem_limit);
 	mutex_lock(&gs_instances_lock);
 	if (!inst->live) {
 		err = -ENOENT;

@@ -34,7 +34,7 @@
 #include "netlink.h"
 #include "uapi/gpuslice.h"
 
-#define GS_MAX_GPUS	32
+#define GS_MAX_GPUS	GPUSLICE_MAX_GPUS
 #define GS_NR_MINORS	4096
 
 struct gs_instance;
@@ -90,11 +90,13 @@ struct gs_instance {
 #define GS_CFG_UID		BIT(4)
 #define GS_CFG_GID		BIT(5)
 #define GS_CFG_MODE		BIT(6)
+#define GS_CFG_GPU_MEM_LIMIT	BIT(7)
 
 struct gs_inst_cfg {
 	char name[GPUSLICE_NAME_MAX];
 	u32 gpu_mask;
 	u64 mem_limit;
+	u64 gpu_mem_limit[GS_MAX_GPUS];	/* 0: mem_limit */
 	u32 weight;
 	u32 share;
 	u64 timeslice_us;

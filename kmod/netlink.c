@@ -24,6 +24,7 @@
 #include <linux/kernel.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/stringify.h>
 #include <net/genetlink.h>
@@ -46,6 +47,7 @@ static const struct nla_policy gs_nl_policy[GPUSLICE_A_MAX + 1] = {
 	[GPUSLICE_A_UID]		= { .type = NLA_U32 },
 	[GPUSLICE_A_GID]		= { .type = NLA_U32 },
 	[GPUSLICE_A_MODE]		= { .type = NLA_U32 },
+	[GPUSLICE_A_GPU_MEM_LIMIT]	= NLA_POLICY_EXACT_LEN(sizeof(u64) * GPUSLICE_MAX_GPUS),
 };
 
 /*
@@ -113,6 +115,11 @@ static int gs_nl_parse_cfg(struct genl_info *info, struct gs_inst_cfg *cfg, bool
 		if (!cfg->mem_limit)
 			return -EINVAL;
 		cfg->set |= GS_CFG_MEM_LIMIT;
+	}
+	if (a[GPUSLICE_A_GPU_MEM_LIMIT]) {
+		nla_memcpy(cfg->gpu_mem_limit, a[GPUSLICE_A_GPU_MEM_LIMIT],
+			   sizeof(cfg->gpu_mem_limit));
+		cfg->set |= GS_CFG_GPU_MEM_LIMIT;
 	}
 	if (a[GPUSLICE_A_WEIGHT]) {
 		cfg->weight = nla_get_u32(a[GPUSLICE_A_WEIGHT]);
@@ -229,6 +236,9 @@ struct gs_nl_inst {
 	u32 mode;
 	u64 nr_events_suppressed;
 	struct gs_stats st;
+	u64 gpu_limit[GPUSLICE_MAX_GPUS];
+	u64 gpu_used[GPUSLICE_MAX_GPUS];
+	u64 gpu_peak[GPUSLICE_MAX_GPUS];
 	u32 *pids;		/* sorted; kvfree() */
 	unsigned int nr_pids;
 };
@@ -325,6 +335,7 @@ static int gs_nl_inst_at(struct gs_nl_inst *s, long *pos, const struct nlattr *f
 	if (!inst)
 		return -ENOENT;
 	gs_inst_stats(inst->core, &s->st);
+	gs_inst_gpu_mem(inst->core, s->gpu_limit, s->gpu_used, s->gpu_peak);
 	s->nr_events_suppressed = gs_nl_ratelimit_suppressed(&inst->refusal_events);
 	err = gs_nl_pids(inst, &s->pids, &s->nr_pids);
 	gs_instance_put(inst);
@@ -347,6 +358,7 @@ static size_t gs_nl_instance_size(unsigned int nr_pids)
 	       8 * nla_total_size_64bit(sizeof(u64)) +		/* MEM_LIMIT ... */
 	       6 * nla_total_size_64bit(sizeof(u64)) +		/* LOCK_ACQUIRED ... */
 	       2 * nla_total_size_64bit(sizeof(u64) * GPUSLICE_LOCK_HIST_BUCKETS) + /* LOCK_*_HIST */
+	       3 * nla_total_size_64bit(sizeof(u64) * GPUSLICE_MAX_GPUS) + /* GPU_MEM_* */
 	       nests * nla_total_size(0) +			/* PIDS */
 	       nr_pids * nla_total_size(sizeof(u32));		/* PID */
 }
@@ -404,6 +416,12 @@ static int gs_nl_fill_instance(struct sk_buff *skb, const struct gs_nl_inst *s,
 	     gs_nl_put_u64(skb, GPUSLICE_A_MEM_LIMIT, st->mem_limit) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_MEM_USED, st->mem_used) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_MEM_PEAK, st->mem_peak) ||
+	     nla_put_64bit(skb, GPUSLICE_A_GPU_MEM_LIMIT, sizeof(s->gpu_limit), s->gpu_limit,
+			   GPUSLICE_A_PAD) ||
+	     nla_put_64bit(skb, GPUSLICE_A_GPU_MEM_USED, sizeof(s->gpu_used), s->gpu_used,
+			   GPUSLICE_A_PAD) ||
+	     nla_put_64bit(skb, GPUSLICE_A_GPU_MEM_PEAK, sizeof(s->gpu_peak), s->gpu_peak,
+			   GPUSLICE_A_PAD) ||
 	     nla_put_u32(skb, GPUSLICE_A_WEIGHT, s->weight) ||
 	     nla_put_u32(skb, GPUSLICE_A_SHARE, s->share) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_TIMESLICE_US, s->timeslice_us) ||
@@ -437,7 +455,7 @@ err_cancel:
 
 static int gs_nl_instance_get(struct sk_buff *skb, struct genl_info *info)
 {
-	struct gs_nl_inst s;
+	struct gs_nl_inst *s;
 	unsigned int next = 0;
 	struct sk_buff *msg;
 	long pos = 0;
@@ -448,18 +466,21 @@ static int gs_nl_instance_get(struct sk_buff *skb, struct genl_info *info)
 		return err;
 	if (!info->attrs[GPUSLICE_A_NAME])
 		return -EINVAL;
-	err = gs_nl_inst_at(&s, &pos, info->attrs[GPUSLICE_A_NAME]);
+	s = kmalloc(sizeof(*s), GFP_KERNEL);
+	if (!s)
+		return -ENOMEM;
+	err = gs_nl_inst_at(s, &pos, info->attrs[GPUSLICE_A_NAME]);
 	if (err)
 		goto out;
 	/* one message, sized to hold every pid */
-	msg = genlmsg_new(gs_nl_instance_size(s.nr_pids), GFP_KERNEL | __GFP_NOWARN);
+	msg = genlmsg_new(gs_nl_instance_size(s->nr_pids), GFP_KERNEL | __GFP_NOWARN);
 	if (!msg) {
 		err = -ENOMEM;
 		goto out;
 	}
-	err = gs_nl_fill_instance(msg, &s, true, &next, info->snd_portid,
+	err = gs_nl_fill_instance(msg, s, true, &next, info->snd_portid,
 				  info->snd_seq, 0);
-	if (!err && WARN_ON_ONCE(next != s.nr_pids))
+	if (!err && WARN_ON_ONCE(next != s->nr_pids))
 		err = -EMSGSIZE;
 	if (err) {
 		nlmsg_free(msg);
@@ -467,7 +488,8 @@ static int gs_nl_instance_get(struct sk_buff *skb, struct genl_info *info)
 	}
 	err = genlmsg_reply(msg, info);
 out:
-	gs_nl_inst_free(&s);
+	gs_nl_inst_free(s);
+	kfree(s);
 	return err;
 }
 
@@ -489,36 +511,40 @@ static int gs_nl_instance_dump(struct sk_buff *skb, struct netlink_callback *cb)
 	const struct genl_dumpit_info *info = genl_dumpit_info(cb);
 	struct nlattr *filter = info->attrs[GPUSLICE_A_NAME];
 	long pos = cb->args[0];
+	struct gs_nl_inst *s;
 	int err;
 
+	s = kmalloc(sizeof(*s), GFP_KERNEL);
+	if (!s)
+		return -ENOMEM;
 	for (;; pos++) {
-		struct gs_nl_inst s;
 		unsigned int next = 0;
 		bool first;
 
-		err = gs_nl_inst_at(&s, &pos, filter);
+		err = gs_nl_inst_at(s, &pos, filter);
 		if (err) {
-			gs_nl_inst_free(&s);
+			gs_nl_inst_free(s);
 			break;
 		}
-		first = cb->args[1] != s.id;
+		first = cb->args[1] != s->id;
 		if (!first)
-			while (next < s.nr_pids && s.pids[next] <= cb->args[2])
+			while (next < s->nr_pids && s->pids[next] <= cb->args[2])
 				next++;
-		if (first || next < s.nr_pids)
-			err = gs_nl_fill_instance(skb, &s, first, &next,
+		if (first || next < s->nr_pids)
+			err = gs_nl_fill_instance(skb, s, first, &next,
 						  NETLINK_CB(cb->skb).portid,
 						  cb->nlh->nlmsg_seq, NLM_F_MULTI);
-		if (!err && next < s.nr_pids) {
-			cb->args[1] = s.id;		/* the rest in the next skb */
-			cb->args[2] = s.pids[next - 1];
+		if (!err && next < s->nr_pids) {
+			cb->args[1] = s->id;		/* the rest in the next skb */
+			cb->args[2] = s->pids[next - 1];
 			err = -EMSGSIZE;
 		}
-		gs_nl_inst_free(&s);
+		gs_nl_inst_free(s);
 		if (err)
 			break;
 		cb->args[1] = 0;
 	}
+	kfree(s);
 	cb->args[0] = pos;
 	if (err == -ENOENT || (err == -EMSGSIZE && skb->len))
 		return skb->len;

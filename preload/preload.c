@@ -19,8 +19,9 @@
  *
  * Environment:
  *   GPUSLICE_INSTANCE   name reported with every event (default "default")
- *   GPUSLICE_MEM_LIMIT  bytes, or with a K/M/G/T suffix (binary: 4G = 4GiB = 4 << 30);
- *                       unset: no limit
+ *   GPUSLICE_MEM_LIMIT  bytes, or with a K/M/G/T suffix (binary: 4G = 4GiB = 4 << 30),
+ *                       for each GPU; or per GPU, "0=8G,1=4G" (RM's device
+ *                       instance; a GPU not named has no limit); unset: no limit
  *   GPUSLICE_SOCKET     unix stream socket of the controller
  *                       (default /run/gpuslice/preload.sock); absent: no reports
  *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
@@ -133,6 +134,15 @@ static void *gs_sym(const char *name)
  * and an empty fd table. The parent's instance is left as it was (not freed:
  * its lock may be held by a thread that does not exist in the child).
  */
+static struct gs_inst *gs_new_inst(const struct gs_inst_ops *ops)
+{
+	struct gs_inst *in = gs_inst_new(gs_pl.limit, ops);
+
+	if (in)
+		gs_inst_set_gpu_limits(in, gs_pl.gpu_limit);
+	return in;
+}
+
 static void gs_atfork_child(void)
 {
 	struct gs_inst_ops ops = { .event = gs_report_event, .ctx = &gs_pl };
@@ -148,7 +158,7 @@ static void gs_atfork_child(void)
 	gs_pl.next_try_ns = 0;
 	gs_pl.reporter = 0;	/* threads do not survive fork: the child starts its own */
 	gs_userd_atfork_child();
-	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
+	gs_pl.inst = gs_new_inst(&ops);
 	gs_pl.owner = getpid();
 }
 
@@ -200,13 +210,11 @@ static void gs_init_once(void)
 	}
 	gs_pl.limit = ~0ull;
 	s = getenv("GPUSLICE_MEM_LIMIT");
-	if (s && *s && gs_parse_size(s, &gs_pl.limit)) {
+	if (s && *s && gs_parse_limits(s, &gs_pl.limit, gs_pl.gpu_limit))
 		fprintf(stderr, "gpuslice: bad GPUSLICE_MEM_LIMIT '%s', no limit\n", s);
-		gs_pl.limit = ~0ull;
-	}
 	pthread_mutex_init(&gs_pl.sock_lock, NULL);
 	gs_pl.sock = -1;
-	gs_pl.inst = gs_inst_new(gs_pl.limit, &ops);
+	gs_pl.inst = gs_new_inst(&ops);
 	gs_pl.owner = getpid();
 	pthread_atfork(NULL, NULL, gs_atfork_child);
 	if (gs_pl.debug)

@@ -17,6 +17,7 @@ struct gs_preload {
 	char sock_path[108];
 	char stats_path[256];
 	nv_u64 limit;
+	nv_u64 gpu_limit[GPUSLICE_MAX_GPUS];	/* 0: limit */
 	int debug;
 	pthread_mutex_t sock_lock;
 	int sock;		/* -1: not connected */
@@ -29,6 +30,7 @@ struct gs_preload {
 extern struct gs_preload gs_pl;
 
 int gs_parse_size(const char *s, nv_u64 *out);
+int gs_parse_limits(const char *s, nv_u64 *dflt, nv_u64 *gpu);
 void gs_report_event(void *ctx, const struct gs_event *ev);
 /* from the ioctl path: connect / check the controller's socket, at most once a second */
 void gs_report_poll(void);

@@ -30,6 +30,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -80,6 +82,45 @@ int gs_parse_size(const char *s, nv_u64 *out)
 	if (*p || v > ~0ull / mul)
 		return -1;
 	*out = v * mul;
+	return 0;
+}
+
+/*
+ * GPUSLICE_MEM_LIMIT: one size for every GPU, or sizes per GPU, "0=8G,1=4G"
+ * (RM's device instance, as uapi GPU_MEM_LIMIT: a GPU not named has no
+ * limit). -1 on anything else; *dflt and gpu[] are then unchanged.
+ */
+int gs_parse_limits(const char *s, nv_u64 *dflt, nv_u64 *gpu)
+{
+	nv_u64 lim[GPUSLICE_MAX_GPUS] = { 0 };
+	char buf[512], *tok, *save = NULL;
+
+	if (!strchr(s, '=')) {
+		if (gs_parse_size(s, dflt))
+			return -1;
+		memset(gpu, 0, sizeof(lim));
+		return 0;
+	}
+	if (strlen(s) >= sizeof(buf))
+		return -1;
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '='), *end;
+		unsigned long idx;
+		nv_u64 size;
+
+		if (!eq || eq == tok)
+			return -1;
+		*eq = 0;
+		idx = strtoul(tok, &end, 10);
+		if (*end || tok[0] < '0' || tok[0] > '9' || idx >= GPUSLICE_MAX_GPUS || lim[idx])
+			return -1;
+		if (gs_parse_size(eq + 1, &size) || !size)
+			return -1;
+		lim[idx] = size;
+	}
+	*dflt = ~0ull;
+	memcpy(gpu, lim, sizeof(lim));
 	return 0;
 }
 

@@ -212,3 +212,23 @@ def test_priority_online_offline(run) -> None:
     one_line_error(run("instance", "set", "batch", "--priority", "later"), "later")
     rows = _json.loads(ok(run("instance", "list", "--json")))
     assert {r["name"]: r["priority"] for r in rows} == {"svc": "online", "batch": "online"}
+
+
+def test_memory_per_gpu(run) -> None:
+    out = ok(run("instance", "create", "tp", "--gpu", "0,1", "--memory", "0=8GiB,1=4GiB"))
+    assert "0=8GiB,1=4GiB" in out
+    js = json.loads(ok(run("instance", "show", "tp", "--json")))
+    assert js["gpu_memory"] == {"0": 8 << 30, "1": 4 << 30} and js["memory"] == 8 << 30
+    text = ok(run("instance", "show", "tp"))
+    assert "gpu0 memory" in text and "gpu1 memory" in text and "4GiB" in text
+    ok(run("instance", "create", "even", "--gpu", "0,1", "--memory", "2GiB"))
+    assert json.loads(ok(run("instance", "show", "even", "--json")))["gpu_memory"] == {"0": 2 << 30, "1": 2 << 30}
+    one_line_error(run("instance", "create", "bad", "--gpu", "0,1", "--memory", "0=8GiB"), "names GPUs 0")
+    one_line_error(run("instance", "create", "bad", "--gpu", "0", "--memory", "0=1GiB,0=2GiB"), "twice")
+    one_line_error(run("instance", "set", "tp", "--memory", "0=1GiB,2=1GiB"), "names GPUs 0,2")
+    assert S.load(run.path).instances["tp"].gpu_memory == {0: 8 << 30, 1: 4 << 30}  # nothing lost
+    ok(run("instance", "set", "tp", "--memory", "0=1GiB,1=3GiB"))
+    assert S.load(run.path).instances["tp"].gpu_memory == {0: 1 << 30, 1: 3 << 30}
+    ok(run("instance", "set", "tp", "--memory", "6GiB"))
+    i = S.load(run.path).instances["tp"]
+    assert i.gpu_memory is None and i.memory_of(1) == 6 << 30

@@ -229,6 +229,90 @@ def test_uncounted_video_memory_classes_refused(env, klass):
     assert [(e["klass"], e["client"], e["parent"], e["handle"]) for e in ev] == [(klass, p.client, DEV, h)]
 
 
+# ---- per-GPU limits (issue 15) ----
+
+DEV1, SUB1 = 0x5C000011, 0x5C000012
+
+
+def two_gpus(core, rm) -> "Proc":
+    """A process with devices on GPU 0 (DEV, SUB) and GPU 1 (DEV1, SUB1), one client."""
+    p = Proc(core, rm)
+    dp = ctypes.create_string_buffer(56)
+    struct.pack_into("<I", dp, 0, 1)  # NV0080_ALLOC_PARAMETERS.deviceId
+    assert p.alloc(p.client, abi.NV01_DEVICE_0, DEV1, params=dp)[0].verdict == cs.GS_PASS
+    assert p.alloc(DEV1, abi.NV20_SUBDEVICE_0, SUB1)[0].verdict == cs.GS_PASS
+    return p
+
+
+def test_each_gpu_is_limited_apart(env):
+    """1 GiB for every GPU, 256 MiB for GPU 1: each GPU refuses at its own limit, the
+    other's room is not taken, and a free gives room back on its GPU only."""
+    core, rm = env
+    core.set_gpu_limits({1: 256 * MiB})
+    p = two_gpus(core, rm)
+    r, h1 = p.mem(256 * MiB, parent=DEV1)
+    assert r.status == 0
+    r, _ = p.mem(64 * MiB, parent=SUB1)  # a subdevice's memory is on its device's GPU
+    assert r.refusal == cs.GS_REFUSE_QUOTA and r.status == abi.NV_ERR_NO_MEMORY
+    for _ in range(4):
+        assert p.mem(256 * MiB)[0].status == 0
+    assert p.mem(1)[0].refusal == cs.GS_REFUSE_QUOTA
+    g = core.gpu_mem()
+    assert (g[0]["limit"], g[0]["used"]) == (GiB, GiB)
+    assert (g[1]["limit"], g[1]["used"]) == (256 * MiB, 256 * MiB)
+    assert g[2]["limit"] == GiB and g[2]["used"] == 0
+    assert core.stats()["used"] == GiB + 256 * MiB
+    ev = [e for e in core.events() if e["type"] == cs.EV_ALLOC_REFUSED]
+    assert [e["gpu"] for e in ev] == [1, 0]
+    assert p.free(h1, parent=DEV1).status == 0
+    assert p.mem(1)[0].refusal == cs.GS_REFUSE_QUOTA  # GPU 0 stays full
+    assert p.mem(256 * MiB, parent=DEV1)[0].status == 0
+    g = core.gpu_mem()
+    assert g[1]["used"] == 256 * MiB and g[1]["peak"] == 256 * MiB and core.stats()["peak"] == GiB + 256 * MiB
+    # limits changed live: GPU 1 back to the instance's
+    core.set_gpu_limits(None)
+    assert core.gpu_mem()[1]["limit"] == GiB
+    assert p.mem(512 * MiB, parent=DEV1)[0].status == 0
+
+
+def test_per_gpu_charges_go_with_dups_orphans_and_the_client(env):
+    """A dup shares its memory's charge on that GPU; memory RM allocated without a
+    handle we can free by stays charged to its GPU until its client goes; closing the
+    file gives every GPU's charge back."""
+    core, rm = env
+    core.set_gpu_limits({1: 512 * MiB})
+    p = two_gpus(core, rm)
+    r, h = p.mem(256 * MiB, parent=DEV1)
+    arg = cs.dup_arg(p.client, DEV1, 0x7777, p.client, h)
+    assert core.call(DUP, arg, rm.ok(24)).status == 0
+    assert core.gpu_mem()[1]["used"] == 256 * MiB
+    assert p.free(h, parent=DEV1).status == 0
+    assert core.gpu_mem()[1]["used"] == 256 * MiB  # the dup holds it
+    mp = cs.mem_params(128 * MiB)
+    r, _, _ = p.alloc(DEV1, abi.NV01_MEMORY_LOCAL_USER, handle=0, params=mp)  # RM picks no handle here
+    assert r.status == 0
+    assert core.gpu_mem()[1]["used"] == 384 * MiB
+    assert p.mem(256 * MiB, parent=DEV1)[0].refusal == cs.GS_REFUSE_QUOTA
+    assert p.mem(256 * MiB)[0].status == 0
+    core.file_closed(p.file_id)
+    assert [g["used"] for g in core.gpu_mem()[:2]] == [0, 0] and core.stats()["used"] == 0
+
+
+def test_fb_info_is_the_subdevices_gpu(env):
+    core, rm = env
+    core.set_gpu_limits({1: 256 * MiB})
+    p = two_gpus(core, rm)
+    p.mem(100 * MiB, parent=DEV1)
+    got = {}
+    for sub in (SUB, SUB1):
+        fp = ctypes.create_string_buffer(abi.FB_GET_INFO_V2_SIZE)
+        struct.pack_into("<IIIII", fp, 0, 2, 0x9, 0, 0x16, 0)
+        assert p.control(sub, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2, fp, abi.FB_GET_INFO_V2_SIZE)[0].verdict == cs.GS_PASS
+        got[sub] = struct.unpack_from("<IIII", fp, 4)
+    assert got[SUB] == (0x9, GiB >> 10, 0x16, GiB >> 10)
+    assert got[SUB1] == (0x9, 256 * 1024, 0x16, 156 * 1024)
+
+
 # ---- virtualized FB info ----
 
 def test_fb_info_rewrite(env):

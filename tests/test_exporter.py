@@ -34,7 +34,9 @@ WEB = {"name": "web", "id": 1, "gpu_mask": 0b11, "mem_limit": 8 * GIB, "mem_used
        "weight": 3, "nr_ioctls": 1234, "nr_refused_quota": 7, "nr_refused_filter": 2, "nr_events_suppressed": 1,
        "pids": [100, 101], "lock_acquired": 10, "lock_contended": 3, "lock_hold_ns": 5000, "lock_hold_max_ns": 2000,
        "lock_hold_hist": lock_hist((0, 1), (10, 6), (11, 3)), "lock_wait_ns": 900, "lock_wait_max_ns": 600,
-       "lock_wait_hist": lock_hist((0, 7), (10, 3)), }
+       "lock_wait_hist": lock_hist((0, 7), (10, 3)),
+       "gpu_mem_limit": [8 * GIB, 4 * GIB] + [8 * GIB] * 30, "gpu_mem_used": [2 * GIB, GIB] + [0] * 30,
+       "gpu_mem_peak": [4 * GIB, GIB] + [0] * 30}
 BATCH = {"name": "batch", "id": 2, "gpu_mask": 1, "mem_limit": GIB, "mem_used": 0, "mem_peak": 0, "weight": 1,
          "nr_ioctls": 0, "nr_refused_quota": 0, "nr_refused_filter": 0, "pids": []}
 STATUS = {"running": True, "pid": 1, "switches": 42, "rm_calls": 84,
@@ -94,6 +96,11 @@ def test_scrape_over_loopback(server) -> None:
     assert value(sm, "gpuslice_instance_memory_limit_bytes", instance="web") == 8 * GIB
     assert value(sm, "gpuslice_instance_memory_used_bytes", instance="web") == 3 * GIB
     assert value(sm, "gpuslice_instance_memory_peak_bytes", instance="web") == 5 * GIB
+    # per GPU, for the GPUs of the instance only
+    assert value(sm, "gpuslice_instance_gpu_memory_limit_bytes", instance="web", gpu="1") == 4 * GIB
+    assert value(sm, "gpuslice_instance_gpu_memory_used_bytes", instance="web", gpu="0") == 2 * GIB
+    assert value(sm, "gpuslice_instance_gpu_memory_peak_bytes", instance="web", gpu="0") == 4 * GIB
+    assert not [k for k in sm if k[0] == "gpuslice_instance_gpu_memory_limit_bytes" and ("gpu", "2") in k[1]]
     assert value(sm, "gpuslice_instance_ioctls_total", instance="web") == 1234
     assert value(sm, "gpuslice_instance_refusals_total", instance="web", reason="quota") == 7
     assert value(sm, "gpuslice_instance_refusals_total", instance="web", reason="filter") == 2

@@ -80,12 +80,14 @@ def test_locked_saves(tmp_path) -> None:
 
 
 inst_st = st.builds(
-    lambda n, g, m, w, c: S.Instance(n, g, m, weight=w, ceiling=c),
+    lambda n, g, m, w, c, per: S.Instance(n, g, m, weight=w, ceiling=c,
+                                         gpu_memory={x: m + i for i, x in enumerate(g)} if per else None),
     st.from_regex(S.NAME_RE, fullmatch=True),
     st.lists(st.integers(0, 31), min_size=1, max_size=4, unique=True),
     st.integers(1, 1 << 50),
     st.integers(1, 10000),
     st.one_of(st.none(), st.floats(0.01, 1.0)),
+    st.booleans(),
 )
 
 
@@ -97,3 +99,16 @@ def test_round_trip_property(tmp_path, insts) -> None:
     S.save(st_, p)
     assert S.load(p) == st_
     json.loads(open(p).read())
+
+
+def test_per_gpu_memory_names_each_gpu(tmp_path) -> None:
+    p = str(tmp_path / "s.json")
+    good = S.Instance("a", [0, 1], 8 << 30, gpu_memory={0: 8 << 30, 1: 4 << 30})
+    S.save(S.State(instances={"a": good}), p)
+    back = S.load(p).instances["a"]
+    assert back.gpu_memory == {0: 8 << 30, 1: 4 << 30} and back.memory_of(1) == 4 << 30
+    assert json.load(open(p))["instances"]["a"]["gpu_memory"] == {"0": 8 << 30, "1": 4 << 30}
+    for bad in ({0: 8 << 30}, {0: 1, 1: 1, 2: 1}, {0: 1, 1: 0}):
+        with pytest.raises(S.StateError):
+            S.save(S.State(instances={"a": S.Instance("a", [0, 1], 8 << 30, gpu_memory=bad)}), p)
+    assert S.load(p).instances["a"] == good  # a refused save leaves the file alone

@@ -62,3 +62,25 @@ def test_duration_format_round_trips_when_whole(ns: int) -> None:
 def test_share_to_ppt_in_range(f: float) -> None:
     assert 0 <= units.share_to_ppt(f) <= 10000
     assert abs(units.share_to_ppt(f) / 10000 - f) <= 0.00005 + 1e-12
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("8GiB", (8 << 30, {})),
+    ("0=8GiB,1=4GiB", (8 << 30, {0: 8 << 30, 1: 4 << 30})),
+    (" 1 = 512MiB ", (512 << 20, {1: 512 << 20})),
+])
+def test_parse_memory(text: str, expected: tuple) -> None:
+    assert units.parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0=8GiB,0=4GiB", "0=8GiB,", "x=1GiB", "32=1GiB", "0=0", "=1GiB", "0=8GiB;1=1GiB"])
+def test_parse_memory_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        units.parse_memory(text)
+
+
+@given(st.dictionaries(st.integers(0, 31), st.integers(1, 1 << 30).map(lambda n: n << 20), min_size=1, max_size=8))
+def test_memory_format_round_trips(per: dict) -> None:
+    text = units.format_memory(max(per.values()), per)
+    if "." not in text:  # format_size is exact only for whole units
+        assert units.parse_memory(text) == (max(per.values()), per)

@@ -94,6 +94,30 @@ void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit)
 	gs_unlock(&in->lock);
 }
 
+/* limits[GPUSLICE_MAX_GPUS] bytes per GPU, 0 for the instance's limit; NULL: all 0 */
+void gs_inst_set_gpu_limits(struct gs_inst *in, const nv_u64 *limits)
+{
+	int i;
+
+	gs_lock(&in->lock);
+	for (i = 0; i < GPUSLICE_MAX_GPUS; i++)
+		in->gpu_limit[i] = limits ? limits[i] : 0;
+	gs_unlock(&in->lock);
+}
+
+void gs_inst_gpu_mem(struct gs_inst *in, nv_u64 *limit, nv_u64 *used, nv_u64 *peak)
+{
+	int i;
+
+	gs_lock(&in->lock);
+	for (i = 0; i < GPUSLICE_MAX_GPUS; i++) {
+		limit[i] = gs_gpu_limit(in, i);
+		used[i] = in->gpu_used[i];
+		peak[i] = in->gpu_peak[i];
+	}
+	gs_unlock(&in->lock);
+}
+
 void gs_inst_set_flags(struct gs_inst *in, nv_u32 flags)
 {
 	gs_lock(&in->lock);

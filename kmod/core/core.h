@@ -19,6 +19,7 @@
 
 #include "nvrm_abi.h"
 #include "port.h"
+#include "../uapi/gpuslice.h"
 
 enum gs_file_kind {
 	GS_FILE_CTL,	/* nvidiactl */
@@ -207,6 +208,10 @@ struct gs_inst;
 struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops);
 void gs_inst_free(struct gs_inst *in);
 void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit);
+/* per-GPU limits (kmod/uapi/gpuslice.h: GPU_MEM_LIMIT), [GPUSLICE_MAX_GPUS] */
+void gs_inst_set_gpu_limits(struct gs_inst *in, const nv_u64 *limits);
+/* each [GPUSLICE_MAX_GPUS]: the limit in effect, the use and the peak per GPU */
+void gs_inst_gpu_mem(struct gs_inst *in, nv_u64 *limit, nv_u64 *used, nv_u64 *peak);
 void gs_inst_stats(struct gs_inst *in, struct gs_stats *st);
 void gs_inst_set_flags(struct gs_inst *in, nv_u32 flags);
 /* pids with a live RM client; returns how many (may exceed max: call again bigger) */

@@ -32,6 +32,16 @@
  * NV01_MEMORY_SYSTEM (0x3e, system_mem.c) pins host pages for the GPU,
  * outside the container's memory cgroup: it is counted the same way on a
  * counter of its own, capped at the instance's memory limit too.
+ *
+ * Video memory is limited per GPU (kmod/uapi/gpuslice.h: GPU_MEM_LIMIT). The
+ * GPU of an allocation is its parent's device (gs_obj_gpu()): RM takes
+ * video memory only under a Device or Subdevice (video_mem.c,
+ * vidmemConstruct: the parent's GPU is the one allocated on), and every
+ * device the instance made is in the registry, so GS_GPU_NONE only sees
+ * requests RM refuses; it is limited like a GPU so that a miss is bounded.
+ * The reservation is made on the GPU the parent names at the check and the
+ * charge on the one it names when RM has answered: a device freed and made
+ * again on another GPU in between (same handle) moves the charge with it.
  */
 #include "core_int.h"
 
@@ -120,9 +130,38 @@ static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 	gs_evq_push(q, &ev);
 }
 
-static nv_u64 *gs_counter(struct gs_inst *in, int sys)
+nv_u32 gs_gpu_slot(nv_u32 gpu)
 {
-	return sys ? &in->sys_used : &in->used;
+	return gpu < GPUSLICE_MAX_GPUS ? gpu : GS_GPU_NONE;
+}
+
+nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 slot)
+{
+	return in->gpu_limit[slot] ? in->gpu_limit[slot] : in->limit;
+}
+
+static void gs_charge(struct gs_inst *in, int sys, nv_u32 slot, nv_u64 size)
+{
+	if (sys) {
+		in->sys_used += size;
+		return;
+	}
+	in->gpu_used[slot] += size;
+	in->used += size;
+	if (in->gpu_used[slot] > in->gpu_peak[slot])
+		in->gpu_peak[slot] = in->gpu_used[slot];
+	if (in->used > in->peak)
+		in->peak = in->used;
+}
+
+static void gs_uncharge(struct gs_inst *in, int sys, nv_u32 slot, nv_u64 size)
+{
+	if (sys) {
+		in->sys_used -= size;
+		return;
+	}
+	in->gpu_used[slot] -= size;
+	in->used -= size;
 }
 
 /* called with in->lock held; p is the glue's copy of the argument block */
@@ -131,8 +170,11 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 {
 	struct nv_memory_allocation_params mp;
 	int sys = p->h_class == NV01_MEMORY_SYSTEM;
-	nv_u64 *used = gs_counter(in, sys);
-	nv_u64 *reserved = sys ? &in->sys_reserved : &in->reserved;
+	nv_u32 slot = sys ? 0 : gs_gpu_slot(gs_obj_gpu(in, p->h_root, p->h_object_parent,
+							c->gpu_minor));
+	nv_u64 *used = sys ? &in->sys_used : &in->gpu_used[slot];
+	nv_u64 *reserved = sys ? &in->sys_reserved : &in->gpu_reserved[slot];
+	nv_u64 limit = sys ? in->limit : gs_gpu_limit(in, slot);
 	nv_u64 bound;
 
 	if (!io || io->read(io->ctx, p->p_alloc_parms, &mp, sizeof(mp))) {
@@ -142,7 +184,7 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 		return GS_REPLY;
 	}
 	bound = gs_mem_bound(p->h_class, &mp);
-	if (!bound || bound > in->limit || *used + *reserved > in->limit - bound) {
+	if (!bound || bound > limit || *used + *reserved > limit - bound) {
 		c->refusal = GS_REFUSE_QUOTA;
 		c->status = NV_ERR_NO_MEMORY;
 		p->status = c->status;
@@ -155,6 +197,7 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 	c->priv[0] = 1;		/* a reservation is held */
 	c->priv[1] = mp.size;	/* the size that was checked */
 	c->priv[2] = sys;
+	c->priv[3] = slot;
 	return GS_PASS;
 }
 
@@ -164,18 +207,22 @@ void gs_quota_release(struct gs_inst *in, struct gs_call *c)
 		if (c->priv[2])
 			in->sys_reserved -= c->reserved;
 		else
-			in->reserved -= c->reserved;
+			in->gpu_reserved[c->priv[3]] -= c->reserved;
 		c->reserved = 0;
 		c->priv[0] = 0;
 	}
 }
 
-/* bytes charged to a client without a handle (gs_quota_post) go with it */
+/* memory charged to a client without a handle (gs_quota_post) goes with it */
 void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob)
 {
-	in->used -= ob->orphan[0];
-	in->sys_used -= ob->orphan[1];
-	ob->orphan[0] = ob->orphan[1] = 0;
+	while (ob->orphans) {
+		struct gs_mem *mem = ob->orphans;
+
+		ob->orphans = mem->next;
+		gs_uncharge(in, mem->sys, mem->gpu, mem->size);
+		gs_free(mem);
+	}
 }
 
 /* one handle of counted memory went away (registry.c) */
@@ -183,7 +230,7 @@ void gs_mem_put(struct gs_inst *in, struct gs_mem *mem)
 {
 	if (--mem->refs)
 		return;
-	*gs_counter(in, mem->sys) -= mem->size;
+	gs_uncharge(in, mem->sys, mem->gpu, mem->size);
 	gs_free(mem);
 }
 
@@ -197,9 +244,11 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	const struct nvos64_params *rep = c->arg;
 	nv_u64 reserved = c->reserved, asked = c->priv[1], size = 0;
 	int sys = (int)c->priv[2];
-	nv_u64 *used = gs_counter(in, sys);
+	nv_u32 slot = sys ? 0 : gs_gpu_slot(gs_obj_gpu(in, p->h_root, p->h_object_parent,
+							c->gpu_minor));
 	struct gs_object o;
 	struct gs_mem *mem;
+	struct gs_obj *cl;
 	nv_handle h;
 
 	gs_quota_release(in, c);
@@ -223,30 +272,29 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	h = p->h_object_new ? p->h_object_new : (c->reply_lost ? 0 : rep->h_object_new);
 	if (!p->h_object_new && h && gs_obj_find(in, p->h_root, h))
 		h = 0;
-	*used += size;
-	/* gs_pre() allocated the records: with a handle, this cannot fail */
-	mem = h ? c->spare_mem : NULL;
-	if (mem) {
-		c->spare_mem = NULL;
-		mem->size = size;
-		mem->refs = 1;
-		mem->sys = sys;
+	/* gs_pre() allocated the record: with a handle, adding cannot fail */
+	mem = c->spare_mem;
+	if (!mem)
+		return;		/* cannot be: gs_pre() refuses an RM_ALLOC without it */
+	c->spare_mem = NULL;
+	mem->size = size;
+	mem->refs = 1;
+	mem->gpu = slot;
+	mem->sys = sys;
+	gs_charge(in, sys, slot, size);
+	if (h) {
 		gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, p->h_root,
 			    p->h_object_parent, h, p->h_class);
-		if (!gs_obj_add(in, c, &o, mem, q)) {
-			gs_free(mem);
-			mem = NULL;
-		}
+		if (gs_obj_add(in, c, &o, mem, q))
+			return;
 	}
-	if (!mem) {
-		/* no handle to free it by: it goes when its client goes */
-		struct gs_obj *cl = gs_obj_find(in, p->h_root, p->h_root);
-
-		if (cl)
-			cl->orphan[sys] += size;
-		else
-			*used -= size;	/* no client: RM allocated nothing */
+	/* no handle to free it by: it goes when its client goes */
+	cl = gs_obj_find(in, p->h_root, p->h_root);
+	if (cl) {
+		mem->next = cl->orphans;
+		cl->orphans = mem;
+		return;
 	}
-	if (!sys && *used > in->peak)
-		in->peak = *used;
+	gs_uncharge(in, sys, slot, size);	/* no client: RM allocated nothing */
+	gs_free(mem);
 }

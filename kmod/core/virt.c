@@ -9,6 +9,7 @@
  * after its allocations, and nvidia-smi for HEAP_FREE, TOTAL_RAM_SIZE (0x8)
  * and HEAP_SIZE. The values are KiB. Sizes become min(real, limit); free
  * becomes min(real free, limit - used), never more than the GPU really has.
+ * limit and used are those of the subdevice's GPU (quota.c: per GPU).
  */
 #include "core_int.h"
 
@@ -147,7 +148,9 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 			  const struct nvos54_params *p)
 {
 	struct nv2080_ctrl_fb_get_info_v2_params *fp;
-	nv_u64 room = in->used < in->limit ? in->limit - in->used : 0;
+	nv_u32 slot = gs_gpu_slot(gs_obj_gpu(in, p->h_client, p->h_object, c->gpu_minor));
+	nv_u64 limit = gs_gpu_limit(in, slot), used = in->gpu_used[slot];
+	nv_u64 room = used < limit ? limit - used : 0;
 	nv_u32 i, n, len;
 
 	/* p is the request as checked; RM's status is c->status */
@@ -178,7 +181,7 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 		case NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE:
 		case NV2080_CTRL_FB_INFO_INDEX_USABLE_RAM_SIZE:
 		case NV2080_CTRL_FB_INFO_INDEX_MAPPABLE_HEAP_SIZE:
-			e->data = gs_min_kib(e->data, in->limit);
+			e->data = gs_min_kib(e->data, limit);
 			break;
 		case NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE:
 		case NV2080_CTRL_FB_INFO_INDEX_LARGEST_FREE_REGION_SIZE_KB:

@@ -23,19 +23,21 @@
  *
  *   GPUSLICE_CMD_INSTANCE_NEW
  *       in:  NAME (required), GPU_MASK (required), MEM_LIMIT (required),
- *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE
+ *            GPU_MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE
  *       Creates /dev/gpuslice/<NAME>/{nvidiactl,nvidia<N>...,nvidia-uvm}.
  *       -EEXIST if NAME exists, -EINVAL on a bad name, mask or limit,
  *       -ENODEV if a GPU in GPU_MASK is not present.
  *   GPUSLICE_CMD_INSTANCE_DEL
  *       in:  NAME. -EBUSY while any of its nodes is open (no draining).
  *   GPUSLICE_CMD_INSTANCE_SET
- *       in:  NAME, any of MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE.
- *       Takes effect for the next call; lowering MEM_LIMIT below MEM_USED
+ *       in:  NAME, any of MEM_LIMIT, GPU_MEM_LIMIT, WEIGHT, SHARE,
+ *            TIMESLICE_US, UID, GID, MODE.
+ *       Takes effect for the next call; lowering a limit below what is used
  *       refuses further allocations but frees nothing.
  *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump; NAME filters a dump)
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
- *            MEM_USED, MEM_PEAK, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
+ *            MEM_USED, MEM_PEAK, GPU_MEM_LIMIT, GPU_MEM_USED, GPU_MEM_PEAK,
+ *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
  *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
  *            NR_EVENTS_SUPPRESSED, the LOCK_* figures of the instance's core
  *            lock (below), and PIDS: one or more nests of PID (at most 4096
@@ -74,6 +76,16 @@
  * the last bucket everything from 2^(GPUSLICE_LOCK_HIST_BUCKETS-2) ns on. An
  * uncontended acquisition waits 0 ns. Each histogram sums to LOCK_ACQUIRED.
  *
+ * Video memory is limited per GPU: each GPU of an instance may hold its
+ * GPU_MEM_LIMIT entry, or MEM_LIMIT where that entry is 0 (so MEM_LIMIT alone
+ * gives every GPU the same limit; an instance of N GPUs may hold N times it).
+ * Entries are indexed by RM's device instance (NV0080_ALLOC_PARAMETERS
+ * .deviceId), which is the GPU's minor on hosts whose GPUs RM attached in
+ * probe order; entries of GPUs outside GPU_MASK must be 0 (-EINVAL). MEM_USED
+ * and MEM_PEAK are the sums over the GPUs; memory whose device is unknown is
+ * counted in no GPU_MEM_USED entry but in MEM_USED, against MEM_LIMIT.
+ * Pinned system memory is capped at MEM_LIMIT, apart.
+ *
  * Sizes are bytes; SHARE is in parts per 10000 (10000 = the whole GPU);
  * WEIGHT is 1..10000; TIMESLICE_US 0 means "leave the driver's default".
  */
@@ -89,6 +101,7 @@
 #define GPUSLICE_WEIGHT_MAX		10000
 #define GPUSLICE_DEV_DIR		"gpuslice"	/* /dev/gpuslice/<name>/ */
 #define GPUSLICE_LOCK_HIST_BUCKETS	32	/* of LOCK_HOLD_HIST and LOCK_WAIT_HIST */
+#define GPUSLICE_MAX_GPUS		32	/* bits of GPU_MASK, entries of GPU_MEM_* */
 
 enum gpuslice_cmd {
 	GPUSLICE_CMD_UNSPEC,
@@ -142,6 +155,9 @@ enum gpuslice_attr {
 	GPUSLICE_A_LOCK_WAIT_NS,	/* u64 ns waited, in all */
 	GPUSLICE_A_LOCK_WAIT_MAX_NS,	/* u64 longest wait */
 	GPUSLICE_A_LOCK_WAIT_HIST,	/* u64[GPUSLICE_LOCK_HIST_BUCKETS] waits, log2 ns */
+	GPUSLICE_A_GPU_MEM_LIMIT,	/* u64[GPUSLICE_MAX_GPUS] bytes per GPU, 0: MEM_LIMIT */
+	GPUSLICE_A_GPU_MEM_USED,	/* u64[GPUSLICE_MAX_GPUS] bytes per GPU */
+	GPUSLICE_A_GPU_MEM_PEAK,	/* u64[GPUSLICE_MAX_GPUS] bytes per GPU */
 	__GPUSLICE_A_MAX,
 };
 #define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)

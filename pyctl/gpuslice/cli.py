@@ -53,6 +53,8 @@ class _Unit(click.ParamType):  # type: ignore[type-arg]
 
 
 SIZE = _Unit("size", units.parse_size)
+MEMORY = _Unit("memory", units.parse_memory)
+MEMORY_HELP = "Video memory limit of each GPU, e.g. 8GiB, or per GPU, e.g. 0=8GiB,1=4GiB."
 SHARE = _Unit("share", units.parse_share)
 DURATION = _Unit("duration", units.parse_duration_ns)
 
@@ -203,7 +205,7 @@ def kernel(ctx: click.Context) -> Any:
 
 
 def inst_row(i: S.Instance) -> dict[str, Any]:
-    return {"name": i.name, "gpus": ",".join(map(str, i.gpus)), "memory": units.format_size(i.memory),
+    return {"name": i.name, "gpus": ",".join(map(str, i.gpus)), "memory": units.format_memory(i.memory, i.gpu_memory),
             "memory_bytes": i.memory, "weight": i.weight,
             "share": units.format_share(i.share) if i.share is not None else None,
             "ceiling": units.format_share(i.ceiling) if i.ceiling is not None else None,
@@ -211,7 +213,8 @@ def inst_row(i: S.Instance) -> dict[str, Any]:
 
 
 def inst_json(i: S.Instance) -> dict[str, Any]:
-    return {"name": i.name, "gpus": i.gpus, "memory": i.memory, "weight": i.weight, "share": i.share,
+    return {"name": i.name, "gpus": i.gpus, "memory": i.memory,
+            "gpu_memory": {str(g): i.memory_of(g) for g in i.gpus}, "weight": i.weight, "share": i.share,
             "ceiling": i.ceiling, "priority": i.priority, "min_share": i.min_share}
 
 
@@ -248,7 +251,7 @@ def instance() -> None:
 @instance.command("create")
 @click.argument("name")
 @click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s), e.g. 0 or 0,1.")
-@click.option("--memory", type=SIZE, required=True, help="Video memory limit, e.g. 8GiB.")
+@click.option("--memory", type=MEMORY, required=True, help=MEMORY_HELP)
 @click.option("--policy", type=click.Choice(POLICIES), help="Also set the policy of the instance's GPU(s).")
 @click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000 (weight, burst; default 1).")
 @click.option("--share", type=SHARE, help="Fixed share of the GPU, e.g. 30% (fixed policy).")
@@ -260,7 +263,8 @@ def instance() -> None:
 @click.option("--mode", type=str, help="Permission bits of the device nodes, octal (default 0660).")
 @json_option
 @click.pass_context
-def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int, policy: str | None,
+def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tuple[int, dict[int, int]],
+                    policy: str | None,
                     weight: int | None, share: float | None, ceiling: float | None, priority: str,
                     min_share: float | None, uid: int | None, gid: int | None, mode: str | None) -> None:
     """Create instance NAME on --gpu with a --memory limit."""
@@ -269,11 +273,12 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int,
     if min_share is not None and priority != "offline":
         raise click.UsageError("--min-share is for --priority offline")
     mode_bits = _mode(mode)
+    size, per_gpu = _memory(memory, gpus)
     with S.locked(ctx.obj["state"]) as st:
         if name in st.instances:
             raise GpuctlError(f"instance {name!r} exists")
-        inst = S.Instance(name, gpus, memory, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
-                          min_share=min_share)
+        inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
+                          min_share=min_share, gpu_memory=per_gpu)
         st.instances[name] = inst
         if policy:
             for g in gpus:
@@ -281,13 +286,22 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: int,
         st.check()
         nl = kernel(ctx)
         if nl is not None:
-            from .netlink import mask_of
+            from .netlink import gpu_mem_limits, mask_of
 
-            nl.instance_new(name, mask_of(gpus), memory, weight=inst.weight,
+            nl.instance_new(name, mask_of(gpus), size, gpu_mem_limit=gpu_mem_limits(per_gpu), weight=inst.weight,
                             share=units.share_to_ppt(share) if share else None, uid=uid, gid=gid, mode=mode_bits)
         cdi_err = _regenerate_cdi(ctx, st)
     _cdi_failed(f"created {name}", cdi_err)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
+
+
+def _memory(memory: tuple[int, dict[int, int]], gpus: list[int]) -> tuple[int, dict[int, int] | None]:
+    """--memory for an instance of ``gpus``: a per-GPU form names each of them."""
+    size, per_gpu = memory
+    if per_gpu and sorted(per_gpu) != sorted(gpus):
+        raise click.BadParameter(f"names GPUs {','.join(map(str, sorted(per_gpu)))} but the instance has "
+                                 f"{','.join(map(str, sorted(gpus)))}", param_hint="--memory")
+    return size, per_gpu or None
 
 
 def _mode(mode: str | None) -> int | None:
@@ -346,6 +360,8 @@ def _get(st: S.State, name: str) -> S.Instance:
 @click.pass_context
 def instance_show(ctx: click.Context, name: str) -> None:
     """Show one instance: configuration, computed share and kernel counters."""
+    from .netlink import gpu_mem
+
     st = S.load(ctx.obj["state"])
     i = _get(st, name)
     k = _kernel_info(ctx).get(name, {})
@@ -353,6 +369,7 @@ def instance_show(ctx: click.Context, name: str) -> None:
               for g in i.gpus}
     lock = lock_summary(k)
     data = {**inst_json(i), "policy": {str(g): st.policy_of(g).policy for g in i.gpus},
+            "gpu_mem": {str(g): v for g, v in gpu_mem(k).items()} if k else None,
             "share_when_all_busy": {str(g): s for g, s in shares.items()}, "kernel": k or None,
             "lock": lock or None}
 
@@ -360,7 +377,11 @@ def instance_show(ctx: click.Context, name: str) -> None:
         r = inst_row(i)
         lines = [("name", i.name), ("gpus", r["gpus"]), ("memory", r["memory"]), ("weight", str(i.weight)),
                  ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-")]
+        gm = gpu_mem(k) if k else {}
         for g in i.gpus:
+            m = gm.get(g)
+            lines.append((f"gpu{g} memory", f"{units.format_size(m['used'])} used of {units.format_size(m['limit'])}"
+                          f" (peak {units.format_size(m['peak'])})" if m else units.format_size(i.memory_of(g))))
             lines.append((f"gpu{g} policy", f"{st.policy_of(g).policy}, "
                           f"period {units.format_duration_ns(st.policy_of(g).period_ns)}"))
             lines.append((f"gpu{g} share (all busy)", units.format_share(shares[g])))
@@ -383,7 +404,7 @@ def instance_show(ctx: click.Context, name: str) -> None:
 
 @instance.command("set")
 @click.argument("name")
-@click.option("--memory", type=SIZE, help="New memory limit (lowering it frees nothing).")
+@click.option("--memory", type=MEMORY, help=MEMORY_HELP + " Lowering it frees nothing.")
 @click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000.")
 @click.option("--share", type=SHARE, help="Fixed share, e.g. 30%.")
 @click.option("--no-share", is_flag=True, help="Remove the fixed share.")
@@ -394,7 +415,8 @@ def instance_show(ctx: click.Context, name: str) -> None:
 @click.option("--no-min-share", is_flag=True, help="Remove the offline floor.")
 @json_option
 @click.pass_context
-def instance_set(ctx: click.Context, name: str, memory: int | None, weight: int | None, share: float | None,
+def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int]] | None, weight: int | None,
+                 share: float | None,
                  no_share: bool, ceiling: float | None, no_ceiling: bool, priority: str | None,
                  min_share: float | None, no_min_share: bool) -> None:
     """Change an instance; the daemon applies it from its next period."""
@@ -410,8 +432,10 @@ def instance_set(ctx: click.Context, name: str, memory: int | None, weight: int 
                                "or --min-share)")
     with S.locked(ctx.obj["state"]) as st:
         i = _get(st, name)
+        size = per_gpu = None
         if memory is not None:
-            i.memory = memory
+            size, per_gpu = _memory(memory, i.gpus)
+            i.memory, i.gpu_memory = size, per_gpu
         if weight is not None:
             i.weight = weight
         if share is not None or no_share:
@@ -427,7 +451,10 @@ def instance_set(ctx: click.Context, name: str, memory: int | None, weight: int 
         st.check()
         nl = kernel(ctx)
         if nl is not None:
-            nl.instance_set(name, mem_limit=memory, weight=weight,
+            from .netlink import MAX_GPUS, gpu_mem_limits
+
+            nl.instance_set(name, mem_limit=size, weight=weight,
+                            gpu_mem_limit=None if memory is None else gpu_mem_limits(per_gpu) or [0] * MAX_GPUS,
                             share=units.share_to_ppt(i.share) if i.share else None)
     emit(ctx, inst_json(i), lambda: table([inst_row(i)], INST_COLS))
 
@@ -586,7 +613,7 @@ def instance_restore(ctx: click.Context) -> None:
     """Create in the module every instance of the state file it does not have (after a
     boot or a module reload; the gpuslice-daemon unit runs it before the daemon).
     Node owner, group and mode are not kept in the state file: the module's defaults."""
-    from .netlink import mask_of
+    from .netlink import gpu_mem_limits, mask_of
 
     nl = kernel(ctx)
     if nl is None:
@@ -596,7 +623,8 @@ def instance_restore(ctx: click.Context) -> None:
         made = []
         for i in sorted(st.instances.values(), key=lambda i: i.name):
             if i.name not in have:
-                nl.instance_new(i.name, mask_of(i.gpus), i.memory, weight=i.weight,
+                nl.instance_new(i.name, mask_of(i.gpus), i.memory, gpu_mem_limit=gpu_mem_limits(i.gpu_memory),
+                                weight=i.weight,
                                 share=units.share_to_ppt(i.share) if i.share else None)
                 made.append(i.name)
         cdi_err = _regenerate_cdi(ctx, st)

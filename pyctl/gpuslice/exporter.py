@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from .netlink import LOCK_HIST_BUCKETS, hist_bucket_ns
+from .netlink import LOCK_HIST_BUCKETS, gpu_mem, hist_bucket_ns
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -120,6 +120,14 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
                 ref.add_metric([d["name"], reason], d[f"nr_refused_{reason}"])
         procs.add_metric([d["name"]], len(d.get("pids", [])))
     out += [ref, procs]
+    for key, doc in (("limit", "Video memory limit of the instance on the GPU."),
+                     ("used", "Video memory the instance holds on the GPU now (as the module counts it)."),
+                     ("peak", "Most video memory the instance held on the GPU at once.")):
+        m = GaugeMetricFamily(f"gpuslice_instance_gpu_memory_{key}_bytes", doc, labels=["instance", "gpu"])
+        for d in insts:
+            for g, v in gpu_mem(d).items():
+                m.add_metric([d["name"], str(g)], v[key])
+        out.append(m)
     for what in ("hold", "wait"):
         out.append(_hist(f"gpuslice_instance_lock_{what}_seconds",
                          f"{what.capitalize()} times of the instance's core lock (log2 buckets from the module).",

@@ -24,6 +24,7 @@ SHARE_FULL = 10000
 WEIGHT_MAX = 10000
 DEV_DIR = "gpuslice"
 LOCK_HIST_BUCKETS = 32
+MAX_GPUS = 32  # GPUSLICE_MAX_GPUS: bits of GPU_MASK, entries of GPU_MEM_*
 
 # enum gpuslice_cmd
 CMD_UNSPEC = 0
@@ -84,6 +85,9 @@ ATTRS: tuple[tuple[str, str], ...] = (
     ("GPUSLICE_A_LOCK_WAIT_NS", "uint64"),
     ("GPUSLICE_A_LOCK_WAIT_MAX_NS", "uint64"),
     ("GPUSLICE_A_LOCK_WAIT_HIST", "array(uint64)"),
+    ("GPUSLICE_A_GPU_MEM_LIMIT", "array(uint64)"),
+    ("GPUSLICE_A_GPU_MEM_USED", "array(uint64)"),
+    ("GPUSLICE_A_GPU_MEM_PEAK", "array(uint64)"),
 )
 ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
 
@@ -325,6 +329,26 @@ class GpusliceNetlink:
                     out.append(to_dict(m))
             timeout = 0.0
         return out
+
+
+def gpu_mem_limits(per_gpu: dict[int, int] | None) -> list[int] | None:
+    """GPU_MEM_LIMIT's array (0: the instance's MEM_LIMIT) from {gpu: bytes}."""
+    if not per_gpu:
+        return None
+    out = [0] * MAX_GPUS
+    for g, v in per_gpu.items():
+        out[g] = v
+    return out
+
+
+def gpu_mem(d: dict[str, Any]) -> dict[int, dict[str, int]]:
+    """{gpu: {limit, used, peak}} of an INSTANCE_GET reply, for the GPUs of its mask."""
+    if "gpu_mem_limit" not in d:
+        return {}
+    mask = int(d.get("gpu_mask", 0))
+    lim, used, peak = (d.get(k) or [0] * MAX_GPUS for k in ("gpu_mem_limit", "gpu_mem_used", "gpu_mem_peak"))
+    return {g: {"limit": int(lim[g]), "used": int(used[g]), "peak": int(peak[g])}
+            for g in range(min(MAX_GPUS, len(lim))) if mask >> g & 1}
 
 
 def mask_of(gpus: Iterable[int]) -> int:

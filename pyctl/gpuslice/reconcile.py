@@ -166,11 +166,15 @@ class Reconciler:
 def netlink_slices(nl: Any) -> Callable[[], list[Slice]]:
     """Instances as the module reports them (INSTANCE_GET dump)."""
 
+    from .netlink import gpu_mem
+
     def get() -> list[Slice]:
         out = []
         for d in nl.instances():
             mask = int(d.get("gpu_mask", 1))
-            out.append(Slice(str(d["name"]), int(d["mem_limit"]), int(d.get("mem_used", 0)),
+            # video memory is limited per GPU: the instance may hold the sum of its GPUs'
+            limit = sum(g["limit"] for g in gpu_mem(d).values()) or int(d["mem_limit"])
+            out.append(Slice(str(d["name"]), limit, int(d.get("mem_used", 0)),
                              frozenset(int(p) for p in d.get("pids", [])),
                              frozenset(g for g in range(32) if mask >> g & 1)))
         return out
@@ -183,7 +187,7 @@ def environ_slices(gpus: Iterable[int] = (0,)) -> Callable[[], list[Slice]]:
     its own, with the limit of its GPUSLICE_MEM_LIMIT (the library enforces it per
     process). Read from /proc/PID/environ, which the process itself can rewrite: the
     user-space build is a test bed of the core against the real driver, not a boundary."""
-    from .units import parse_size
+    from .units import parse_memory
 
     gset = frozenset(gpus)
 
@@ -200,9 +204,13 @@ def environ_slices(gpus: Iterable[int] = (0,)) -> Callable[[], list[Slice]]:
             if b"libgpuslice" not in env.get(b"LD_PRELOAD", b"") or b"GPUSLICE_MEM_LIMIT" not in env:
                 continue
             try:
-                limit = parse_size(env[b"GPUSLICE_MEM_LIMIT"].decode())
+                size, per = parse_memory(env[b"GPUSLICE_MEM_LIMIT"].decode())
             except (ValueError, UnicodeDecodeError):
                 continue
+            # the library limits each GPU: the process may hold that on each GPU looked at
+            if per and not gset <= per.keys():
+                continue  # a GPU without a limit: nothing to hold
+            limit = sum(per[g] for g in gset) if per else size * len(gset)
             name = env.get(b"GPUSLICE_INSTANCE", b"default").decode(errors="replace")
             # used is not reported live: 0 makes "more than charged" follow from the limit
             out.append(Slice(f"{name}/{d}", limit, 0, frozenset({int(d)}), gset))

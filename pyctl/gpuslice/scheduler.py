@@ -33,7 +33,7 @@ from typing import Any, Callable, Protocol
 from . import state as st
 from .policy import Slot, compute_shares, corrected_shares, online_busy, slot_plan, sticky_active, ungated
 from .probes import Probe
-from .netlink import mask_of
+from .netlink import gpu_mem_limits, mask_of
 from .sources import Channel, Source
 from .units import share_to_ppt
 
@@ -295,7 +295,8 @@ class Scheduler:
                     if e.errno != errno.ENOENT:
                         raise
                     # configured but unknown to the module (reloaded?): create it
-                    self.netlink.instance_new(inst.name, mask_of(inst.gpus), inst.memory, **attrs)
+                    self.netlink.instance_new(inst.name, mask_of(inst.gpus), inst.memory,
+                                              gpu_mem_limit=gpu_mem_limits(inst.gpu_memory), **attrs)
                     log.info("created instance %s in the kernel", inst.name)
             except OSError as e:
                 log.warning("netlink INSTANCE_SET %s: %s", inst.name, e)

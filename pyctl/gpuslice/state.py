@@ -50,6 +50,11 @@ class Instance:
     ceiling: float | None = None  # burst/equal ceiling, fraction
     priority: str = "online"  # online | offline (policy.PRIORITIES)
     min_share: float | None = None  # offline: floor while online work runs, fraction
+    gpu_memory: dict[int, int] | None = None  # per-GPU limits, one per GPU; None: memory on each
+
+    def memory_of(self, gpu: int) -> int:
+        """The video memory limit on ``gpu`` (bytes)."""
+        return (self.gpu_memory or {}).get(gpu, self.memory)
 
     def claim(self) -> Claim:
         return Claim(self.name, self.weight, self.share, self.ceiling, self.priority, self.min_share)
@@ -98,7 +103,7 @@ class State:
         return {
             "version": VERSION,
             "gpus": {str(g): asdict(p) for g, p in sorted(self.gpus.items())},
-            "instances": {n: {k: v for k, v in asdict(i).items() if k != "name"} for n, i in sorted(self.instances.items())},
+            "instances": {n: _inst_json(i) for n, i in sorted(self.instances.items())},
         }
 
     @classmethod
@@ -125,6 +130,11 @@ class State:
         for name, val in insts.items():
             if not isinstance(val, dict):
                 raise StateError(f"instance {name!r} is not an object")
+            gm = val.get("gpu_memory")
+            if isinstance(gm, dict):
+                if not all(isinstance(k, str) and k.isdigit() for k in gm):
+                    raise StateError(f"instance {name!r}: gpu_memory keys must be GPU numbers")
+                val = {**val, "gpu_memory": {int(k): v for k, v in gm.items()}}
             try:
                 inst = Instance(name=name, **val)
             except TypeError as e:
@@ -133,6 +143,15 @@ class State:
             st.instances[name] = inst
         st.check()
         return st
+
+
+def _inst_json(i: Instance) -> dict[str, Any]:
+    d = {k: v for k, v in asdict(i).items() if k != "name"}
+    if i.gpu_memory is None:
+        del d["gpu_memory"]  # files written before per-GPU limits read the same
+    else:
+        d["gpu_memory"] = {str(g): v for g, v in sorted(i.gpu_memory.items())}
+    return d
 
 
 def _check_types(inst: Instance) -> None:
@@ -145,6 +164,9 @@ def _check_types(inst: Instance) -> None:
         and (inst.ceiling is None or isinstance(inst.ceiling, (int, float)))
         and isinstance(inst.priority, str)
         and (inst.min_share is None or isinstance(inst.min_share, (int, float)))
+        and (inst.gpu_memory is None or (isinstance(inst.gpu_memory, dict)
+                                         and all(type(g) is int and type(v) is int
+                                                 for g, v in inst.gpu_memory.items())))
     )
     if not ok:
         raise StateError(f"instance {inst.name!r}: field of the wrong type")
@@ -158,6 +180,12 @@ def _check_instance(name: str, inst: Instance) -> None:
         raise StateError(f"instance {name}: gpus must be distinct numbers 0..{MAX_GPUS - 1}")
     if inst.memory <= 0:
         raise StateError(f"instance {name}: memory must be positive")
+    if inst.gpu_memory is not None:
+        if sorted(inst.gpu_memory) != sorted(inst.gpus):
+            raise StateError(f"instance {name}: per-GPU memory must name each of its GPUs "
+                             f"({','.join(map(str, sorted(inst.gpus)))}) and no other")
+        if not all(v > 0 for v in inst.gpu_memory.values()):
+            raise StateError(f"instance {name}: memory must be positive")
     if not WEIGHT_MIN <= inst.weight <= WEIGHT_MAX:
         raise StateError(f"instance {name}: weight {inst.weight} outside {WEIGHT_MIN}..{WEIGHT_MAX}")
     for what, v in (("share", inst.share), ("ceiling", inst.ceiling), ("min_share", inst.min_share)):

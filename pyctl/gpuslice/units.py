@@ -61,6 +61,30 @@ def parse_size(text: str) -> int:
     return result
 
 
+def parse_memory(text: str) -> tuple[int, dict[int, int]]:
+    """A memory limit: one size for each GPU (``8GiB`` -> (8GiB, {})), or sizes per GPU
+    (``0=8GiB,1=4GiB`` -> (8GiB, {0: 8GiB, 1: 4GiB}): the first is then the largest)."""
+    if "=" not in text:
+        return parse_size(text), {}
+    per: dict[int, int] = {}
+    for part in text.split(","):
+        gpu, sep, size = part.partition("=")
+        gpu = gpu.strip()
+        if not sep or not gpu.isdigit() or not 0 <= int(gpu) < 32:
+            raise ValueError(f"not GPU=SIZE: {part!r} in {text!r} (e.g. 0=8GiB,1=4GiB)")
+        if int(gpu) in per:
+            raise ValueError(f"GPU {int(gpu)} given twice in {text!r}")
+        per[int(gpu)] = parse_size(size)
+    return max(per.values()), per
+
+
+def format_memory(memory: int, per_gpu: dict[int, int] | None) -> str:
+    """The inverse of parse_memory."""
+    if not per_gpu:
+        return format_size(memory)
+    return ",".join(f"{g}={format_size(v)}" for g, v in sorted(per_gpu.items()))
+
+
 def format_size(n: int) -> str:
     """Shortest exact binary form of ``n`` bytes (``8GiB``), else one decimal."""
     for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -20,7 +20,7 @@ import sys  # noqa: E402
 
 sys.path.insert(0, str(REPO / "pyctl"))
 from gpuslice import abi  # noqa: E402
-from gpuslice.netlink import LOCK_HIST_BUCKETS  # noqa: E402
+from gpuslice.netlink import LOCK_HIST_BUCKETS, MAX_GPUS  # noqa: E402
 
 CORE_SRC = sorted((REPO / "kmod" / "core").glob("*.c"))
 SHIM_SRC = REPO / "tests" / "core" / "shim.c"
@@ -93,6 +93,8 @@ class Core:
         lib.t_free.argtypes = [ctypes.c_void_p]
         lib.t_set_limit.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         lib.t_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        lib.t_set_gpu_limits.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+        lib.t_gpu_mem.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         lib.t_pre.restype = ctypes.c_void_p
         lib.t_pre.argtypes = [
             ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p,
@@ -124,6 +126,20 @@ class Core:
 
     def set_limit(self, limit: int):
         self.lib.t_set_limit(self.inst, limit)
+
+    def set_gpu_limits(self, limits: dict[int, int] | None) -> None:
+        """Per-GPU limits (uapi GPU_MEM_LIMIT); GPUs not named, or None: the instance's."""
+        arr = (ctypes.c_uint64 * MAX_GPUS)()
+        for gpu, lim in (limits or {}).items():
+            arr[gpu] = lim
+        self.lib.t_set_gpu_limits(self.inst, arr)
+
+    def gpu_mem(self) -> list[dict]:
+        """Per GPU: the limit in effect, used and peak."""
+        n = MAX_GPUS
+        out = (ctypes.c_uint64 * (3 * n))()
+        self.lib.t_gpu_mem(self.inst, out)
+        return [{"limit": out[i], "used": out[n + i], "peak": out[2 * n + i]} for i in range(n)]
 
     def set_flags(self, flags: int):
         self.lib.t_set_flags(self.inst, flags)

@@ -80,6 +80,17 @@ void t_set_limit(struct gs_inst *in, uint64_t limit)
 	gs_inst_set_limit(in, limit);
 }
 
+void t_set_gpu_limits(struct gs_inst *in, const uint64_t *limits)
+{
+	gs_inst_set_gpu_limits(in, limits);
+}
+
+/* out: limit[GPUSLICE_MAX_GPUS], used[...], peak[...] */
+void t_gpu_mem(struct gs_inst *in, uint64_t *out)
+{
+	gs_inst_gpu_mem(in, out, out + GPUSLICE_MAX_GPUS, out + 2 * GPUSLICE_MAX_GPUS);
+}
+
 void t_set_flags(struct gs_inst *in, uint32_t flags)
 {
 	gs_inst_set_flags(in, flags);

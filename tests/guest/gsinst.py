@@ -9,6 +9,7 @@ import os
 import subprocess
 import time
 import uuid
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def node(name: str, leaf: str) -> str:
 class Instance:
     """Creates an instance on enter, deletes it on exit (after its files are closed)."""
 
-    def __init__(self, nl: GpusliceNetlink, mem_limit: int, gpu_mask: int = 1, **attrs: int) -> None:
+    def __init__(self, nl: GpusliceNetlink, mem_limit: int, gpu_mask: int = 1, **attrs: Any) -> None:
         self.nl = nl
         self.name = unique()
         self.mem_limit = mem_limit
@@ -157,6 +158,42 @@ def release_module() -> None:
     if left:
         print(f"ended processes left by earlier tests: {left}")
         time.sleep(1)
+
+
+REPO = Path(__file__).resolve().parents[2]
+NVSTUB_KO = REPO / "tests/standin/nvstub.ko"
+GPUSLICE_KO = REPO / "kmod/gpuslice.ko"
+
+
+def sh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True)
+
+
+def insmod(ko: Path, *params: str) -> subprocess.CompletedProcess:
+    return sh("insmod", str(ko), *params)
+
+
+def unload_all() -> None:
+    """rmmod gpuslice and the stand-in (after release_module())."""
+    release_module()
+    for m in ("gpuslice", "nvstub"):
+        if os.path.exists(f"/sys/module/{m}"):
+            r = sh("rmmod", m)
+            assert r.returncode == 0, f"{r.stderr} (shadow holders: {shadow_holders()})"
+
+
+def load_both(nvstub_args: list[str], gpuslice_args: list[str]) -> None:
+    r = insmod(NVSTUB_KO, *nvstub_args)
+    assert r.returncode == 0, r.stderr
+    sh("udevadm", "settle")
+    r = insmod(GPUSLICE_KO, *gpuslice_args)
+    assert r.returncode == 0, r.stderr
+
+
+def load_as_the_suite() -> None:
+    """Both modules back as scripts/guest-tests.sh loaded them (NVSTUB_ARGS, GPUSLICE_ARGS)."""
+    unload_all()
+    load_both(os.environ.get("NVSTUB_ARGS", "").split(), os.environ.get("GPUSLICE_ARGS", "").split())
 
 
 def real_session(gpu: int = 0) -> nvstub.Session:

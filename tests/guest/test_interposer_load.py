@@ -5,8 +5,6 @@ them loaded as scripts/guest-tests.sh loaded them (NVSTUB_ARGS, GPUSLICE_ARGS)."
 from __future__ import annotations
 
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -14,31 +12,12 @@ from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
-from gsinst import Instance, release_module, session, shadow_holders
+from gsinst import GPUSLICE_KO, NVSTUB_KO, Instance, insmod, load_as_the_suite, session, sh, unload_all
 
-REPO = Path(__file__).resolve().parents[2]
-NVSTUB_KO = REPO / "tests/standin/nvstub.ko"
-GPUSLICE_KO = REPO / "kmod/gpuslice.ko"
 MIB = 1 << 20
 
 pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists("/sys/module/gpuslice")),
                                 reason="needs nvstub.ko and gpuslice.ko loaded")
-
-
-def sh(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True)
-
-
-def insmod(ko: Path, *params: str) -> subprocess.CompletedProcess:
-    return sh("insmod", str(ko), *params)
-
-
-def unload_all() -> None:
-    release_module()
-    for m in ("gpuslice", "nvstub"):
-        if os.path.exists(f"/sys/module/{m}"):
-            r = sh("rmmod", m)
-            assert r.returncode == 0, f"{r.stderr} (shadow holders: {shadow_holders()})"
 
 
 @pytest.fixture
@@ -47,10 +26,7 @@ def reload():
     unload_all()
     sh("dmesg", "-C")
     yield
-    unload_all()
-    assert insmod(NVSTUB_KO, *os.environ.get("NVSTUB_ARGS", "").split()).returncode == 0
-    sh("udevadm", "settle")
-    assert insmod(GPUSLICE_KO, *os.environ.get("GPUSLICE_ARGS", "").split()).returncode == 0
+    load_as_the_suite()
 
 
 def test_no_driver_refuses_to_load(reload):
