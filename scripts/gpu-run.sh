@@ -17,9 +17,12 @@
 # spinning and sleep-polling workloads: activity.txt, activity.json, daemon.log.
 # priority (not part of all): tests/gpu/bench_priority.py, an online service beside an
 # offline trainer (PRIORITY_ARGS): priority.txt, priority.json.
+# multigpu (not part of all; two GPUs): tests/gpu/bench_multigpu.py, DDP, model
+# parallel, OOM per GPU, CUDA IPC across instances under per-GPU limits: multigpu.txt,
+# multigpu.json, raw.txt.
 # The daemon needs click, pyroute2 and nvidia-ml-py; a folder .devsite (carried with the
 # device tool, git-ignored) is added to PYTHONPATH for what the machine lacks (pyroute2).
-# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority]   (default all)
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -59,6 +62,10 @@ if [[ $what == sched || $what == activity || $what == priority ]]; then
 	export PYTHONPATH="$PWD/pyctl${PYTHONPATH:+:$PYTHONPATH}"
 	[[ -d .devsite ]] && export PYTHONPATH="$PYTHONPATH:$PWD/.devsite"
 	python3 -c 'import click, pyroute2, pynvml' || echo "gpu-run: a package the daemon needs is missing" >&2
+fi
+if [[ $what == multigpu ]]; then
+	python3 tests/gpu/bench_multigpu.py --out "$OUT" ${MULTIGPU_ARGS:-}
+	rc=$?
 fi
 if [[ $what == priority ]]; then
 	python3 tests/gpu/bench_priority.py --out "$OUT" ${PRIORITY_ARGS:-}
