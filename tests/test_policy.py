@@ -266,3 +266,24 @@ def test_priority_validation() -> None:
     assert validate("burst", [Claim("a", priority="offline", min_share=0.6),
                               Claim("b", priority="offline", min_share=0.5)])  # floors over 99%
     assert not validate("burst", [Claim("a", priority="offline", min_share=0.2), Claim("b")])
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdefgh"), st.booleans(), st.booleans()), max_size=8,
+                unique_by=lambda t: t[0]),
+       st.permutations(list(range(8))))
+def test_gang_order(specs, perm) -> None:
+    """Online before offline; in each, multi-GPU instances first and sorted, so any two
+    GPUs order the multi-GPU instances they share alike, whatever their claims' order."""
+    from gpuslice.policy import gang_order
+
+    claims = [Claim(n, 1, None, None, "offline" if off else "online") for n, off, _ in specs]
+    multi = {n for n, _, m in specs if m}
+    order = gang_order(claims, multi)
+    assert sorted(order) == sorted(c.name for c in claims)
+    off = {c.name for c in claims if c.offline}
+    assert order == [n for n in order if n not in off] + [n for n in order if n in off]
+    for group in ([n for n in order if n not in off], [n for n in order if n in off]):
+        k = sum(1 for n in group if n in multi)
+        assert set(group[:k]) == multi & set(group) and group[:k] == sorted(group[:k])
+    other = [claims[i] for i in perm if i < len(claims)]  # another GPU: same claims, another order
+    assert [n for n in gang_order(other, multi) if n in multi] == [n for n in order if n in multi]

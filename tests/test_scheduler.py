@@ -734,3 +734,32 @@ def test_watching_daemon_wakes_for_a_source_line() -> None:
     finally:
         _os.close(r)
         _os.close(w)
+
+
+def test_a_multi_gpu_instance_has_its_gpus_in_the_same_slot() -> None:
+    """Issue 15: an instance on GPUs 0 and 1 gets its slot at the same time on both (its
+    ranks run together: a collective waits for the slowest), as far as the shorter of
+    its two slots; a GPU-0-only instance named before it and a GPU-1-only one after it
+    would otherwise put it at the end of one period and the start of the other."""
+    insts = [S.Instance("a", [0], 1, weight=1), S.Instance("m", [0, 1], 1, weight=1),
+             S.Instance("z", [1], 1, weight=3)]
+    pol = S.GpuPolicy("weight", 40 * MS)
+    state = S.State(instances={i.name: i for i in insts}, gpus={0: pol, 1: pol})
+    table = {"a": chans(0, gpu=0), "m": chans(1, gpu=0) | chans(1, gpu=1), "z": chans(2, gpu=1)}
+    clock = Clock()
+    gate = RecGate(clock)
+    sched = FakeSched(None, StaticSource(table), gate, SetProbe(set(table)), clock=clock, state_obj=state)
+    t0, t1 = run_periods(sched, clock, 10)
+    m0 = next(c for c in table["m"] if c.gpu == 0)
+    m1 = next(c for c in table["m"] if c.gpu == 1)
+    on0, on1 = gate.enabled_time(m0, t0, t1), gate.enabled_time(m1, t0, t1)
+    assert on0 / (t1 - t0) == pytest.approx(0.5, abs=0.01) and on1 / (t1 - t0) == pytest.approx(0.25, abs=0.01)
+    # time both of its GPUs were enabled at once: the shorter slot, whole
+    both, cur, cur_t = 0, frozenset(), t0
+    for t, dis in gate.log + [(t1, frozenset())]:
+        if t > t0:
+            if m0 not in cur and m1 not in cur:
+                both += min(t, t1) - cur_t
+            cur_t = min(t, t1)
+        cur = dis
+    assert both == pytest.approx(on1, rel=0.02)

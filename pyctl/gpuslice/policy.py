@@ -279,3 +279,15 @@ def sticky_active(seen: Collection[str], was_active: Collection[str], present: C
     """
     keep = {n for n in was_active if quiet_enabled_ns.get(n, 0) < hold_ns}
     return (set(seen) | keep) & set(present)
+
+
+def gang_order(claims: list[Claim], multi: set[str]) -> list[str]:
+    """The order of a GPU's slots: online before offline; in each, the instances of
+    several GPUs (``multi``) first, sorted, then the rest in their order. Every GPU of a
+    multi-GPU instance thus starts its slot at the same offset of the period as far as
+    the instances before it are also multi-GPU ones of the same GPUs."""
+    out: list[str] = []
+    for offline in (False, True):
+        group = [c.name for c in claims if c.offline == offline]
+        out += sorted(n for n in group if n in multi) + [n for n in group if n not in multi]
+    return out

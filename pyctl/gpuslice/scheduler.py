@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from . import state as st
-from .policy import Slot, compute_shares, corrected_shares, online_busy, slot_plan, sticky_active, ungated
+from .policy import (Slot, compute_shares, corrected_shares, gang_order, online_busy, slot_plan, sticky_active,
+                     ungated)
 from .probes import Probe
 from .netlink import gpu_mem_limits, mask_of
 from .sources import Channel, Source
@@ -389,8 +390,10 @@ class Scheduler:
             sticky = sticky_active(active, tl.plan.active - online, present, tl.quiet_enabled_ns, gp.period_ns)
             active = sticky | (active & online)
         shares = compute_shares(gp.policy, claims, active)
-        # online first: after a preemption the period starts with their slots
-        members = [c.name for c in claims if not c.offline] + [c.name for c in claims if c.offline]
+        # online first: after a preemption the period starts with their slots; within
+        # each, instances of several GPUs first, by name, so that their slots start
+        # together on each of their GPUs (periods of one length start together)
+        members = gang_order(claims, {n for n, i in self.state.instances.items() if len(i.gpus) > 1})
         free = ungated(gp.policy, claims, active)
         watch = [c.name for c in claims if not c.offline and c.name in present] \
             if any(c.offline for c in claims) else []
