@@ -18,8 +18,9 @@
  * mapped channels), so once a process has a TSG or a channel a thread of ours
  * (gs_reporter()) checks every GS_TICK_NS that the controller is still there
  * and connects to a new one: a restarted controller has every live channel
- * back within GS_TICK_NS plus its own start. Without that thread (it could not
- * be made) the ioctl path and the events do the same at most once a second.
+ * back within GS_TICK_NS plus its own start (a connect nobody answered is
+ * tried again a tick later). Without that thread (it could not be made) the
+ * ioctl path and the events do the same, as often.
  * The same thread reads the channels' USERD every GPUSLICE_SAMPLE_MS and sends
  * CHANNEL_WORK for those that submitted (userd.c).
  * A send that fails or is short closes the connection: the controller forgets
@@ -41,8 +42,8 @@
 #include "preload.h"
 
 #define GS_SNDBUF	(1 << 20)	/* bytes of events in flight to the controller */
-#define GS_RETRY_NS	1000000000ull	/* connect / liveness check at most once a second */
-#define GS_TICK_NS	200000000ull	/* the reporter thread's period */
+#define GS_RETRY_NS	1000000000ull	/* after a failed send, and from the ioctl path */
+#define GS_TICK_NS	50000000ull	/* the reporter thread's period, and connect retries */
 
 int gs_parse_size(const char *s, nv_u64 *out)
 {
@@ -230,8 +231,14 @@ static void gs_connect_locked(nv_u64 now)
 	sa.sun_family = AF_UNIX;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", gs_pl.sock_path);
 	if (connect(gs_pl.sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		/*
+		 * Nobody listens (yet): a restarted controller is listening within
+		 * its start, so try again at the reporter's next tick rather than in
+		 * a second (a failed connect to a unix socket costs microseconds).
+		 */
 		close(gs_pl.sock);
 		gs_pl.sock = -1;
+		__atomic_store_n(&gs_pl.next_try_ns, now + GS_TICK_NS, __ATOMIC_RELAXED);
 		return;
 	}
 	/* the core lock is taken under sock_lock, never the other way round */
