@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import select
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 # pyroute2 is imported lazily (msg_class()): it is a large package, and the constants
 # below are needed by processes that never open a netlink socket (sources, workloads).
@@ -341,7 +341,7 @@ def gpu_mem_limits(per_gpu: dict[int, int] | None) -> list[int] | None:
     return out
 
 
-def gpu_mem(d: dict[str, Any]) -> dict[int, dict[str, int]]:
+def gpu_mem(d: Mapping[str, Any]) -> dict[int, dict[str, int]]:
     """{gpu: {limit, used, peak}} of an INSTANCE_GET reply, for the GPUs of its mask."""
     if "gpu_mem_limit" not in d:
         return {}
