@@ -13,6 +13,11 @@ instance (svc, batch). Per load, four modes:
   priority  both, burst, svc online and batch offline (`--priority offline`): the daemon
             preempts batch as soon as svc submits (--preempt-poll 1ms, --probe auto)
 
+--kills N (after the modes): N times each SIGTERM and SIGKILL, the daemon is killed
+under priority at a random moment of a service phase at load 0.9 (batch preempted most
+of the time); per kill, how long batch had made no progress before it, and how long
+after it batch and the service completed their next work (kill safety: nobody stalled).
+
 Printed per load and mode: the service's p50 / p99 / p99.9 latency (ms, queueing
 included), the trainer's throughput as a fraction of its rate alone and of the capacity
 the service leaves idle (1 - LOAD), and under priority the daemon's preemptions and their
@@ -47,6 +52,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--loads", default="0.3,0.6,0.9")
     ap.add_argument("--modes", default="alone,native,burst,priority")
+    ap.add_argument("--kills", type=int, default=0, help="kills per signal under priority (0: none)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -96,8 +102,8 @@ def main() -> int:
             time.sleep(0.1)
         raise RuntimeError("service phase did not finish")
 
-    for load in (float(x) for x in args.loads.split(",")):
-        for mode in args.modes.split(","):
+    for load in (float(x) for x in args.loads.split(",") if x):
+        for mode in (m for m in args.modes.split(",") if m):
             status = None
             if mode in ("burst", "priority"):
                 d.write_state("burst", 50, {"svc": {"weight": 1},
@@ -128,12 +134,55 @@ def main() -> int:
                 + (f"; preemptions {row['preemptions']}, latency p50 {pl.get('p50', 0) / 1e3:.0f} "
                    f"p99 {(pl.get('p99') or 0) / 1e3:.0f} max {(pl.get('max') or 0) / 1e3:.0f} us"
                    if mode == "priority" and pl else ""))
+    kills = []
+    if args.kills:
+        import random
+        import signal as sg
+        import threading
+
+        rng = random.Random(14)
+        sigs = [sg.SIGTERM] * args.kills + [sg.SIGKILL] * args.kills
+        rng.shuffle(sigs)
+        d.write_state("burst", 50, {"svc": {"weight": 1}, "batch": {"weight": 1, "priority": "offline"}})
+        for i, sig in enumerate(sigs):
+            trainer.set("run")
+            d.start(members=["batch"], need_switch=False)
+            got: list[list[float]] = []
+            th = threading.Thread(target=lambda: got.append(phase(0.9)))
+            th.start()
+            time.sleep(rng.uniform(0.5, 1.5))
+            before = trainer.times()
+            last = before[-1] if before else float("nan")
+            t_kill, gone_s = d.signal(sig)
+            resume = None
+            end = time.monotonic() + 5
+            while time.monotonic() < end and resume is None:
+                resume = sc.first_after(trainer.times(), t_kill)
+                time.sleep(0.002)
+            th.join()
+            lat = got[0] if got else []
+            trainer.set("pause")
+            time.sleep(0.3)
+            rec = {"i": i, "signal": sg.Signals(sig).name, "batch_idle_before_ms": (t_kill - last) * 1e3,
+                   "batch_resume_ms": (resume - t_kill) * 1e3 if resume else None, "exit_s": gone_s,
+                   "svc_p99_ms": pct(lat, 0.99), "svc_max_ms": max(lat) if lat else float("nan")}
+            kills.append(rec)
+            log(f"kill {i:2d} {rec['signal']:7s}: batch idle {rec['batch_idle_before_ms']:7.1f} ms before, "
+                f"resumed {rec['batch_resume_ms'] if rec['batch_resume_ms'] is None else round(rec['batch_resume_ms'], 1)} "
+                f"ms after; service p99 {rec['svc_p99_ms']:.2f} max {rec['svc_max_ms']:.2f} ms")
+        for s in ("SIGTERM", "SIGKILL"):
+            rs = [k["batch_resume_ms"] for k in kills if k["signal"] == s]
+            ok = [r for r in rs if r is not None]
+            held = sum(1 for k in kills if k["signal"] == s and k["batch_idle_before_ms"] > 20)
+            log(f"{s}: {len(rs)} kills, {held} with batch preempted (no progress for 20 ms before); batch resumed "
+                f"after max {max(ok) if ok else float('nan'):.1f} ms, median {pct(ok, 0.5):.1f} ms; "
+                f"not within 5 s: {len(rs) - len(ok)}")
     with open(svc.ctl, "w") as f:
         f.write("exit")
     trainer.stop()
     svc.proc.wait(timeout=30)
     (out / "priority.json").write_text(json.dumps({"service_ms": info["service_ms"], "trainer_alone": trainer_alone,
-                                                   "rows": results}))
+                                                   "rows": results, "kills": kills}))
     return 0
 
 
