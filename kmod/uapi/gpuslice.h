@@ -82,7 +82,7 @@
  * Entries are indexed by RM's device instance (NV0080_ALLOC_PARAMETERS
  * .deviceId), which is the GPU's minor on hosts whose GPUs RM attached in
  * probe order; entries of GPUs outside GPU_MASK must be 0 (-EINVAL). MEM_USED
- * and MEM_PEAK are the sums over the GPUs; memory whose device is unknown is
+ * is the sum over the GPUs and MEM_PEAK its peak; memory whose device is unknown is
  * counted in no GPU_MEM_USED entry but in MEM_USED, against MEM_LIMIT.
  * Pinned system memory is capped at MEM_LIMIT, apart.
  *

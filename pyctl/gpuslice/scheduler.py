@@ -69,6 +69,7 @@ class Plan:
     # moment all are quiet (online hold) gives the GPU back at once, not at the next period
     watch: list[str] = field(default_factory=list)
     watch_for: str = ""  # "work" or "quiet"
+    offline: set[str] = field(default_factory=set)  # the offline members (Claim.offline)
 
 
 @dataclass
@@ -408,7 +409,8 @@ class Scheduler:
         corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
         fixed.pop("", None)
         slots = slot_plan(fixed, gp.period_ns, order=members)
-        return Plan(gp.policy, gp.period_ns, slots, shares, members, free, active, corr, watch, watch_for)
+        return Plan(gp.policy, gp.period_ns, slots, shares, members, free, active, corr, watch, watch_for,
+                    {c.name for c in claims if c.offline})
 
     def target_disabled(self, tl: GpuTimeline, owner: str | None) -> set[Channel]:
         out: set[Channel] = set()
@@ -496,9 +498,7 @@ class Scheduler:
         if seen:
             # the offline channels off first, in one call, before any planning: that is
             # what the online work waits for
-            offline = {c for n in tl.members if n not in tl.plan.watch and n in self.state.instances
-                       and self.state.instances[n].priority == "offline"
-                       for c in self.chans.get(n, set()) if c.gpu == tl.gpu}
+            offline = {c for n in tl.plan.offline for c in self.chans.get(n, set()) if c.gpu == tl.gpu}
             if offline:
                 self.gate.apply(tl.gpu, set(self.gate.disabled) | offline)
                 done = self.clock()
