@@ -367,3 +367,56 @@ def test_ctrl_c_prints_totals_and_exits_0(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert "RM_CONTROL NV2080_CTRL_CMD_FB_GET_INFO_V2" in res.stdout
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith("web "))
     assert row.split()[-4:] == ["1.0", "0.8", "0.2", "20.0"]
+
+
+def test_preemption_rows_are_interval_differences() -> None:
+    prev = {"gpus": {"0": {"preemptions": 5, "resumes": 4}, "1": {"preemptions": 2, "resumes": 2}}}
+    cur = {"gpus": {"1": {"preemptions": 1, "resumes": 0},  # restarted daemon: its counters anew
+                    "0": {"preemptions": 8, "resumes": 7,
+                          "preempt_latency_ns": {"n": 8, "p50": 1_200_000, "p99": 3_000_000, "max": 3_100_000}}}}
+    rows = tracefmt.preemption_rows(prev, cur)
+    assert [(r["gpu"], r["preemptions"], r["resumes"]) for r in rows] == [(0, 3, 3), (1, 1, 0)]
+    assert tracefmt.preemption_rows(None, cur)[0]["preemptions"] == 8
+    assert tracefmt.preemption_rows(prev, None) == []
+    lines = tracefmt.format_preemptions(rows, "ms")
+    assert lines[0] == "gpu 0: 3 preemptions, 3 give-backs; recent preemption latency (8) p50 1.2, p99 3.0, max 3.1 ms"
+    assert lines[1] == "gpu 1: 1 preemptions, 0 give-backs"
+
+
+class _Maxes(_Rows):
+    def __delitem__(self, key: object) -> None:
+        self.rows = [(k, v) for k, v in self.rows if k is not key]
+
+
+class _FakeSchedBPF:
+    def __init__(self, text: str) -> None:
+        key = _Obj(tgid=42, comm=b"gpuctl")
+        self.tables = {"sums": _Rows([(key, _Obj(count=2, errors=0, total_ns=2_000_000))]),
+                       "hists": _Rows([(_Obj(k=key, slot=10), _Obj(value=2))]),
+                       "maxes": _Maxes([(key, _Obj(value=1_500_000))])}
+
+    def __getitem__(self, name: str) -> _Rows:
+        return self.tables[name]
+
+
+def test_scheduler_mode_adds_the_daemons_preemptions(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    _fake_env(monkeypatch, tmp_path)
+    monkeypatch.setattr(trace, "load_bcc", lambda: _Obj(BPF=_FakeSchedBPF))
+    monkeypatch.setattr(trace, "check_events", lambda events, roots=None: None)
+    status = tmp_path / "status.json"
+    seq = iter([3, 10, 12, 3, 5])  # at start, then one read per snapshot
+
+    def read_status(path: str) -> dict:
+        assert path == str(status)
+        n = next(seq)
+        return {"gpus": {"0": {"preemptions": n, "resumes": n - 1, "preempt_latency_ns": {"n": n, "p50": 1000}}}}
+
+    monkeypatch.setattr(trace, "read_status", read_status)
+    res = CliRunner().invoke(trace.trace, ["--scheduler", "-c", "2", "-i", "0.01", "--json",
+                                           "--status-file", str(status)])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert [r["preemptions"][0]["preemptions"] for r in recs[:2]] == [7, 2]
+    res = CliRunner().invoke(trace.trace, ["--scheduler", "-c", "1", "-i", "0.01", "--status-file", str(status)])
+    assert res.exit_code == 0, res.output
+    assert "gpu 0: 2 preemptions, 2 give-backs; recent preemption latency (5) p50 1.0 us" in res.stdout

@@ -27,7 +27,7 @@ from . import units
 from .netlink import lock_summary
 from .policy import POLICIES, compute_shares, validate
 
-STATUS_PATH = "/run/gpuslice/status.json"
+STATUS_PATH = S.STATUS_PATH
 PRELOAD_SOCK = "/run/gpuslice/preload.sock"
 GUARD_STATUS = "/run/gpuslice/guard.json"
 

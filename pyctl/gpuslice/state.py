@@ -27,6 +27,7 @@ from typing import Any, Iterator
 from .policy import POLICIES, PRIORITIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
 
 DEFAULT_PATH = "/var/lib/gpuslice/state.json"
+STATUS_PATH = "/run/gpuslice/status.json"  # where `gpuctl daemon` reports (status, exporter, trace read it)
 VERSION = 1
 DEFAULT_POLICY = "burst"
 DEFAULT_PERIOD_NS = 50_000_000

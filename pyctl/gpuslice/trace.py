@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 import click
 
 from . import tracebpf, tracefmt
+from .state import STATUS_PATH
 
 TRACEFS_ROOTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 BCC_HINT = "bcc not importable: apt-get install python3-bpfcc and use a venv made with --system-site-packages"
@@ -195,14 +196,28 @@ def trace_ioctls(bcc: Any, out: Out, interval: float | None, count: int | None, 
     run_intervals(interval, count, snapshot, emit)
 
 
-def trace_sched(bcc: Any, out: Out, interval: float | None, count: int | None, pid: int | None, unit: str) -> None:
+def read_status(path: str) -> dict[str, Any] | None:
+    """The daemon's status file, or None (no daemon, or caught mid-write)."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return d if isinstance(d, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def trace_sched(bcc: Any, out: Out, interval: float | None, count: int | None, pid: int | None, unit: str,
+                status_file: str) -> None:
     check_events(["syscalls/sys_enter_ioctl", "syscalls/sys_exit_ioctl"])
     b = bcc.BPF(text=tracebpf.sched_program(tracefmt.UNITS[unit][0], pid))
-    state: dict[str, Any] = {"prev": {}, "cur": {}, "imax": {}, "tmax": {}}
+    first = read_status(status_file)
+    state: dict[str, Any] = {"prev": {}, "cur": {}, "imax": {}, "tmax": {},
+                             "st_first": first, "st_prev": first, "st_cur": first}
 
     def snapshot() -> None:
         cur, maxes = read_sched(b)
         state["prev"], state["cur"], state["imax"] = state["cur"], cur, maxes
+        state["st_prev"], state["st_cur"] = state["st_cur"], read_status(status_file) or state["st_cur"]
         for k, m in maxes.items():
             state["tmax"][k] = max(m, state["tmax"].get(k, 0))
 
@@ -216,8 +231,12 @@ def trace_sched(bcc: Any, out: Out, interval: float | None, count: int | None, p
         for k, st in stats.items():
             st.max_ns = maxes.get(k, 0)
         when = tracefmt.now_iso()
-        out.record(tracefmt.sched_record(kind, stats, unit, seconds, when),
-                   tracefmt.format_sched(kind, stats, unit, when))
+        # the daemon's preemptions of offline instances (issue 14), from its status file
+        pre = tracefmt.preemption_rows(state["st_first"] if kind == "totals" else state["st_prev"],
+                                       state["st_cur"])
+        rec = tracefmt.sched_record(kind, stats, unit, seconds, when)
+        rec["preemptions"] = pre
+        out.record(rec, tracefmt.format_sched(kind, stats, unit, when) + tracefmt.format_preemptions(pre, unit))
 
     _ready("scheduler slot switches (FIFO_DISABLE_CHANNELS)")
     run_intervals(interval, count, snapshot, emit)
@@ -266,16 +285,19 @@ def trace_refusals(bcc: Any, out: Out, interval: float | None, count: int | None
 @click.option("--unit", type=click.Choice(list(tracefmt.UNITS)), default="us", show_default=True,
               help="Histogram unit.")
 @click.option("--overhead-hist", is_flag=True, help="Also print histograms of interposer overhead.")
+@click.option("--status-file", default=STATUS_PATH, show_default=True,
+              help="The daemon's status file: --scheduler adds its preemptions per GPU.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def trace(interval: float | None, count: int | None, instance: str | None, pid: int | None, refusals: bool,
-          scheduler: bool, unit: str, overhead_hist: bool, as_json: bool) -> None:
+          scheduler: bool, unit: str, overhead_hist: bool, status_file: str, as_json: bool) -> None:
     """Trace interposed ioctls: latency histograms, refusals, scheduler controls.
 
     \b
     Default: log2 latency histograms per instance and call, and each call's
     time split into the real driver (DRV) and the interposer (OVH).
     --refusals: one line per refused call.  --scheduler: latency of the
-    daemon's FIFO_DISABLE_CHANNELS controls.  Without -i: until Ctrl-C,
+    daemon's FIFO_DISABLE_CHANNELS controls, and its preemptions of offline
+    instances per GPU (from --status-file).  Without -i: until Ctrl-C,
     then totals.  Needs root, bcc and (but for --scheduler) gpuslice.ko.
     """
     try:
@@ -292,7 +314,7 @@ def trace(interval: float | None, count: int | None, instance: str | None, pid: 
         if refusals:
             trace_refusals(bcc, out, interval, count, instance, pid)
         elif scheduler:
-            trace_sched(bcc, out, interval, count, pid, unit)
+            trace_sched(bcc, out, interval, count, pid, unit, status_file)
         else:
             trace_ioctls(bcc, out, interval, count, instance, pid, unit, overhead_hist)
     except TraceError as e:

@@ -430,3 +430,37 @@ def format_sched(kind: str, stats: Mapping[SchedKey, SchedStats], unit: str, whe
     out.append("")
     out.extend(format_table(rows, right_from=2))
     return out
+
+
+def preemption_rows(prev: Mapping[str, Any] | None, cur: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per GPU of the daemon's status ``cur``: preemptions of offline instances and
+    give-backs since ``prev`` (the status an interval earlier; all of them when there is
+    none, or when the counters went back: a restarted daemon), and the latency of its
+    recent preemptions (first online work seen -> last offline channel disabled)."""
+    out: list[dict[str, Any]] = []
+    if not cur:
+        return out
+    before = (prev or {}).get("gpus") or {}
+    for g, d in sorted((cur.get("gpus") or {}).items(), key=lambda kv: int(kv[0])):
+        p = before.get(g) or {}
+        row: dict[str, Any] = {"gpu": int(g)}
+        for key in ("preemptions", "resumes"):
+            now, was = int(d.get(key) or 0), int(p.get(key) or 0)
+            row[key] = now - was if now >= was else now
+        lat = d.get("preempt_latency_ns") or {}
+        row["latency_ns"] = {k: lat.get(k) for k in ("n", "p50", "p99", "max")}
+        out.append(row)
+    return out
+
+
+def format_preemptions(rows: Sequence[Mapping[str, Any]], unit: str) -> list[str]:
+    out = []
+    for r in rows:
+        lat = r["latency_ns"]
+        line = f"gpu {r['gpu']}: {r['preemptions']} preemptions, {r['resumes']} give-backs"
+        if lat.get("n"):
+            parts = [f"{k} {_fmt_time(lat[k], unit)}" for k in ("p50", "p99", "max") if lat.get(k) is not None]
+            line += f"; recent preemption latency ({lat['n']}) {', '.join(parts)} {unit}"
+        out.append(line)
+    return out
+
