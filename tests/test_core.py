@@ -298,6 +298,25 @@ def test_per_gpu_charges_go_with_dups_orphans_and_the_client(env):
     assert [g["used"] for g in core.gpu_mem()[:2]] == [0, 0] and core.stats()["used"] == 0
 
 
+def test_memory_under_a_device_we_do_not_know_is_refused(env):
+    """A device RM made under a handle the core did not register (RM chose it and the
+    reply was rewritten before we read it) names no GPU we know: video memory under it
+    would be charged to no GPU's limit, so it is refused as RM refuses an allocation
+    over the limit, whichever node the call comes through."""
+    core, rm = env
+    p = Proc(core, rm)
+    assert p.mem(GiB)[0].status == 0
+    dp = ctypes.create_string_buffer(56)
+    r, _, _ = p.alloc(p.client, abi.NV01_DEVICE_0, handle=0, params=dp)  # RM picks; the mock writes none
+    assert r.status == 0
+    for minor, kind in ((255, cs.GS_FILE_CTL), (0, cs.GS_FILE_GPU)):
+        arg = cs.alloc_arg(p.client, 0xBADD0E5, 0x7001 + minor, abi.NV01_MEMORY_LOCAL_USER,
+                           cs.addr(cs.mem_params(GiB)))
+        r = core.call(ALLOC, arg, rm.alloc, kind=kind, minor=minor)
+        assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_NO_MEMORY, cs.GS_REFUSE_QUOTA)
+    assert core.stats()["used"] == GiB
+
+
 def test_fb_info_is_the_subdevices_gpu(env):
     core, rm = env
     core.set_gpu_limits({1: 256 * MiB})

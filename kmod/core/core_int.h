@@ -23,8 +23,8 @@
 /* the most RM's reported size of an allocation exceeds its page-rounded size (traces) */
 #define GS_RM_PAD_MAX	(2ull << 20)
 
-/* memory of no known GPU: the last entry of gs_inst's per-GPU arrays */
-#define GS_GPU_NONE	GPUSLICE_MAX_GPUS
+/* gs_obj_gpu()'s answer for an object without a device above it that we know */
+#define GS_GPU_UNKNOWN	0xffffffffu
 
 /*
  * Counted memory, shared by an object and the handles RM_DUP_OBJECT made of
@@ -34,7 +34,7 @@ struct gs_mem {
 	struct gs_mem *next;	/* a client's orphans */
 	nv_u64 size;
 	nv_u32 refs;
-	nv_u32 gpu;		/* video memory: 0..GS_GPU_NONE */
+	nv_u32 gpu;		/* video memory: its GPU, < GPUSLICE_MAX_GPUS */
 	int sys;		/* pinned system memory (NV01_MEMORY_SYSTEM) */
 };
 
@@ -52,14 +52,14 @@ struct gs_inst {
 	struct gs_mutex lock;
 	struct gs_inst_ops ops;
 	nv_u32 flags;
-	nv_u64 limit;		/* of a GPU without a limit of its own, and of GS_GPU_NONE */
+	nv_u64 limit;		/* of a GPU without a limit of its own */
 	nv_u64 used;		/* video memory: the sum of gpu_used[] */
 	nv_u64 peak;		/* of used */
-	/* per GPU (RM's device instance), and GS_GPU_NONE */
-	nv_u64 gpu_limit[GS_GPU_NONE + 1];	/* 0: limit */
-	nv_u64 gpu_used[GS_GPU_NONE + 1];	/* sum of live gs_mem sizes */
-	nv_u64 gpu_reserved[GS_GPU_NONE + 1];	/* allocations between gs_pre() and gs_post() */
-	nv_u64 gpu_peak[GS_GPU_NONE + 1];
+	/* per GPU (RM's device instance) */
+	nv_u64 gpu_limit[GPUSLICE_MAX_GPUS];	/* 0: limit */
+	nv_u64 gpu_used[GPUSLICE_MAX_GPUS];	/* sum of live gs_mem sizes */
+	nv_u64 gpu_reserved[GPUSLICE_MAX_GPUS];	/* allocations between gs_pre() and gs_post() */
+	nv_u64 gpu_peak[GPUSLICE_MAX_GPUS];
 	nv_u64 sys_used;	/* pinned system memory, capped at limit too */
 	nv_u64 sys_reserved;
 	nv_u64 nr_ioctls;
@@ -115,8 +115,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 void gs_quota_release(struct gs_inst *in, struct gs_call *c);
 void gs_mem_put(struct gs_inst *in, struct gs_mem *mem);
 void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob);
-nv_u32 gs_gpu_slot(nv_u32 gpu);
-nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 slot);
+nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu);
 
 /* filter.c */
 enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);

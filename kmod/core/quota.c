@@ -35,13 +35,17 @@
  *
  * Video memory is limited per GPU (kmod/uapi/gpuslice.h: GPU_MEM_LIMIT). The
  * GPU of an allocation is its parent's device (gs_obj_gpu()): RM takes
- * video memory only under a Device or Subdevice (video_mem.c,
- * vidmemConstruct: the parent's GPU is the one allocated on), and every
- * device the instance made is in the registry, so GS_GPU_NONE only sees
- * requests RM refuses; it is limited like a GPU so that a miss is bounded.
+ * NV01_MEMORY_LOCAL_USER only under a Device or Subdevice
+ * (src/nvidia/src/kernel/rmapi/resource_list.h), on that device's GPU. A
+ * parent with no device above it that we know is refused as over the
+ * limit: every device the instance made is in the registry unless RM chose
+ * its handle and the reply was rewritten before we read it, and memory
+ * under such a device would be charged to no GPU's limit (nor is the
+ * node the call came through any guide: RM_ALLOC works on any nvidia file).
  * The reservation is made on the GPU the parent names at the check and the
- * charge on the one it names when RM has answered: a device freed and made
- * again on another GPU in between (same handle) moves the charge with it.
+ * charge on the one it names when RM has answered (the reservation's GPU
+ * if it names none then): a device freed and made again on another GPU in
+ * between (same handle) moves the charge with it.
  */
 #include "core_int.h"
 
@@ -130,14 +134,9 @@ static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 	gs_evq_push(q, &ev);
 }
 
-nv_u32 gs_gpu_slot(nv_u32 gpu)
+nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu)
 {
-	return gpu < GPUSLICE_MAX_GPUS ? gpu : GS_GPU_NONE;
-}
-
-nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 slot)
-{
-	return in->gpu_limit[slot] ? in->gpu_limit[slot] : in->limit;
+	return in->gpu_limit[gpu] ? in->gpu_limit[gpu] : in->limit;
 }
 
 static void gs_charge(struct gs_inst *in, int sys, nv_u32 slot, nv_u64 size)
@@ -170,12 +169,9 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 {
 	struct nv_memory_allocation_params mp;
 	int sys = p->h_class == NV01_MEMORY_SYSTEM;
-	nv_u32 slot = sys ? 0 : gs_gpu_slot(gs_obj_gpu(in, p->h_root, p->h_object_parent,
-							c->gpu_minor));
-	nv_u64 *used = sys ? &in->sys_used : &in->gpu_used[slot];
-	nv_u64 *reserved = sys ? &in->sys_reserved : &in->gpu_reserved[slot];
-	nv_u64 limit = sys ? in->limit : gs_gpu_limit(in, slot);
-	nv_u64 bound;
+	nv_u32 slot = sys ? 0 : gs_obj_gpu(in, p->h_root, p->h_object_parent, GS_GPU_UNKNOWN);
+	int known = slot < GPUSLICE_MAX_GPUS;
+	nv_u64 *used, *reserved, limit, bound;
 
 	if (!io || io->read(io->ctx, p->p_alloc_parms, &mp, sizeof(mp))) {
 		c->refusal = GS_REFUSE_MALFORMED;
@@ -183,8 +179,13 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 		p->status = c->status;
 		return GS_REPLY;
 	}
+	if (!known)
+		slot = 0;	/* refused below: no GPU's limit would hold it */
+	used = sys ? &in->sys_used : &in->gpu_used[slot];
+	reserved = sys ? &in->sys_reserved : &in->gpu_reserved[slot];
+	limit = sys ? in->limit : gs_gpu_limit(in, slot);
 	bound = gs_mem_bound(p->h_class, &mp);
-	if (!bound || bound > limit || *used + *reserved > limit - bound) {
+	if (!known || !bound || bound > limit || *used + *reserved > limit - bound) {
 		c->refusal = GS_REFUSE_QUOTA;
 		c->status = NV_ERR_NO_MEMORY;
 		p->status = c->status;
@@ -244,8 +245,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	const struct nvos64_params *rep = c->arg;
 	nv_u64 reserved = c->reserved, asked = c->priv[1], size = 0;
 	int sys = (int)c->priv[2];
-	nv_u32 slot = sys ? 0 : gs_gpu_slot(gs_obj_gpu(in, p->h_root, p->h_object_parent,
-							c->gpu_minor));
+	nv_u32 slot = sys ? 0 : gs_obj_gpu(in, p->h_root, p->h_object_parent, (nv_u32)c->priv[3]);
 	struct gs_object o;
 	struct gs_mem *mem;
 	struct gs_obj *cl;
@@ -254,6 +254,8 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	gs_quota_release(in, c);
 	if (status != NV_OK)
 		return;
+	if (slot >= GPUSLICE_MAX_GPUS)
+		slot = (nv_u32)c->priv[3];	/* a device of that handle, out of range: the checked GPU */
 	/*
 	 * RM writes back the size it allocated: at least what was asked, at
 	 * most the reservation plus RM's padding. A lower reply is not RM's

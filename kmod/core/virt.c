@@ -148,8 +148,10 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 			  const struct nvos54_params *p)
 {
 	struct nv2080_ctrl_fb_get_info_v2_params *fp;
-	nv_u32 slot = gs_gpu_slot(gs_obj_gpu(in, p->h_client, p->h_object, c->gpu_minor));
-	nv_u64 limit = gs_gpu_limit(in, slot), used = in->gpu_used[slot];
+	nv_u32 gpu = gs_obj_gpu(in, p->h_client, p->h_object, GS_GPU_UNKNOWN);
+	/* a subdevice of no GPU we know: the instance's limit, all its memory in use */
+	nv_u64 limit = gpu < GPUSLICE_MAX_GPUS ? gs_gpu_limit(in, gpu) : in->limit;
+	nv_u64 used = gpu < GPUSLICE_MAX_GPUS ? in->gpu_used[gpu] : in->used;
 	nv_u64 room = used < limit ? limit - used : 0;
 	nv_u32 i, n, len;
 
