@@ -82,8 +82,8 @@
  * Entries are indexed by RM's device instance (NV0080_ALLOC_PARAMETERS
  * .deviceId), which is the GPU's minor on hosts whose GPUs RM attached in
  * probe order; entries of GPUs outside GPU_MASK must be 0 (-EINVAL). MEM_USED
- * is the sum over the GPUs and MEM_PEAK its peak; memory whose device is unknown is
- * counted in no GPU_MEM_USED entry but in MEM_USED, against MEM_LIMIT.
+ * is the sum over the GPUs and MEM_PEAK its peak; video memory under no
+ * device the module knows is refused.
  * Pinned system memory is capped at MEM_LIMIT, apart.
  *
  * Sizes are bytes; SHARE is in parts per 10000 (10000 = the whole GPU);
