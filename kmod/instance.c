@@ -355,6 +355,8 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	}
 	if (gs_allow_test_escapes)
 		gs_inst_set_flags(inst->core, GS_INST_ALLOW_TEST_ESCAPES);
+	/* RM's device instances taken as the minors (kmod/uapi/gpuslice.h, GPU_MEM_LIMIT) */
+	gs_inst_set_gpus(inst->core, cfg->gpu_mask);
 	if (cfg->set & GS_CFG_GPU_MEM_LIMIT)
 		gs_inst_set_gpu_limits(inst->core, cfg->gpu_mem_limit);
 

@@ -309,12 +309,88 @@ def test_memory_under_a_device_we_do_not_know_is_refused(env):
     dp = ctypes.create_string_buffer(56)
     r, _, _ = p.alloc(p.client, abi.NV01_DEVICE_0, handle=0, params=dp)  # RM picks; the mock writes none
     assert r.status == 0
+    mp = cs.mem_params(GiB)
     for minor, kind in ((255, cs.GS_FILE_CTL), (0, cs.GS_FILE_GPU)):
-        arg = cs.alloc_arg(p.client, 0xBADD0E5, 0x7001 + minor, abi.NV01_MEMORY_LOCAL_USER,
-                           cs.addr(cs.mem_params(GiB)))
+        arg = cs.alloc_arg(p.client, 0xBADD0E5, 0x7001 + minor, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp))
         r = core.call(ALLOC, arg, rm.alloc, kind=kind, minor=minor)
         assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_NO_MEMORY, cs.GS_REFUSE_QUOTA)
     assert core.stats()["used"] == GiB
+
+
+def _status_driver(rm, status: int):
+    """RM answering ``status`` for an RM_ALLOC (NVOS64 status at 40), creating nothing."""
+    def drv(arg: bytearray) -> int:
+        struct.pack_into("<I", arg, 40, status)
+        return 0
+    return drv
+
+
+def test_a_failed_alloc_under_a_live_handle_uncharges_nothing(env):
+    """RM never makes an object under a live handle. An RM_ALLOC naming a registered
+    memory handle whose parameters RM cannot read answers NV_ERR_INVALID_ADDRESS, which
+    the core takes as "made, reply lost": it must not replace (and uncharge) the live
+    object; else each such call would free a limit's worth of accounting."""
+    core, rm = env
+    p = Proc(core, rm)
+    r, h = p.mem(GiB)
+    assert r.status == 0
+    for klass, params in ((abi.KEPLER_CHANNEL_GROUP_A, ctypes.create_string_buffer(64)),
+                          (abi.NV01_MEMORY_LOCAL_USER, cs.mem_params(4096))):
+        arg = cs.alloc_arg(p.client, DEV, h, klass, cs.addr(params))
+        core.call(ALLOC, arg, _status_driver(rm, abi.NV_ERR_INVALID_ADDRESS))
+        assert core.stats()["used"] >= GiB, klass
+    assert p.mem(MiB)[0].refusal == cs.GS_REFUSE_QUOTA
+
+
+def test_a_device_is_on_the_gpu_rm_was_asked_for(env):
+    """The device's GPU is the deviceId RM read, decided before the call: a rewrite of
+    the parameters after RM's reply (the block is the caller's again then) changes
+    nothing; a device of a GPU that is not the instance's is refused before RM."""
+    core, rm = env
+    core.set_gpus(0b01)
+    p = Proc(core, rm)
+    dp = ctypes.create_string_buffer(56)
+    struct.pack_into("<I", dp, 0, 0)
+
+    def rewrite_after(arg: bytearray) -> int:
+        struct.pack_into("<I", dp, 0, 1)  # another thread, once RM has read deviceId 0
+        return rm.alloc(arg)
+
+    arg = cs.alloc_arg(p.client, p.client, 0xD2, abi.NV01_DEVICE_0, cs.addr(dp))
+    assert core.call(ALLOC, arg, rewrite_after).status == 0
+    assert {o["handle"]: o["gpu"] for o in core.objects()}[0xD2] == 0
+    struct.pack_into("<I", dp, 0, 1)
+    for status in (0, abi.NV_ERR_INVALID_ADDRESS):  # refused whatever RM would answer
+        arg = cs.alloc_arg(p.client, p.client, 0xD3, abi.NV01_DEVICE_0, cs.addr(dp))
+        r = core.call(ALLOC, arg, _status_driver(rm, status))
+        assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_FOREIGN)
+    assert 0xD3 not in {o["handle"] for o in core.objects()}
+    assert core.gpu_mem()[1]["limit"] == 0  # and nothing could be charged there
+
+
+def test_a_device_remade_on_another_gpu_mid_call_charges_the_checked_gpu(env):
+    """Memory checked against GPU 0 under device D, while another thread frees D and
+    makes it again on GPU 1 before RM runs: the charge stays on GPU 0, which was
+    checked; GPU 1's count takes nothing unchecked."""
+    core, rm = env
+    core.set_gpu_limits({1: 256 * MiB})
+    p = two_gpus(core, rm)
+    assert p.mem(256 * MiB, parent=DEV1)[0].status == 0  # GPU 1 full
+    dev = 0x5C0000D7
+    assert p.alloc(p.client, abi.NV01_DEVICE_0, dev)[0].status == 0  # no params: GPU 0
+
+    def remade(arg: bytearray) -> int:
+        assert p.free(dev, parent=p.client).status == 0
+        dp = ctypes.create_string_buffer(56)
+        struct.pack_into("<I", dp, 0, 1)
+        assert p.alloc(p.client, abi.NV01_DEVICE_0, dev, params=dp)[0].status == 0
+        return rm.alloc(arg)
+
+    mp = cs.mem_params(512 * MiB)
+    arg = cs.alloc_arg(p.client, dev, 0x7A11, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp))
+    assert core.call(ALLOC, arg, remade).status == 0
+    g = core.gpu_mem()
+    assert g[1]["used"] == 256 * MiB and g[0]["used"] == 512 * MiB
 
 
 def test_fb_info_is_the_subdevices_gpu(env):

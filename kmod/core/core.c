@@ -73,6 +73,7 @@ struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops)
 	gs_mutex_init(&in->lock);
 	gs_hash_key_init(&in->hash_key);
 	in->limit = mem_limit;
+	in->gpus = ~0u;
 	if (ops)
 		in->ops = *ops;
 	return in;
@@ -91,6 +92,13 @@ void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit)
 {
 	gs_lock(&in->lock);
 	in->limit = mem_limit;
+	gs_unlock(&in->lock);
+}
+
+void gs_inst_set_gpus(struct gs_inst *in, nv_u32 mask)
+{
+	gs_lock(&in->lock);
+	in->gpus = mask;
 	gs_unlock(&in->lock);
 }
 
@@ -258,6 +266,17 @@ static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *
 		return GS_REPLY;
 	}
 	if (p->h_class == NV01_DEVICE_0) {
+		/*
+		 * The GPU is decided here, on the copy RM reads: after RM's
+		 * reply the block is the caller's to rewrite (shadow.c). A
+		 * device of a GPU that is not the instance's is refused, even
+		 * though RM would refuse it too (device.c, osIsGpuAccessible()):
+		 * a call whose answer is lost is taken as made.
+		 */
+		if (u.dev.device_id >= GPUSLICE_MAX_GPUS || !(in->gpus >> u.dev.device_id & 1))
+			return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
+		c->priv[1] = 1;
+		c->priv[3] = u.dev.device_id;
 		named[0] = u.dev.h_client_share;
 		named[1] = u.dev.h_target_client;
 	} else if (p->h_class == NV01_EVENT_OS_EVENT) {
@@ -293,6 +312,9 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
+		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	/* a device without parameters is device 0 (RM: externalClassId - NV01_DEVICE_0) */
+	if (p->h_class == NV01_DEVICE_0 && !p->p_alloc_parms && !(in->gpus & 1))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
 	if (p->p_alloc_parms && (p->h_class == NV01_DEVICE_0 || p->h_class == NV01_EVENT_OS_EVENT ||
 				 p->h_class == GT200_DEBUGGER))
@@ -678,11 +700,8 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	 * on several GPUs instances follow RM's attach order and minors the PCI
 	 * probe order (NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2 maps one to the other).
 	 */
-	if (o.klass == NV01_DEVICE_0) {
-		o.gpu = 0;
-		if (req->p_alloc_parms && (!io || gs_read_u32(io, req->p_alloc_parms, &o.gpu)))
-			o.gpu = c->gpu_minor;
-	}
+	if (o.klass == NV01_DEVICE_0)
+		o.gpu = c->priv[1] ? (nv_u32)c->priv[3] : 0;	/* gs_pre_other_clients() */
 	/* engine type from the allocation parameters (nvrm_abi.h) */
 	if (o.obj_kind == GPUSLICE_OBJ_TSG && req->p_alloc_parms && io)
 		gs_read_u32(io, req->p_alloc_parms + 12, &o.engine);

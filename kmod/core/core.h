@@ -208,6 +208,8 @@ struct gs_inst;
 struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops);
 void gs_inst_free(struct gs_inst *in);
 void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit);
+/* the instance's GPUs, bit N = RM device instance N (default: all); others get no memory */
+void gs_inst_set_gpus(struct gs_inst *in, nv_u32 mask);
 /* per-GPU limits (kmod/uapi/gpuslice.h: GPU_MEM_LIMIT), [GPUSLICE_MAX_GPUS] */
 void gs_inst_set_gpu_limits(struct gs_inst *in, const nv_u64 *limits);
 /* each [GPUSLICE_MAX_GPUS]: the limit in effect, the use and the peak per GPU */

@@ -42,10 +42,17 @@
  * its handle and the reply was rewritten before we read it, and memory
  * under such a device would be charged to no GPU's limit (nor is the
  * node the call came through any guide: RM_ALLOC works on any nvidia file).
- * The reservation is made on the GPU the parent names at the check and the
- * charge on the one it names when RM has answered (the reservation's GPU
- * if it names none then): a device freed and made again on another GPU in
- * between (same handle) moves the charge with it.
+ * The charge goes to the GPU the allocation was checked against. A device
+ * freed and made again under the same handle on another GPU while the call
+ * is in flight can put the memory on that other GPU: each GPU then holds
+ * at most its own limit plus what the instance's other GPUs' limits leave,
+ * and the instance never more than the sum (charging where the parent
+ * points after RM's answer instead would let such races pile memory on
+ * one GPU with no check at all).
+ *
+ * A device is on the GPU its checked parameters name (core.c,
+ * gs_pre_other_clients(): one of the instance's GPUs, gs_inst_set_gpus());
+ * a GPU that is not the instance's has a limit of 0.
  */
 #include "core_int.h"
 
@@ -136,6 +143,8 @@ static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 
 nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu)
 {
+	if (!(in->gpus >> gpu & 1))
+		return 0;	/* not the instance's GPU */
 	return in->gpu_limit[gpu] ? in->gpu_limit[gpu] : in->limit;
 }
 
@@ -245,7 +254,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	const struct nvos64_params *rep = c->arg;
 	nv_u64 reserved = c->reserved, asked = c->priv[1], size = 0;
 	int sys = (int)c->priv[2];
-	nv_u32 slot = sys ? 0 : gs_obj_gpu(in, p->h_root, p->h_object_parent, (nv_u32)c->priv[3]);
+	nv_u32 slot = (nv_u32)c->priv[3];	/* the GPU it was checked against */
 	struct gs_object o;
 	struct gs_mem *mem;
 	struct gs_obj *cl;
@@ -254,8 +263,6 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	gs_quota_release(in, c);
 	if (status != NV_OK)
 		return;
-	if (slot >= GPUSLICE_MAX_GPUS)
-		slot = (nv_u32)c->priv[3];	/* a device of that handle, out of range: the checked GPU */
 	/*
 	 * RM writes back the size it allocated: at least what was asked, at
 	 * most the reservation plus RM's padding. A lower reply is not RM's

@@ -159,7 +159,8 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 
 /*
  * Registers o with c's spare record (gs_pre() allocated it before the
- * driver ran); NULL only when there is none.
+ * driver ran); NULL when there is none, or when the handle is registered
+ * and RM's answer was not seen (c->reply_lost).
  */
 struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 			  const struct gs_object *o, struct gs_mem *mem,
@@ -170,10 +171,19 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 
 	if (!ob)
 		return NULL;
-	c->spare_obj = NULL;
-	/* a stale entry under the same key: RM freed it without us seeing it */
-	if (gs_obj_find(in, o->client, o->handle))
+	if (gs_obj_find(in, o->client, o->handle)) {
+		/*
+		 * RM never makes an object under a live handle (it answers
+		 * NV_ERR_INSERT_DUPLICATE_NAME): a call whose answer we assume
+		 * (a failed copy-in looks like a failed copy-out) made nothing,
+		 * and the registered object, with what it is charged, stays.
+		 */
+		if (c->reply_lost)
+			return NULL;
+		/* a stale entry under the same key: RM freed it without us seeing it */
 		gs_obj_free_tree(in, o->client, o->handle, q);
+	}
+	c->spare_obj = NULL;
 
 	ob->o = *o;
 	ob->mem = mem;

@@ -93,6 +93,7 @@ class Core:
         lib.t_free.argtypes = [ctypes.c_void_p]
         lib.t_set_limit.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         lib.t_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        lib.t_set_gpus.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         lib.t_set_gpu_limits.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         lib.t_gpu_mem.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         lib.t_pre.restype = ctypes.c_void_p
@@ -126,6 +127,10 @@ class Core:
 
     def set_limit(self, limit: int):
         self.lib.t_set_limit(self.inst, limit)
+
+    def set_gpus(self, mask: int) -> None:
+        """The instance's GPUs (RM device instances), as the module sets its GPU mask."""
+        self.lib.t_set_gpus(self.inst, mask)
 
     def set_gpu_limits(self, limits: dict[int, int] | None) -> None:
         """Per-GPU limits (uapi GPU_MEM_LIMIT); GPUs not named, or None: the instance's."""

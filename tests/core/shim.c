@@ -80,6 +80,11 @@ void t_set_limit(struct gs_inst *in, uint64_t limit)
 	gs_inst_set_limit(in, limit);
 }
 
+void t_set_gpus(struct gs_inst *in, uint32_t mask)
+{
+	gs_inst_set_gpus(in, mask);
+}
+
 void t_set_gpu_limits(struct gs_inst *in, const uint64_t *limits)
 {
 	gs_inst_set_gpu_limits(in, limits);
