@@ -710,9 +710,11 @@ def test_dup_and_share_across_clients(env):
     assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_FOREIGN)
     r = core.call(DUP, cs.dup_arg(0xC1D0DEAD, DEV, 0x778, a.client, h), rm.ok(24))
     assert r.refusal == cs.GS_REFUSE_FOREIGN
-    share = bytearray(24)
-    struct.pack_into("<II", share, 0, a.client, h)
-    r = core.call(abi.iowr(abi.NV_ESC_RM_SHARE, 24), share)
+    # a share policy on its own object passes (cudaIpcGetMemHandle); on another's, refused
+    share = bytearray(abi.NVOS57.pack(a.client, h, 0, 0, abi.RS_SHARE_TYPE_ALL, 0, 0))
+    assert core.call(abi.IOCTL_RM_SHARE, share, rm.ok(20)).verdict == cs.GS_PASS
+    share = bytearray(abi.NVOS57.pack(0xC1D0DEAD, h, 0, 0, abi.RS_SHARE_TYPE_ALL, 0, 0))
+    r = core.call(abi.IOCTL_RM_SHARE, share, rm.ok(20))
     assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_FOREIGN)
     assert struct.unpack_from("<I", share, 20)[0] == PERM
 

@@ -401,9 +401,14 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		return GS_PASS;
 	}
 	case NV_ESC_RM_SHARE:
-		if (gs_short(c, sizeof(struct nvos57_params)))
-			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
-		return gs_refuse(c, GS_REFUSE_FOREIGN, 20);
+		/*
+		 * A share policy on one of the instance's own objects (what
+		 * cudaIpcGetMemHandle sets before another process duplicates the
+		 * memory): it lets other clients RM_DUP_OBJECT it, and every dup
+		 * through an instance must name the instance's clients on both
+		 * sides, so another instance still cannot take it.
+		 */
+		return gs_pre_client_first(in, c, sizeof(struct nvos57_params), 20);
 	case NV_ESC_RM_ALLOC_MEMORY: {
 		struct nvos02_params *p = c->arg;
 

@@ -208,6 +208,9 @@ NVOS00 = struct.Struct("<IIII")  # hRoot, hObjectParent, hObjectOld, status
 NVOS64 = struct.Struct("<IIIIQQIII4x")  # hRoot, hParent, hNew, hClass, pAllocParms, pRights, paramsSize, flags, status
 NVOS54 = struct.Struct("<IIIIQII")  # hClient, hObject, cmd, flags, params, paramsSize, status
 NVOS55 = struct.Struct("<IIIIIII")  # hClient, hParent, hObject, hClientSrc, hObjectSrc, flags, status
+# NVOS57_PARAMETERS (RM_SHARE): hClient, hObject, RS_SHARE_POLICY {target, accessMask, type u16, action u8}, status
+NVOS57 = struct.Struct("<IIIIHBxI")
+RS_SHARE_TYPE_ALL, RS_SHARE_TYPE_CLIENT = 1, 3  # rs_access.h
 NVOS33_WITH_FD = struct.Struct("<III4xQQQIIi4x")  # hClient, hDevice, hMemory, offset, length, pLinear, status, flags, fd
 NVOS02_WITH_FD = struct.Struct("<IIIII4xQQI4xi4x")  # hRoot, hParent, hNew, hClass, flags, pMemory, limit, status, fd
 RM_API_VERSION = struct.Struct("<II64s")
@@ -234,6 +237,7 @@ IOCTL_RM_FREE = iowr(NV_ESC_RM_FREE, NVOS00.size)
 IOCTL_RM_ALLOC = iowr(NV_ESC_RM_ALLOC, NVOS64.size)
 IOCTL_RM_CONTROL = iowr(NV_ESC_RM_CONTROL, NVOS54.size)
 IOCTL_RM_DUP_OBJECT = iowr(NV_ESC_RM_DUP_OBJECT, NVOS55.size)
+IOCTL_RM_SHARE = iowr(NV_ESC_RM_SHARE, NVOS57.size)
 IOCTL_RM_MAP_MEMORY = iowr(NV_ESC_RM_MAP_MEMORY, NVOS33_WITH_FD.size)
 IOCTL_RM_ALLOC_MEMORY = iowr(NV_ESC_RM_ALLOC_MEMORY, NVOS02_WITH_FD.size)
 IOCTL_CHECK_VERSION_STR = iowr(NV_ESC_CHECK_VERSION_STR, RM_API_VERSION.size)

@@ -7,7 +7,8 @@ them after it.
 - A 2-GPU instance is limited on each GPU apart (GPU_MEM_LIMIT), and the memory-size
   replies of each GPU's subdevice are that GPU's.
 - Within an instance, another process's memory can be duplicated (RM_DUP_OBJECT across
-  clients of the instance); from another instance it is refused and counted."""
+  clients of the instance, after the owner's RM_SHARE as cudaIpcGetMemHandle makes it);
+  from another instance it is refused and counted."""
 
 from __future__ import annotations
 
@@ -150,3 +151,60 @@ def test_memory_is_shared_within_an_instance_and_not_across(nl) -> None:
         finally:
             for s in (sa, sa2, sb):
                 s.close()
+
+
+def share(s, h: int, share_type: int = abi.RS_SHARE_TYPE_ALL) -> int:
+    """RM_SHARE of (s.client, h) with a policy of share_type; RM's status."""
+    buf = bytearray(abi.NVOS57.pack(s.client, h, 0, 0, share_type, 0, 0))
+    assert nvstub.ioctl(s.ctl, abi.IOCTL_RM_SHARE, buf) == 0
+    return abi.NVOS57.unpack(buf)[-1]
+
+
+def test_a_shared_allocation_reaches_the_instances_other_processes_only(nl) -> None:
+    """cudaIpcGetMemHandle's path, through the module: a process shares its memory
+    (RM_SHARE, policy ALL); another process of its instance duplicates it (one charge);
+    a process of another instance is refused by the module although RM's policy would
+    let it; unshared memory stays the owner's process's (RM's default policy)."""
+    with Instance(nl, 64 * MIB) as a, Instance(nl, 64 * MIB) as b:
+        r, w = os.pipe()
+        r2, w2 = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the exporting process
+            code = 1
+            try:
+                s = session(a)
+                st1, h1, _ = s.alloc_vidmem(8 * MIB)
+                st2, h2, _ = s.alloc_vidmem(4 * MIB)
+                shared = share(s, h1)
+                os.write(w, struct.pack("<IIIIII", st1, st2, shared, s.client, h1, h2))
+                os.read(r2, 1)
+                s.close()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        os.close(r2)
+        sa, sb = session(a), session(b)
+        try:
+            st1, st2, shared, client, h1, h2 = struct.unpack("<IIIIII", os.read(r, 24))
+            assert (st1, st2, shared) == (abi.NV_OK, abi.NV_OK, abi.NV_OK)
+            assert sa.dup(h2, src_client=client)[0] == abi.NV_ERR_INSUFFICIENT_PERMISSIONS  # RM: not shared
+            assert sa.dup(h1, src_client=client)[0] == abi.NV_OK
+            assert gpu_mem(a.get())[0]["used"] == 12 * MIB  # the dup shares the owner's charge
+            refused = b.get()["nr_refused_filter"]
+            assert sb.dup(h1, src_client=client)[0] == abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+            assert b.get()["nr_refused_filter"] == refused + 1  # the module's refusal, counted
+            assert gpu_mem(b.get())[0]["used"] == 0
+            # nor can another instance set a policy on the object
+            buf = bytearray(abi.NVOS57.pack(client, h1, 0, 0, abi.RS_SHARE_TYPE_ALL, 0, 0))
+            assert nvstub.ioctl(sb.ctl, abi.IOCTL_RM_SHARE, buf) == 0
+            assert abi.NVOS57.unpack(buf)[-1] == abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+            assert b.get()["nr_refused_filter"] == refused + 2
+        finally:
+            os.write(w2, b"x")
+            os.close(w2)
+            os.close(r)
+            _, status = os.waitpid(pid, 0)
+            sa.close()
+            sb.close()
+        assert os.waitstatus_to_exitcode(status) == 0

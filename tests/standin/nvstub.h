@@ -103,7 +103,16 @@ struct nvstub_obj {
 	bool md_owner;			/* Memory.isMemDescOwner */
 	struct nvstub_tsg *tsg;		/* KEPLER_CHANNEL_GROUP_A */
 	struct nvstub_chan *chan;	/* HOPPER_CHANNEL_GPFIFO_A */
+	u16 share_type;			/* RM_SHARE's last policy (RS_SHARE_TYPE_*), 0: none */
+	u32 share_target;
 };
+
+/* src/common/sdk/nvidia/inc/rs_access.h */
+#define RS_SHARE_TYPE_ALL		1U
+#define RS_SHARE_TYPE_CLIENT		3U
+#define RS_SHARE_TYPE_PID		4U
+#define RS_SHARE_TYPE_MAX		8U
+#define RS_SHARE_ACTION_FLAG_REVOKE	0x1U
 
 struct nvstub_client {
 	struct nvstub_obj root;		/* handle == client handle, cls 0x41 */
@@ -128,6 +137,7 @@ void nvstub_file_free_clients(struct nvstub_file *nf);
 int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_share(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size);
 u32 nvstub_rm_get_pids(unsigned int gpu, u32 id_type, u32 id, u32 *tbl, u32 *count);
 u32 nvstub_rm_pid_vidmem(unsigned int gpu, u32 pid, u64 *data);

@@ -117,7 +117,7 @@ const u32 nvstub_esc_list[] = {
 	NV_ESC_FREE_OS_EVENT, NV_ESC_CHECK_VERSION_STR, NV_ESC_IOCTL_XFER_CMD,
 	NV_ESC_SYS_PARAMS, NV_ESC_NUMA_INFO, NV_ESC_WAIT_OPEN_COMPLETE,
 	NV_ESC_RM_ALLOC_MEMORY, NV_ESC_RM_FREE, NV_ESC_RM_CONTROL,
-	NV_ESC_RM_ALLOC, NV_ESC_RM_DUP_OBJECT, NV_ESC_RM_MAP_MEMORY,
+	NV_ESC_RM_ALLOC, NV_ESC_RM_DUP_OBJECT, NV_ESC_RM_SHARE, NV_ESC_RM_MAP_MEMORY,
 	NV_ESC_RM_UNMAP_MEMORY, NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO,
 	NVSTUB_ESC_SUBMIT,
 };
@@ -388,6 +388,8 @@ static int nvstub_rm_ioctl(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
 		return nvstub_esc_control(nf, arg, size);
 	case NV_ESC_RM_DUP_OBJECT:
 		return nvstub_esc_dup(nf, arg, size);
+	case NV_ESC_RM_SHARE:
+		return nvstub_esc_share(nf, arg, size);
 	case NV_ESC_RM_MAP_MEMORY:
 		return nvstub_esc_map(nf, arg, size);
 	case NV_ESC_RM_UNMAP_MEMORY:

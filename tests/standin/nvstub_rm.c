@@ -694,6 +694,62 @@ int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size)
 	return 0;
 }
 
+/*
+ * May cl duplicate src (of src_cl)? The default policy lets clients of the
+ * same process (RS_SHARE_TYPE_PID, client_resource.c); an RM_SHARE policy on
+ * the object adds RS_SHARE_TYPE_ALL (any client) or RS_SHARE_TYPE_CLIENT
+ * (its target), as resShareCallback_IMPL (resserv/src/rs_resource.c) does.
+ * Not modelled: OS_SECURITY_TOKEN, SMC_PARTITION, GPU, composed lists.
+ */
+static bool nvstub_share_allows(struct nvstub_client *src_cl, struct nvstub_obj *src,
+				struct nvstub_client *cl)
+{
+	if (src_cl->pid == cl->pid)
+		return true;
+	switch (src->share_type) {
+	case RS_SHARE_TYPE_ALL:
+		return true;
+	case RS_SHARE_TYPE_CLIENT:
+		return src->share_target == cl->root.handle;
+	}
+	return false;
+}
+
+/*
+ * NV_ESC_RM_SHARE (NVOS57, rmapiShare -> serverShareResourceAccess): a share
+ * policy on an object of the caller's client, consulted when another client
+ * duplicates it; REVOKE takes it back. Modelled: the last policy granted.
+ */
+int nvstub_esc_share(struct nvstub_file *nf, void *arg, u32 size)
+{
+	struct nvos57_params *p = arg;
+	struct nvstub_client *cl;
+	struct nvstub_obj *obj;
+
+	if (size != sizeof(*p) || !nvstub_is_ctl(nf))
+		return -EINVAL;
+	cl = nvstub_client_validate(nf, p->h_client, &p->status);
+	if (!cl)
+		return 0;
+	obj = nvstub_obj_get(cl, p->h_object);
+	if (!obj || obj == &cl->root) {
+		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
+		return 0;
+	}
+	if (p->share_type >= RS_SHARE_TYPE_MAX) {
+		p->status = NV_ERR_INVALID_ARGUMENT;
+		return 0;
+	}
+	if (p->share_action & RS_SHARE_ACTION_FLAG_REVOKE) {
+		obj->share_type = 0;
+	} else {
+		obj->share_type = p->share_type;
+		obj->share_target = p->share_target;
+	}
+	p->status = NV_OK;
+	return 0;
+}
+
 /* NV_ESC_RM_DUP_OBJECT (NVOS55). The duplicate is a new object of the same
  * class; memory is shared (nvstub_obj_copy) and stays in the pool until the
  * last duplicate goes.
@@ -726,8 +782,7 @@ int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = NV_ERR_INVALID_OBJECT_PARENT;
 		return 0;
 	}
-	/* default share policy: objects of clients of the same process */
-	if (src_cl->pid != cl->pid) {
+	if (!nvstub_share_allows(src_cl, src, cl)) {
 		p->status = NV_ERR_INSUFFICIENT_PERMISSIONS;
 		return 0;
 	}
