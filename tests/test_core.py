@@ -299,16 +299,19 @@ def test_per_gpu_charges_go_with_dups_orphans_and_the_client(env):
 
 
 def test_memory_under_a_device_we_do_not_know_is_refused(env):
-    """A device RM made under a handle the core did not register (RM chose it and the
-    reply was rewritten before we read it) names no GPU we know: video memory under it
-    would be charged to no GPU's limit, so it is refused as RM refuses an allocation
-    over the limit, whichever node the call comes through."""
+    """Video memory under a parent with no device we registered above it would be
+    charged to no GPU's limit: refused as RM refuses an allocation over the limit,
+    whichever node the call comes through. And no device, TSG or channel gets an
+    RM-chosen handle (the reply naming it can be rewritten before we read it, which
+    would leave the object unregistered: its memory on no GPU, its channels ungated)."""
     core, rm = env
     p = Proc(core, rm)
     assert p.mem(GiB)[0].status == 0
     dp = ctypes.create_string_buffer(56)
-    r, _, _ = p.alloc(p.client, abi.NV01_DEVICE_0, handle=0, params=dp)  # RM picks; the mock writes none
-    assert r.status == 0
+    for parent, klass, prm in ((p.client, abi.NV01_DEVICE_0, dp), (DEV, abi.KEPLER_CHANNEL_GROUP_A, None),
+                               (DEV, abi.HOPPER_CHANNEL_GPFIFO_A, None)):
+        r, _, _ = p.alloc(parent, klass, handle=0, params=prm)
+        assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_ARGUMENT, cs.GS_REFUSE_MALFORMED)
     mp = cs.mem_params(GiB)
     for minor, kind in ((255, cs.GS_FILE_CTL), (0, cs.GS_FILE_GPU)):
         arg = cs.alloc_arg(p.client, 0xBADD0E5, 0x7001 + minor, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp))

@@ -313,6 +313,20 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	/*
+	 * Devices, TSGs and channels carry a handle the caller chose (CUDA
+	 * always names them: the traces). An RM-chosen one arrives in the reply,
+	 * which another thread can rewrite before we read it: such an object
+	 * would go unregistered, and so ungated (a TSG or channel) or its
+	 * memory on no GPU we know (a device).
+	 */
+	if (!p->h_object_new && (p->h_class == NV01_DEVICE_0 ||
+				 gs_obj_kind(p->h_class) == GPUSLICE_OBJ_TSG ||
+				 gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL)) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		gs_put_status(c, st, NV_ERR_INVALID_ARGUMENT);
+		return GS_REPLY;
+	}
 	/* a device without parameters is device 0 (RM: externalClassId - NV01_DEVICE_0) */
 	if (p->h_class == NV01_DEVICE_0 && !p->p_alloc_parms && !(in->gpus & 1))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
