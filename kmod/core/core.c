@@ -247,6 +247,22 @@ static int gs_read_u32(const struct gs_io *io, nv_u64 uaddr, nv_u32 *v)
  *  - NV83DE_ALLOC_PARAMETERS.hAppClient: a debugger session on another
  *    client's contexts (memory and registers).
  */
+/*
+ * A device's GPU (NV0080_ALLOC_PARAMETERS.deviceId, 0 without parameters) is
+ * decided here, on the copy RM reads: after RM's reply the block is the
+ * caller's to rewrite (shadow.c), so gs_post_alloc() takes it from c->priv[3].
+ * A GPU that is not the instance's is refused, although RM would refuse it
+ * too (device.c, osIsGpuAccessible()): a call whose answer is lost is taken
+ * as made.
+ */
+static enum gs_verdict gs_pre_device_gpu(struct gs_inst *in, struct gs_call *c, nv_u32 gpu)
+{
+	if (gpu >= GPUSLICE_MAX_GPUS || !(in->gpus >> gpu & 1))
+		return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
+	c->priv[3] = gpu;
+	return GS_PASS;
+}
+
 static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c,
 					    const struct gs_io *io, const struct nvos64_params *p)
 {
@@ -266,17 +282,8 @@ static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *
 		return GS_REPLY;
 	}
 	if (p->h_class == NV01_DEVICE_0) {
-		/*
-		 * The GPU is decided here, on the copy RM reads: after RM's
-		 * reply the block is the caller's to rewrite (shadow.c). A
-		 * device of a GPU that is not the instance's is refused, even
-		 * though RM would refuse it too (device.c, osIsGpuAccessible()):
-		 * a call whose answer is lost is taken as made.
-		 */
-		if (u.dev.device_id >= GPUSLICE_MAX_GPUS || !(in->gpus >> u.dev.device_id & 1))
-			return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
-		c->priv[1] = 1;
-		c->priv[3] = u.dev.device_id;
+		if (gs_pre_device_gpu(in, c, u.dev.device_id) != GS_PASS)
+			return GS_REPLY;
 		named[0] = u.dev.h_client_share;
 		named[1] = u.dev.h_target_client;
 	} else if (p->h_class == NV01_EVENT_OS_EVENT) {
@@ -328,8 +335,8 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return GS_REPLY;
 	}
 	/* a device without parameters is device 0 (RM: externalClassId - NV01_DEVICE_0) */
-	if (p->h_class == NV01_DEVICE_0 && !p->p_alloc_parms && !(in->gpus & 1))
-		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	if (p->h_class == NV01_DEVICE_0 && !p->p_alloc_parms)
+		return gs_pre_device_gpu(in, c, 0);
 	if (p->p_alloc_parms && (p->h_class == NV01_DEVICE_0 || p->h_class == NV01_EVENT_OS_EVENT ||
 				 p->h_class == GT200_DEBUGGER))
 		return gs_pre_other_clients(in, c, io, p);
@@ -720,7 +727,7 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	 * probe order (NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2 maps one to the other).
 	 */
 	if (o.klass == NV01_DEVICE_0)
-		o.gpu = c->priv[1] ? (nv_u32)c->priv[3] : 0;	/* gs_pre_other_clients() */
+		o.gpu = (nv_u32)c->priv[3];	/* gs_pre_device_gpu() */
 	/* engine type from the allocation parameters (nvrm_abi.h) */
 	if (o.obj_kind == GPUSLICE_OBJ_TSG && req->p_alloc_parms && io)
 		gs_read_u32(io, req->p_alloc_parms + 12, &o.engine);
