@@ -320,7 +320,7 @@ def test_memory_under_a_device_we_do_not_know_is_refused(env):
     assert core.stats()["used"] == GiB
 
 
-def _status_driver(rm, status: int):
+def _status_driver(status: int):
     """RM answering ``status`` for an RM_ALLOC (NVOS64 status at 40), creating nothing."""
     def drv(arg: bytearray) -> int:
         struct.pack_into("<I", arg, 40, status)
@@ -340,7 +340,7 @@ def test_a_failed_alloc_under_a_live_handle_uncharges_nothing(env):
     for klass, params in ((abi.KEPLER_CHANNEL_GROUP_A, ctypes.create_string_buffer(64)),
                           (abi.NV01_MEMORY_LOCAL_USER, cs.mem_params(4096))):
         arg = cs.alloc_arg(p.client, DEV, h, klass, cs.addr(params))
-        core.call(ALLOC, arg, _status_driver(rm, abi.NV_ERR_INVALID_ADDRESS))
+        core.call(ALLOC, arg, _status_driver(abi.NV_ERR_INVALID_ADDRESS))
         assert core.stats()["used"] >= GiB, klass
     assert p.mem(MiB)[0].refusal == cs.GS_REFUSE_QUOTA
 
@@ -365,7 +365,7 @@ def test_a_device_is_on_the_gpu_rm_was_asked_for(env):
     struct.pack_into("<I", dp, 0, 1)
     for status in (0, abi.NV_ERR_INVALID_ADDRESS):  # refused whatever RM would answer
         arg = cs.alloc_arg(p.client, p.client, 0xD3, abi.NV01_DEVICE_0, cs.addr(dp))
-        r = core.call(ALLOC, arg, _status_driver(rm, status))
+        r = core.call(ALLOC, arg, _status_driver(status))
         assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_FOREIGN)
     assert 0xD3 not in {o["handle"] for o in core.objects()}
     assert core.gpu_mem()[1]["limit"] == 0  # and nothing could be charged there

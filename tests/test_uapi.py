@@ -77,6 +77,7 @@ def test_kinds_events_and_defines(header: str) -> None:
     assert int(d["GPUSLICE_SHARE_FULL"]) == N.SHARE_FULL
     assert int(d["GPUSLICE_WEIGHT_MAX"]) == N.WEIGHT_MAX
     assert int(d["GPUSLICE_LOCK_HIST_BUCKETS"]) == N.LOCK_HIST_BUCKETS
+    assert int(d["GPUSLICE_MAX_GPUS"]) == N.MAX_GPUS
 
 
 def nla(typ: int, payload: bytes) -> bytes:

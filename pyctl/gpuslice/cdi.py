@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from .netlink import gpus_of
+
 CDI_VERSION = "0.5.0"
 KIND = "gpuslice.dev/gpu"
 DEV_ROOT = "/dev/gpuslice"
@@ -71,8 +73,7 @@ def instances_from_netlink(replies: Iterable[Mapping[str, Any]]) -> list[Instanc
     for d in replies:
         if "name" not in d:
             continue
-        mask = int(d.get("gpu_mask", 0))
-        out.append(Instance(d["name"], tuple(g for g in range(32) if mask >> g & 1)))
+        out.append(Instance(d["name"], tuple(gpus_of(int(d.get("gpu_mask", 0))))))
     return sorted(out, key=lambda i: i.name)
 
 

@@ -368,8 +368,9 @@ def instance_show(ctx: click.Context, name: str) -> None:
     shares = {g: compute_shares(st.policy_of(g).policy, st.claims(g), {c.name for c in st.claims(g)}).get(name, 0.0)
               for g in i.gpus}
     lock = lock_summary(k)
+    gm = gpu_mem(k)
     data = {**inst_json(i), "policy": {str(g): st.policy_of(g).policy for g in i.gpus},
-            "gpu_mem": {str(g): v for g, v in gpu_mem(k).items()} if k else None,
+            "gpu_mem": {str(g): v for g, v in gm.items()} if k else None,
             "share_when_all_busy": {str(g): s for g, s in shares.items()}, "kernel": k or None,
             "lock": lock or None}
 
@@ -377,7 +378,6 @@ def instance_show(ctx: click.Context, name: str) -> None:
         r = inst_row(i)
         lines = [("name", i.name), ("gpus", r["gpus"]), ("memory", r["memory"]), ("weight", str(i.weight)),
                  ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-")]
-        gm = gpu_mem(k) if k else {}
         for g in i.gpus:
             m = gm.get(g)
             lines.append((f"gpu{g} memory", f"{units.format_size(m['used'])} used of {units.format_size(m['limit'])}"

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from .netlink import LOCK_HIST_BUCKETS, gpu_mem, hist_bucket_ns
+from .netlink import LOCK_HIST_BUCKETS, gpu_mem, gpus_of, hist_bucket_ns
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -89,8 +89,7 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
     info = GaugeMetricFamily("gpuslice_instance_info", "An instance and its GPUs (always 1).",
                              labels=["instance", "gpus"])
     for d in insts:
-        mask = int(d.get("gpu_mask", 0))
-        info.add_metric([d["name"], ",".join(str(g) for g in range(32) if mask >> g & 1)], 1)
+        info.add_metric([d["name"], ",".join(map(str, gpus_of(int(d.get("gpu_mask", 0)))))], 1)
     out.append(info)
     out += [
         gauge("gpuslice_instance_memory_limit_bytes", "Video memory limit of the instance.", "mem_limit"),

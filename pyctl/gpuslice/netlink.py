@@ -345,10 +345,14 @@ def gpu_mem(d: Mapping[str, Any]) -> dict[int, dict[str, int]]:
     """{gpu: {limit, used, peak}} of an INSTANCE_GET reply, for the GPUs of its mask."""
     if "gpu_mem_limit" not in d:
         return {}
-    mask = int(d.get("gpu_mask", 0))
     lim, used, peak = (d.get(k) or [0] * MAX_GPUS for k in ("gpu_mem_limit", "gpu_mem_used", "gpu_mem_peak"))
     return {g: {"limit": int(lim[g]), "used": int(used[g]), "peak": int(peak[g])}
-            for g in range(min(MAX_GPUS, len(lim))) if mask >> g & 1}
+            for g in gpus_of(int(d.get("gpu_mask", 0))) if g < len(lim)}
+
+
+def gpus_of(mask: int) -> list[int]:
+    """The GPUs of a GPU_MASK, in order (the inverse of mask_of)."""
+    return [g for g in range(MAX_GPUS) if mask >> g & 1]
 
 
 def mask_of(gpus: Iterable[int]) -> int:

@@ -166,17 +166,16 @@ class Reconciler:
 def netlink_slices(nl: Any) -> Callable[[], list[Slice]]:
     """Instances as the module reports them (INSTANCE_GET dump)."""
 
-    from .netlink import gpu_mem
+    from .netlink import gpu_mem, gpus_of
 
     def get() -> list[Slice]:
         out = []
         for d in nl.instances():
-            mask = int(d.get("gpu_mask", 1))
             # video memory is limited per GPU: the instance may hold the sum of its GPUs'
             limit = sum(g["limit"] for g in gpu_mem(d).values()) or int(d["mem_limit"])
             out.append(Slice(str(d["name"]), limit, int(d.get("mem_used", 0)),
                              frozenset(int(p) for p in d.get("pids", [])),
-                             frozenset(g for g in range(32) if mask >> g & 1)))
+                             frozenset(gpus_of(int(d.get("gpu_mask", 1))))))
         return out
 
     return get

@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+from .netlink import MAX_GPUS
 from .policy import POLICIES, PRIORITIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
 
 DEFAULT_PATH = "/var/lib/gpuslice/state.json"
@@ -33,7 +34,6 @@ DEFAULT_POLICY = "burst"
 DEFAULT_PERIOD_NS = 50_000_000
 PERIOD_MIN_NS = 1_000_000
 PERIOD_MAX_NS = 10_000_000_000
-MAX_GPUS = 32
 NAME_RE = re.compile(r"[a-zA-Z0-9_.-]{1,31}")
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from .netlink import MAX_GPUS
+
 _SIZE_UNITS: dict[str, int] = {
     "": 1,
     "b": 1,
@@ -70,7 +72,7 @@ def parse_memory(text: str) -> tuple[int, dict[int, int]]:
     for part in text.split(","):
         gpu, sep, size = part.partition("=")
         gpu = gpu.strip()
-        if not sep or not gpu.isdigit() or not 0 <= int(gpu) < 32:
+        if not sep or not gpu.isdigit() or not 0 <= int(gpu) < MAX_GPUS:
             raise ValueError(f"not GPU=SIZE: {part!r} in {text!r} (e.g. 0=8GiB,1=4GiB)")
         if int(gpu) in per:
             raise ValueError(f"GPU {int(gpu)} given twice in {text!r}")
