@@ -686,10 +686,16 @@ def test_global_controls_refused(env, cmd):
 
 @pytest.mark.parametrize("cmd", [abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
                                  abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD])
-def test_export_import_controls_refused(env, cmd):
+def test_export_import_naming_no_file_of_the_instance_refused(env, cmd):
+    """The glue found no nvidiactl of the caller's instance at the fd (fd_file_id 0):
+    tests/test_core_export.py has the rest."""
     core, rm = env
     p = Proc(core, rm)
-    r, _ = p.control(p.client, cmd)
+    params = ctypes.create_string_buffer(24)
+    struct.pack_into("<I", params, 0 if cmd == abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD else 4,
+                     abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM)
+    size = 24 if cmd == abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD else 20
+    r, _ = p.control(p.client, cmd, params, size)
     assert r.refusal == cs.GS_REFUSE_FOREIGN and r.status == PERM
 
 

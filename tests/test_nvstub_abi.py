@@ -58,6 +58,15 @@ PROBE_EXPRS = {
     "NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB": "NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB",
     "NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE": "NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE",
     "UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE": "UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE",
+    "NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO": "NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO",
+    "EXPORT_OBJECT_TO_FD_SIZE": "sizeof(struct nv0000_export_object_to_fd_params)",
+    "IMPORT_OBJECT_FROM_FD_SIZE": "sizeof(struct nv0000_import_object_from_fd_params)",
+    "GET_EXPORT_OBJECT_INFO_SIZE": "sizeof(struct nv0000_get_export_object_info_params)",
+    "EXPORT_OBJECTS_TO_FD_SIZE": "sizeof(struct nv0000_export_objects_to_fd_params)",
+    "EXPORT_OBJECTS_TO_FD_NUM": "offsetof(struct nv0000_export_objects_to_fd_params, num_objects)",
+    "EXPORT_OBJECTS_TO_FD_OBJECTS": "offsetof(struct nv0000_export_objects_to_fd_params, objects)",
+    "IMPORT_OBJECTS_FROM_FD_SIZE": "sizeof(struct nv0000_import_objects_from_fd_params)",
+    "IMPORT_OBJECTS_FROM_FD_NUM": "offsetof(struct nv0000_import_objects_from_fd_params, num_objects)",
 }
 
 
@@ -126,3 +135,15 @@ def test_pid_controls_and_vidmem_attrs(probe: dict[str, int]) -> None:
     assert probe["GET_PID_INFO_SIZE"] == abi.GET_PID_INFO_SIZE == 14408
     assert probe["PID_INFO_SIZE"] == abi.PID_INFO.size == 72
     assert probe["PID_INFO_DATA_OFFSET"] == 16 and probe["PID_INFO_CI_OFFSET"] == 64
+
+
+def test_export_import_layouts(probe: dict[str, int]) -> None:
+    """The NV0000 OS_UNIX export/import parameters (ctrl0000unix.h) and their mirrors, at the
+    offsets kmod/core/export.c reads."""
+    assert probe["EXPORT_OBJECT_TO_FD_SIZE"] == abi.EXPORT_OBJECT_TO_FD.size == 24
+    assert probe["IMPORT_OBJECT_FROM_FD_SIZE"] == abi.IMPORT_OBJECT_FROM_FD.size == 20
+    assert probe["GET_EXPORT_OBJECT_INFO_SIZE"] == abi.GET_EXPORT_OBJECT_INFO.size == 80
+    assert probe["EXPORT_OBJECTS_TO_FD_SIZE"] == abi.EXPORT_OBJECTS_TO_FD.size == 2128
+    assert (probe["EXPORT_OBJECTS_TO_FD_OBJECTS"], probe["EXPORT_OBJECTS_TO_FD_NUM"]) == (76, 2124)
+    assert probe["IMPORT_OBJECTS_FROM_FD_SIZE"] == abi.IMPORT_OBJECTS_FROM_FD.size == 652
+    assert probe["IMPORT_OBJECTS_FROM_FD_NUM"] == 648

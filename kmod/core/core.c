@@ -83,6 +83,8 @@ void gs_inst_free(struct gs_inst *in)
 {
 	if (!in)
 		return;
+	while (in->exports)
+		gs_export_free_file(in, in->exports->file_id);
 	gs_obj_free_all(in);
 	gs_mutex_destroy(&in->lock);
 	gs_free(in);
@@ -197,6 +199,7 @@ void gs_file_closed(struct gs_inst *in, nv_u64 file_id)
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
 	gs_obj_free_file(in, file_id, &q);
+	gs_export_free_file(in, file_id);
 	gs_unlock(&in->lock);
 	gs_evq_flush(in, &q);
 }
@@ -357,6 +360,16 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	c->what = p->cmd;
 	if (!gs_is_client(in, p->h_client))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	if (gs_export_control(p->cmd)) {
+		nv_u32 status;
+
+		r = gs_export_pre(in, c, io, p, &status);
+		if (r == GS_REFUSE_NONE && status == NV_OK)
+			return GS_PASS;
+		c->refusal = r;
+		gs_put_status(c, st, status);
+		return GS_REPLY;
+	}
 	r = gs_filter_control(in, c, io, p);
 	if (r == GS_REFUSE_NONE && !gs_virt_control_readable(io, p))
 		r = GS_REFUSE_MALFORMED;
@@ -578,9 +591,8 @@ static int gs_creates_object(const struct gs_call *c)
 
 static void gs_spares_free(struct gs_call *c)
 {
-	gs_free(c->spare_obj);
+	gs_export_spares_free(c);	/* and the list of spare_obj */
 	gs_free(c->spare_mem);
-	c->spare_obj = NULL;
 	c->spare_mem = NULL;
 }
 
@@ -589,12 +601,13 @@ static void gs_spares_free(struct gs_call *c)
  * the driver runs: a call whose records cannot be had fails here, cleanly,
  * instead of RM creating something the core then cannot account for.
  */
-static int gs_spares_alloc(struct gs_call *c)
+static int gs_spares_alloc(struct gs_call *c, const struct gs_io *io)
 {
 	c->spare_obj = NULL;
 	c->spare_mem = NULL;
+	c->spare_exp = NULL;
 	if (!gs_creates_object(c))
-		return 0;
+		return gs_export_spares_alloc(c, io);
 	c->spare_obj = gs_zalloc(sizeof(*c->spare_obj));
 	if (c->escape == NV_ESC_RM_ALLOC)
 		c->spare_mem = gs_zalloc(sizeof(*c->spare_mem));
@@ -618,7 +631,7 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	c->refusal = GS_REFUSE_NONE;
 	c->reserved = 0;
 	memset(c->priv, 0, sizeof(c->priv));
-	if (gs_spares_alloc(c)) {
+	if (gs_spares_alloc(c, io)) {
 		c->err = ENOMEM;
 		return GS_FAIL;
 	}
@@ -822,8 +835,9 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
 	if (ret != 0) {
-		/* the driver did not run the call: only a reservation to drop */
+		/* the driver did not run the call: only reservations to drop */
 		gs_quota_release(in, c);
+		gs_export_abort(in, c);
 		goto out;
 	}
 	switch (c->escape) {
@@ -838,6 +852,8 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 		if (!c->reply_lost)
 			gs_virt_control_post(in, c, io, (const void *)c->checked);
 		gs_post_schedule(in, c, &q);
+		if (gs_export_control(((const struct nvos54_params *)c->checked)->cmd))
+			gs_export_post(in, c, (const void *)c->checked, c->status, &q);
 		break;
 	}
 	case NV_ESC_RM_FREE: {

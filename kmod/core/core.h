@@ -65,6 +65,7 @@ struct gs_io {
 /* one ioctl, from gs_pre() to gs_post() */
 struct gs_obj;
 struct gs_mem;
+struct gs_export;
 
 struct gs_call {
 	/* filled by the glue */
@@ -102,8 +103,16 @@ struct gs_call {
 	 * object, allocated by gs_pre() before the driver runs: once RM has
 	 * acted, the core's record of it cannot fail to be made.
 	 */
-	struct gs_obj *spare_obj;
+	struct gs_obj *spare_obj;	/* a list, through ->next, for an import of several */
 	struct gs_mem *spare_mem;
+	struct gs_export *spare_exp;	/* export.c: what an export or import will record */
+	/*
+	 * Set by the glue for a call that names an fd (gs_call_fd()): the id
+	 * of the file the fd named if it is a nvidiactl node of the caller's
+	 * instance, which the driver then sees at that fd for the whole call;
+	 * 0 for any other file (another instance's, not ours, no file).
+	 */
+	nv_u64 fd_file_id;
 	/*
 	 * The block as gs_pre() checked it. User memory can be rewritten by
 	 * another thread at any time, so gs_post() takes what the caller
@@ -228,6 +237,13 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 int gs_block_decided(const struct gs_call *c);
 /* 1 and *n set if c's argument block (req, kind, arg, arg_size) points at one */
 int gs_nested(const struct gs_call *c, struct gs_nested *n);
+/*
+ * 1 and *fd set if c names a file descriptor that RM resolves in the
+ * caller's fd table (the NV0000 OS_UNIX export and import controls, whose
+ * fd holds exported objects): the glue then sets c->fd_file_id before
+ * gs_pre(). io: the nested block, as for gs_pre().
+ */
+int gs_call_fd(const struct gs_call *c, const struct gs_io *io, nv_s32 *fd);
 /* Account for / rewrite the reply of a call GS_PASS sent to the driver; ret: its return */
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret);
 /* The file died (close, process exit, kill -9): RM frees every client it owned. */

@@ -20,6 +20,7 @@
  */
 #define GS_MAX_CHANNELS	1024	/* a CUDA context makes 20 (traces) */
 #define GS_MAX_OBJECTS	65536
+#define GS_MAX_EXPORTS	4096	/* objects exported to fds (CUDA: one per shareable handle) */
 /* the most RM's reported size of an allocation exceeds its page-rounded size (traces) */
 #define GS_RM_PAD_MAX	(2ull << 20)
 
@@ -36,6 +37,26 @@ struct gs_mem {
 	nv_u32 refs;
 	nv_u32 gpu;		/* video memory: its GPU, < GPUSLICE_MAX_GPUS */
 	int sys;		/* pinned system memory (NV01_MEMORY_SYSTEM) */
+};
+
+/*
+ * An RM object exported to a nvidiactl file (export.c): RM keeps a duplicate
+ * of it in its own export client, alive until that file is released, so its
+ * memory stays charged (mem->refs) until then. A slot, once exported, does not
+ * change until the file goes. Also, in gs_call.spare_exp, what an export or
+ * import call will record.
+ */
+struct gs_export {
+	struct gs_export *next;
+	nv_u64 file_id;		/* the nvidiactl file holding it (RM: nvfp->handles[]) */
+	nv_u32 slot;		/* its index there */
+	const struct gs_call *pending;	/* the export call between its gs_pre() and gs_post() */
+	nv_handle client;	/* exported: the object; imported: where it goes */
+	nv_handle parent;
+	nv_handle handle;
+	nv_u32 klass;
+	nv_u32 gpu;
+	struct gs_mem *mem;	/* counted memory, NULL for the rest */
 };
 
 struct gs_obj {
@@ -68,6 +89,8 @@ struct gs_inst {
 	nv_u64 nr_refused_filter;
 	nv_u32 nr_objects;
 	nv_u32 nr_channels;
+	struct gs_export *exports;	/* export.c */
+	nv_u32 nr_exports;
 	struct gs_obj *hash[GS_HASH_SIZE];
 	struct gs_hash_key hash_key;	/* secret: handles are the caller's to pick */
 };
@@ -126,6 +149,17 @@ enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass);
 enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 				  const struct nvos54_params *p);
 int gs_control_allowed(nv_u32 cmd);
+
+/* export.c */
+int gs_export_control(nv_u32 cmd);
+int gs_export_spares_alloc(struct gs_call *c, const struct gs_io *io);
+void gs_export_spares_free(struct gs_call *c);
+enum gs_refusal gs_export_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			      const struct nvos54_params *p, nv_u32 *status);
+void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct nvos54_params *p,
+		    nv_u32 status, struct gs_evq *q);
+void gs_export_abort(struct gs_inst *in, struct gs_call *c);
+void gs_export_free_file(struct gs_inst *in, nv_u64 file_id);
 
 /* virt.c */
 int gs_virt_control_readable(const struct gs_io *io, const struct nvos54_params *p);

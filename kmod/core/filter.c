@@ -23,12 +23,11 @@
  *    GS_REFUSE_FOREIGN (the denial-of-service path of FINDINGS.md); naming
  *    only its own: GS_REFUSE_GLOBAL, since gating belongs to the scheduler and
  *    a container re-enabling its own channels would undo it;
- *  - exporting / importing RM objects through fds (NV0000 OS_UNIX controls and
- *    the EXPORT/IMPORT escapes): GS_REFUSE_FOREIGN. The core cannot tell which
- *    instance exported an fd (fds are per process and travel over sockets), so
- *    it lets none through: cudaIpc* and VMM shareable handles do not work
- *    inside an instance. Making them work within one instance needs the glue
- *    to resolve the fd to its export object and the core to record exports;
+ *  - the NV0000 OS_UNIX export and import controls are decided in export.c
+ *    (the fd they name must be a nvidiactl node of the caller's instance);
+ *    the deprecated CREATE_EXPORT_OBJECT_FD, which sets an export file up
+ *    without exporting (os.c), and the EXPORT/IMPORT escapes:
+ *    GS_REFUSE_FOREIGN;
  *  - IOCTL_XFER_CMD: it wraps another escape whose block the core would not
  *    see, so it would bypass everything here: GS_REFUSE_ESCAPE.
  */
@@ -187,13 +186,12 @@ static const nv_u32 gs_global_controls[] = {
 	NV2080_CTRL_CMD_GPU_UNMARK_DEVICE_FOR_DRAIN_AND_RESET,
 };
 
-/* controls that move RM objects between processes through fds */
+/*
+ * controls that move RM objects between processes through fds and that
+ * export.c does not decide on
+ */
 static const nv_u32 gs_export_controls[] = {
-	NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
-	NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD,
-	NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD,
-	NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
-	NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD,
+	NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD,	/* deprecated in 580 (os.c) */
 };
 
 /* classes seen in the traces (RM_ALLOC), plus the other two root classes */

@@ -97,6 +97,7 @@ typedef uint32_t nv_handle;
 #define NV_ERR_INVALID_OBJECT_PARENT		0x36
 #define NV_ERR_INVALID_OPERATION		0x38
 #define NV_ERR_INVALID_PARAM_STRUCT		0x3A
+#define NV_ERR_INVALID_PARAMETER		0x3B
 #define NV_ERR_INVALID_POINTER			0x3D
 #define NV_ERR_INVALID_REQUEST			0x3F
 #define NV_ERR_INVALID_STATE			0x40
@@ -479,6 +480,66 @@ struct nva06c_ctrl_timeslice_params {
 #define NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD	0x00003d0a
 #define NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD	0x00003d0b
 #define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD	0x00003d0c
+#define NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO	0x00003d08
+#define NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM	1
+#define NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_FLAGS_EMPTY_FD	0x1
+#define NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS	512
+#define NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS	128
+#define NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE	64
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE	0
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM	1
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_SYSMEM	2
+
+/* NV0000_CTRL_OS_UNIX_EXPORT_OBJECT: type, then the RM object (ctrl0000unix.h) */
+struct nv0000_os_unix_export_object {
+	nv_u32 type;
+	nv_handle h_device;
+	nv_handle h_parent;
+	nv_handle h_object;
+};
+
+/* NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS, 24 bytes */
+struct nv0000_export_object_to_fd_params {
+	struct nv0000_os_unix_export_object object;
+	nv_s32 fd;		/* a nvidiactl file to hold the export */
+	nv_u32 flags;
+};
+
+/* NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS, 20 bytes */
+struct nv0000_import_object_from_fd_params {
+	nv_s32 fd;
+	struct nv0000_os_unix_export_object object;	/* h_parent, h_object: where it goes */
+};
+
+/* NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS, 80 bytes */
+struct nv0000_get_export_object_info_params {
+	nv_s32 fd;
+	nv_u32 device_instance;
+	nv_u32 gpu_instance_id;
+	nv_u16 max_objects;
+	nv_u8 metadata[NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE];
+};
+
+/* NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, 2128 bytes */
+struct nv0000_export_objects_to_fd_params {
+	nv_s32 fd;
+	nv_handle h_device;
+	nv_u16 max_objects;
+	nv_u8 metadata[NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE];
+	nv_handle objects[NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS];
+	nv_u16 num_objects;
+	nv_u16 index;
+};
+
+/* NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, 652 bytes */
+struct nv0000_import_objects_from_fd_params {
+	nv_s32 fd;
+	nv_handle h_parent;
+	nv_handle objects[NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS];
+	nv_u8 object_types[NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS];
+	nv_u16 num_objects;
+	nv_u16 index;
+};
 /* RMCTRL_FLAGS_* (src/nvidia/inc/kernel/rmapi/control.h) */
 #define RMCTRL_FLAGS_PRIVILEGED		0x4
 #define RMCTRL_FLAGS_NON_PRIVILEGED	0x8

@@ -183,7 +183,7 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 		/* a stale entry under the same key: RM freed it without us seeing it */
 		gs_obj_free_tree(in, o->client, o->handle, q);
 	}
-	c->spare_obj = NULL;
+	c->spare_obj = ob->next;	/* an import of several has one each */
 
 	ob->o = *o;
 	ob->mem = mem;

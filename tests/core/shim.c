@@ -18,6 +18,7 @@ static int t_nevents;
 static pthread_mutex_t t_ev_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t t_bad_lo, t_bad_hi;
 static uint32_t t_ns_pid;	/* gs_call.ns_pid of the next calls */
+static uint64_t t_fd_file_id;	/* gs_call.fd_file_id of the next calls */
 
 static void t_event(void *ctx, const struct gs_event *ev)
 {
@@ -55,6 +56,20 @@ static const struct gs_io t_io = { .read = t_read, .write = t_write };
 void t_set_ns_pid(uint32_t ns_pid)
 {
 	t_ns_pid = ns_pid;
+}
+
+void t_set_fd_file_id(uint64_t id)
+{
+	t_fd_file_id = id;
+}
+
+/* gs_call_fd() of a control block: the fd it names, or -1000 */
+int32_t t_call_fd(uint32_t req, void *arg, uint32_t arg_size)
+{
+	struct gs_call c = { .kind = GS_FILE_CTL, .req = req, .arg = arg, .arg_size = arg_size };
+	nv_s32 fd;
+
+	return gs_call_fd(&c, &t_io, &fd) ? fd : -1000;
 }
 
 void t_set_bad(uint64_t lo, uint64_t hi)
@@ -115,6 +130,7 @@ struct gs_call *t_pre(struct gs_inst *in, int kind, uint32_t minor, uint32_t req
 	c->file_id = file_id;
 	c->pid = pid;
 	c->ns_pid = t_ns_pid;
+	c->fd_file_id = t_fd_file_id;
 	out[0] = gs_pre(in, c, &t_io);
 	out[1] = (int32_t)c->status;
 	out[2] = c->err;

@@ -1,0 +1,445 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * export.c - RM objects shared through file descriptors, within an instance.
+ *
+ * cuMemExportToShareableHandle(POSIX_FD), cudaIpc* on recent drivers and
+ * NCCL's cuMem path hand memory to another process this way (580,
+ * src/nvidia/arch/nvalloc/unix/src/os.c):
+ *  - EXPORT_OBJECT_TO_FD / EXPORT_OBJECTS_TO_FD: RM duplicates the caller's
+ *    object into an export client of its own (rmobjexportimport.c,
+ *    RmExportObject()) and keeps that duplicate in slot N of the nvidiactl
+ *    file params.fd names (nvfp->handles[N]) until that file is released
+ *    (osapi.c, rm_cleanup_file_private() -> RmFreeObjExportHandle());
+ *  - IMPORT_OBJECT(S)_FROM_FD: RM duplicates what slot N of params.fd holds
+ *    into the caller's client (RmImportObject()), whoever exported it;
+ *  - GET_EXPORT_OBJECT_INFO: what the file holds (device, metadata).
+ *
+ * The fd travels between processes (SCM_RIGHTS), so the file decides, not the
+ * process: the glue resolves params.fd to one of its files and makes the
+ * driver see exactly that file at that fd for the call (gs_call.fd_file_id,
+ * kmod/ioctl.c). A file that is not a nvidiactl node of the caller's instance
+ * is refused (GS_REFUSE_FOREIGN): another instance's export cannot be
+ * imported, and another instance's file cannot be made to hold this one's.
+ *
+ * Accounting. An export holds the memory as long as its file lives, past the
+ * exporter's handle and process, so each exported slot holds a reference on
+ * the memory's charge (struct gs_export), dropped when the file is reaped
+ * (gs_file_closed(), after RM freed its duplicate). An import shares that
+ * charge, as RM_DUP_OBJECT's duplicate does. So that what RM imports is what
+ * the core counted:
+ *  - the reference is taken in gs_pre(), so a free racing the export cannot
+ *    uncharge the memory before the export is recorded;
+ *  - only registered objects are exported (anything else would leave the
+ *    memory behind it uncounted once its client goes);
+ *  - a slot is written once: an export into a slot the core holds or is
+ *    filling is refused, and an import of a slot it does not hold is answered
+ *    as RM answers an empty one, without the driver;
+ *  - imports carry handles the caller chose;
+ *  - the reply's status is not trusted to undo anything (another thread can
+ *    rewrite the reply once the driver has begun writing it, kmod/shadow.c):
+ *    an export that fails keeps its slot and its charge until the file goes,
+ *    and an import that fails registers its handles unless they are taken.
+ *    Either costs a failing caller a charge it may not need, never the limit.
+ */
+#include "core_int.h"
+
+/* offsets in the controls' parameters (nvrm_abi.h, ctrl0000unix.h) */
+#define GS_EXP1_FD	16	/* nv0000_export_object_to_fd_params.fd */
+#define GS_EXPN_OBJECTS	76
+#define GS_EXPN_NUM	2124
+#define GS_IMPN_PARENT	4
+#define GS_IMPN_OBJECTS	8
+#define GS_IMPN_NUM	648
+
+int gs_export_control(nv_u32 cmd)
+{
+	switch (cmd) {
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD:
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD:
+	case NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO:
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD:
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD:
+		return 1;
+	}
+	return 0;
+}
+
+static nv_u32 gs_export_params_size(nv_u32 cmd)
+{
+	switch (cmd) {
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD:
+		return sizeof(struct nv0000_export_object_to_fd_params);
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD:
+		return sizeof(struct nv0000_import_object_from_fd_params);
+	case NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO:
+		return sizeof(struct nv0000_get_export_object_info_params);
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD:
+		return sizeof(struct nv0000_export_objects_to_fd_params);
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD:
+		return sizeof(struct nv0000_import_objects_from_fd_params);
+	}
+	return 0;
+}
+
+static const struct nvos54_params *gs_export_call(const struct gs_call *c)
+{
+	const struct nvos54_params *p = c->arg;
+
+	if (c->kind == GS_FILE_UVM || !c->arg || NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC ||
+	    NV_IOC_NR(c->req) != NV_ESC_RM_CONTROL || c->arg_size < sizeof(*p) ||
+	    !gs_export_control(p->cmd))
+		return NULL;
+	return p;
+}
+
+static int gs_export_read(const struct gs_io *io, const struct nvos54_params *p, nv_u32 off,
+			  void *dst, nv_u32 len)
+{
+	if (!io || !p->params || off + len > p->params_size)
+		return -1;
+	return io->read(io->ctx, p->params + off, dst, len) ? -1 : 0;
+}
+
+int gs_call_fd(const struct gs_call *c, const struct gs_io *io, nv_s32 *fd)
+{
+	const struct nvos54_params *p = gs_export_call(c);
+	nv_u32 off;
+
+	if (!p)
+		return 0;
+	off = p->cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ? GS_EXP1_FD : 0;
+	return gs_export_read(io, p, off, fd, sizeof(*fd)) == 0;
+}
+
+/*
+ * The slots a call names: *first and how many (0: none the core records,
+ * RM refuses the call or it names none). -1: the parameters are unreadable
+ * or not of the control's size.
+ */
+static int gs_export_slots(const struct gs_io *io, const struct nvos54_params *p,
+			   nv_u32 *first)
+{
+	struct nv0000_os_unix_export_object obj;
+	nv_u16 nr[2];
+	nv_u32 flags;
+
+	*first = 0;
+	if (p->params_size != gs_export_params_size(p->cmd))
+		return -1;
+	switch (p->cmd) {
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD:
+		if (gs_export_read(io, p, 0, &obj, sizeof(obj)) ||
+		    gs_export_read(io, p, GS_EXP1_FD + 4, &flags, sizeof(flags)))
+			return -1;
+		/* os.c: RM answers NV_ERR_INVALID_PARAMETER to these */
+		if (obj.type != NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM ||
+		    (flags & NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_FLAGS_EMPTY_FD))
+			return 0;
+		return 1;
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD:
+		if (gs_export_read(io, p, 4, &obj, sizeof(obj)))
+			return -1;
+		return obj.type == NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM;
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD:
+		if (gs_export_read(io, p, GS_EXPN_NUM, nr, sizeof(nr)))
+			return -1;
+		*first = nr[1];
+		return nr[0] <= NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS ? nr[0] : 0;
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD:
+		if (gs_export_read(io, p, GS_IMPN_NUM, nr, sizeof(nr)))
+			return -1;
+		*first = nr[1];
+		return nr[0] <= NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS ? nr[0] : 0;
+	}
+	return 0;
+}
+
+static int gs_is_import(nv_u32 cmd)
+{
+	return cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD ||
+	       cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD;
+}
+
+void gs_export_spares_free(struct gs_call *c)
+{
+	struct gs_export *e;
+	struct gs_obj *ob;
+
+	while ((e = c->spare_exp)) {
+		c->spare_exp = e->next;
+		gs_free(e);
+	}
+	while ((ob = c->spare_obj)) {
+		c->spare_obj = ob->next;
+		gs_free(ob);
+	}
+}
+
+/*
+ * Before the lock: one record per slot the call names, and for an import one
+ * registry entry per slot, so that what gs_post() records cannot fail to be.
+ */
+int gs_export_spares_alloc(struct gs_call *c, const struct gs_io *io)
+{
+	const struct nvos54_params *p = gs_export_call(c);
+	nv_u32 first;
+	int i, n;
+
+	if (!p)
+		return 0;
+	n = gs_export_slots(io, p, &first);
+	for (i = 0; i < n; i++) {
+		struct gs_export *e = gs_zalloc(sizeof(*e));
+		struct gs_obj *ob;
+
+		if (!e)
+			goto err;
+		e->next = c->spare_exp;
+		c->spare_exp = e;
+		if (!gs_is_import(p->cmd))
+			continue;
+		ob = gs_zalloc(sizeof(*ob));
+		if (!ob)
+			goto err;
+		ob->next = c->spare_obj;
+		c->spare_obj = ob;
+	}
+	return 0;
+err:
+	gs_export_spares_free(c);
+	return -1;
+}
+
+/* the record of a slot of a file, pending or not */
+static struct gs_export *gs_export_find(struct gs_inst *in, nv_u64 file_id, nv_u32 slot)
+{
+	struct gs_export *e;
+
+	for (e = in->exports; e; e = e->next)
+		if (e->file_id == file_id && e->slot == slot)
+			return e;
+	return NULL;
+}
+
+static void gs_export_drop(struct gs_inst *in, struct gs_export *e)
+{
+	if (e->mem)
+		gs_mem_put(in, e->mem);
+	in->nr_exports--;
+	gs_free(e);
+}
+
+/* Holds the slots an export fills, and their charges, from gs_pre() on. */
+static enum gs_refusal gs_export_pre_export(struct gs_inst *in, struct gs_call *c,
+					    const struct gs_io *io,
+					    const struct nvos54_params *p, nv_u32 first,
+					    nv_u32 *status)
+{
+	struct gs_export *e;
+	nv_u32 i = 0, nr = 0;
+
+	for (e = c->spare_exp; e; e = e->next, i++) {
+		const struct gs_obj *ob;
+		nv_handle h = 0;
+
+		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD)
+			gs_export_read(io, p, 12, &h, sizeof(h));	/* object.hObject */
+		else	/* objects[i] goes to slot index + i */
+			gs_export_read(io, p, GS_EXPN_OBJECTS + 4 * i, &h, sizeof(h));
+		e->file_id = c->fd_file_id;
+		e->slot = first + i;
+		e->client = p->h_client;
+		e->handle = h;
+		/* written once: RM would replace (or, for 0, clear) what it holds */
+		if (gs_export_find(in, e->file_id, e->slot)) {
+			*status = NV_ERR_STATE_IN_USE;
+			return GS_REFUSE_MALFORMED;
+		}
+		if (!h)
+			continue;	/* RM clears an empty slot: nothing to hold */
+		ob = gs_obj_find(in, p->h_client, h);
+		if (!ob || ob->o.obj_kind == GPUSLICE_OBJ_CLIENT) {
+			*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
+			return GS_REFUSE_FOREIGN;
+		}
+		nr++;
+	}
+	if (in->nr_exports + nr > GS_MAX_EXPORTS) {
+		*status = NV_ERR_INSUFFICIENT_RESOURCES;
+		return GS_REFUSE_LIMIT;
+	}
+	while ((e = c->spare_exp)) {
+		const struct gs_obj *ob;
+
+		c->spare_exp = e->next;
+		if (!e->handle) {
+			gs_free(e);
+			continue;
+		}
+		ob = gs_obj_find(in, e->client, e->handle);
+		e->klass = ob->o.klass;
+		e->gpu = ob->o.gpu;
+		e->mem = ob->mem;
+		if (e->mem)
+			e->mem->refs++;
+		e->pending = c;
+		e->next = in->exports;
+		in->exports = e;
+		in->nr_exports++;
+	}
+	return GS_REFUSE_NONE;
+}
+
+/*
+ * Notes in the spare records what an import will register. Answers without
+ * the driver (*status, no refusal) when a slot is being exported into, or,
+ * for a single object, not held: RM's answer to an empty slot.
+ */
+static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *c,
+					    const struct gs_io *io,
+					    const struct nvos54_params *p, nv_u32 first,
+					    nv_u32 *status)
+{
+	struct nv0000_os_unix_export_object obj = { 0 };
+	nv_handle parent = 0;
+	struct gs_export *e;
+	nv_u32 i = 0, nr = 0;
+
+	if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD) {
+		gs_export_read(io, p, 4, &obj, sizeof(obj));
+		parent = obj.h_parent;
+	} else {
+		gs_export_read(io, p, GS_IMPN_PARENT, &parent, sizeof(parent));
+	}
+	for (e = c->spare_exp; e; e = e->next, i++) {
+		const struct gs_export *held = gs_export_find(in, c->fd_file_id, first + i);
+		nv_handle h = obj.h_object;
+
+		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD)
+			gs_export_read(io, p, GS_IMPN_OBJECTS + 4 * i, &h, sizeof(h));
+		e->slot = first + i;
+		e->client = p->h_client;
+		e->parent = parent;
+		e->handle = h;
+		if (held && held->pending) {
+			*status = NV_ERR_STATE_IN_USE;
+			return GS_REFUSE_NONE;
+		}
+		if (!held)
+			continue;	/* RM skips an empty slot */
+		/* the reply names RM's choice, which another thread can rewrite */
+		if (!h) {
+			*status = NV_ERR_INVALID_ARGUMENT;
+			return GS_REFUSE_MALFORMED;
+		}
+		nr++;
+	}
+	if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD && !nr) {
+		*status = NV_ERR_INVALID_PARAMETER;	/* os.c: nvfp->handles[0] == 0 */
+		return GS_REFUSE_NONE;
+	}
+	if (in->nr_objects + nr > GS_MAX_OBJECTS) {
+		*status = NV_ERR_INSUFFICIENT_RESOURCES;
+		return GS_REFUSE_LIMIT;
+	}
+	return GS_REFUSE_NONE;
+}
+
+enum gs_refusal gs_export_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			      const struct nvos54_params *p, nv_u32 *status)
+{
+	nv_u32 first;
+	int n;
+
+	*status = NV_OK;
+	n = gs_export_slots(io, p, &first);
+	if (n < 0) {
+		*status = NV_ERR_INVALID_POINTER;
+		return GS_REFUSE_MALFORMED;
+	}
+	if (!c->fd_file_id) {
+		*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
+		return GS_REFUSE_FOREIGN;
+	}
+	if (!n)
+		return GS_REFUSE_NONE;	/* nothing to record: RM answers */
+	if (gs_is_import(p->cmd))
+		return gs_export_pre_import(in, c, io, p, first, status);
+	return gs_export_pre_export(in, c, io, p, first, status);
+}
+
+/* What the import made: registered, sharing the exported charge. */
+static void gs_export_post_import(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
+{
+	const struct gs_export *e;
+	int was_lost = c->reply_lost;
+
+	/* a failed import may have made nothing: never replace what is registered */
+	c->reply_lost = 1;
+	for (e = c->spare_exp; e; e = e->next) {
+		const struct gs_export *held = gs_export_find(in, c->fd_file_id, e->slot);
+		struct gs_object o;
+
+		if (!held || !e->handle)
+			continue;
+		memset(&o, 0, sizeof(o));
+		o.obj_kind = held->mem ? GPUSLICE_OBJ_MEMORY : GPUSLICE_OBJ_OTHER;
+		o.klass = held->klass;
+		o.gpu = held->gpu;
+		o.file_id = c->file_id;
+		o.pid = c->pid;
+		o.client = e->client;
+		o.handle = e->handle;
+		o.parent = e->parent;
+		if (held->mem)
+			held->mem->refs++;
+		if (!gs_obj_add(in, c, &o, held->mem, q) && held->mem)
+			gs_mem_put(in, held->mem);
+	}
+	c->reply_lost = was_lost;
+}
+
+void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct nvos54_params *p,
+		    nv_u32 status, struct gs_evq *q)
+{
+	struct gs_export *e;
+
+	(void)status;	/* see the top of this file: a failure undoes nothing */
+	if (gs_is_import(p->cmd)) {
+		gs_export_post_import(in, c, q);
+		return;
+	}
+	for (e = in->exports; e; e = e->next)
+		if (e->pending == c)
+			e->pending = NULL;
+}
+
+/* The driver did not run c (its ioctl failed): the slots it held are free. */
+void gs_export_abort(struct gs_inst *in, struct gs_call *c)
+{
+	struct gs_export **pp = &in->exports, *e;
+
+	while ((e = *pp)) {
+		if (e->pending == c) {
+			*pp = e->next;
+			gs_export_drop(in, e);
+		} else {
+			pp = &e->next;
+		}
+	}
+}
+
+/* The file was released and RM freed what it held (gs_file_closed()). */
+void gs_export_free_file(struct gs_inst *in, nv_u64 file_id)
+{
+	struct gs_export **pp = &in->exports, *e;
+
+	while ((e = *pp)) {
+		if (e->file_id == file_id) {
+			*pp = e->next;
+			gs_export_drop(in, e);
+		} else {
+			pp = &e->next;
+		}
+	}
+}

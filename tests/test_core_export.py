@@ -1,0 +1,314 @@
+"""RM objects shared through fds within an instance (kmod/core/export.c), on the core alone.
+
+The glue resolves the fd a control names to a nvidiactl file of the caller's instance
+(gs_call.fd_file_id; 0 for anything else). These tests play that part, and RM's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "core"))
+import coreshim as cs  # noqa: E402
+from coreshim import GiB, MiB, abi  # noqa: E402
+
+CONTROL = abi.IOCTL_RM_CONTROL
+PERM = abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+DEV = 0x5C000001
+EXPORT_FILE = 77  # the id of the nvidiactl file that holds the exports
+RM = abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM
+
+
+@pytest.fixture(scope="module")
+def so(tmp_path_factory):
+    return cs.build(tmp_path_factory.mktemp("core"))
+
+
+@pytest.fixture
+def core(so):
+    c = cs.Core(so, 1 * GiB)
+    yield c
+    c.close()
+
+
+class Proc:
+    """A process: a client with a device, on file file_id."""
+
+    def __init__(self, core, file_id: int, pid: int):
+        self.core, self.rm, self.file_id, self.pid = core, cs.MockRM(), file_id, pid
+        self.rm.next_client = 0xC1D00000 + (file_id << 8)
+        arg = cs.alloc_arg(0, 0, 0, abi.NV01_ROOT_CLIENT)
+        assert core.call(abi.IOCTL_RM_ALLOC, arg, self.rm.alloc, file_id=file_id, pid=pid).verdict == cs.GS_PASS
+        self.client = struct.unpack_from("<I", arg, 8)[0]
+        self.next = 0x100
+        self.keep: list = []
+        r = self.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(self.client, self.client, DEV, abi.NV01_DEVICE_0))
+        assert r.status == abi.NV_OK
+
+    def call(self, req, arg, driver=None, **kw):
+        return self.core.call(req, arg, driver or self.rm.alloc, file_id=self.file_id, pid=self.pid, **kw)
+
+    def mem(self, size: int) -> int:
+        self.next += 1
+        p = cs.mem_params(size)
+        self.keep.append(p)
+        arg = cs.alloc_arg(self.client, DEV, self.next, abi.NV01_MEMORY_LOCAL_USER, cs.addr(p))
+        assert self.call(abi.IOCTL_RM_ALLOC, arg).status == abi.NV_OK
+        return self.next
+
+    def free(self, h: int) -> None:
+        assert self.call(abi.IOCTL_RM_FREE, cs.free_arg(self.client, DEV, h), self.rm.ok(12)).status == abi.NV_OK
+
+    def control(self, cmd: int, params: bytes, fd_file_id: int = EXPORT_FILE, status: int = abi.NV_OK,
+                ret: int = 0):
+        buf = ctypes.create_string_buffer(params, len(params))
+        self.keep.append(buf)
+        arg = cs.control_arg(self.client, self.client, cmd, cs.addr(buf), len(params))
+
+        def rm(a: bytearray) -> int:
+            struct.pack_into("<I", a, 28, status)
+            return ret
+
+        return self.core.call(CONTROL, arg, rm, file_id=self.file_id, pid=self.pid, ret=ret,
+                              fd_file_id=fd_file_id)
+
+    def export(self, h: int, **kw):
+        return self.control(abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
+                            abi.EXPORT_OBJECT_TO_FD.pack(RM, DEV, DEV, h, 5, 0), **kw)
+
+    def export_many(self, handles: list[int], index: int = 0, **kw):
+        objs = handles + [0] * (512 - len(handles))
+        return self.control(abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
+                            abi.EXPORT_OBJECTS_TO_FD.pack(5, DEV, 16, b"", *objs, len(handles), index), **kw)
+
+    def import_(self, h: int, **kw):
+        return self.control(abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD,
+                            abi.IMPORT_OBJECT_FROM_FD.pack(5, RM, 0, DEV, h), **kw)
+
+    def import_many(self, handles: list[int], index: int = 0, **kw):
+        objs = handles + [0] * (128 - len(handles))
+        return self.control(abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD,
+                            abi.IMPORT_OBJECTS_FROM_FD.pack(5, DEV, *objs, b"", len(handles), index), **kw)
+
+
+def used(core) -> int:
+    return core.stats()["used"]
+
+
+def test_the_fd_is_found_where_each_control_keeps_it(core):
+    """gs_call_fd() reads the fd the glue must resolve, from each control's own offset."""
+    blocks = {
+        abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD: abi.EXPORT_OBJECT_TO_FD.pack(RM, 1, 2, 3, 41, 0),
+        abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD: abi.IMPORT_OBJECT_FROM_FD.pack(42, RM, 1, 2, 3),
+        abi.NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO: abi.GET_EXPORT_OBJECT_INFO.pack(43, 0, 0, 0, b""),
+        abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD: abi.EXPORT_OBJECTS_TO_FD.pack(44, 0, 1, b"",
+                                                                                        *[0] * 512, 0, 0),
+        abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD: abi.IMPORT_OBJECTS_FROM_FD.pack(45, 0, *[0] * 128,
+                                                                                            b"", 0, 0),
+    }
+    for cmd, params in blocks.items():
+        buf = ctypes.create_string_buffer(params, len(params))
+        arg = cs.control_arg(1, 1, cmd, cs.addr(buf), len(params))
+        assert core.call_fd(CONTROL, arg) == struct.unpack_from("<i", params, 16 if cmd == 0x3D05 else 0)[0]
+    buf = ctypes.create_string_buffer(8)
+    assert core.call_fd(CONTROL, cs.control_arg(1, 1, 0x20800102, cs.addr(buf), 8)) is None  # GPU_GET_INFO_V2
+
+
+def test_export_then_import_within_the_instance_shares_one_charge(core):
+    a, b = Proc(core, 1, 100), Proc(core, 2, 200)
+    h = a.mem(64 * MiB)
+    assert a.export(h).verdict == cs.GS_PASS
+    assert b.import_(0xB0001).status == abi.NV_OK
+    assert used(core) == 64 * MiB
+    objs = {(o["client"], o["handle"]): o for o in core.objects()}
+    assert objs[(b.client, 0xB0001)]["size"] == 64 * MiB
+    # the exporter frees its handle and exits; the import and the export hold the memory
+    a.free(h)
+    core.file_closed(1)
+    assert used(core) == 64 * MiB
+    core.file_closed(2)  # the importer goes: the export still holds it (RM's export client)
+    assert used(core) == 64 * MiB
+    core.file_closed(EXPORT_FILE)  # the export file is released: RM freed its duplicate
+    assert used(core) == 0
+
+
+def test_an_export_outlives_its_exporter_and_stays_charged(core):
+    """What an export keeps alive is charged until its file goes: without the record, a
+    process could allocate, export, free and repeat, holding memory nobody pays for."""
+    a = Proc(core, 1, 100)
+    for i in range(4):
+        h = a.mem(100 * MiB)
+        a.export_many([h], index=i)
+        a.free(h)
+    assert used(core) == 400 * MiB
+    core.file_closed(EXPORT_FILE)
+    assert used(core) == 0
+
+
+def test_an_fd_that_is_not_the_instances_is_refused_and_counted(core):
+    a = Proc(core, 1, 100)
+    h = a.mem(8 * MiB)
+    before = core.stats()["refused_filter"]
+    for r in (a.export(h, fd_file_id=0), a.import_(0xB1, fd_file_id=0),
+              a.control(abi.NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO,
+                        abi.GET_EXPORT_OBJECT_INFO.pack(5, 0, 0, 0, b""), fd_file_id=0)):
+        assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_FOREIGN)
+    assert core.stats()["refused_filter"] == before + 3
+    assert used(core) == 8 * MiB
+
+
+def test_only_registered_objects_are_exported(core):
+    a = Proc(core, 1, 100)
+    r = a.export(0xDEAD)
+    assert (r.status, r.refusal) == (PERM, cs.GS_REFUSE_FOREIGN)
+    r = a.export(a.client)  # a client is not an object RM exports
+    assert r.refusal == cs.GS_REFUSE_FOREIGN
+
+
+def test_a_slot_is_written_once(core):
+    """RM's EXPORT_OBJECTS_TO_FD replaces (or, for handle 0, clears) what a slot holds:
+    an import racing that could take the new object while the core counted the old."""
+    a = Proc(core, 1, 100)
+    h1, h2 = a.mem(8 * MiB), a.mem(16 * MiB)
+    assert a.export_many([h1]).status == abi.NV_OK
+    for r in (a.export_many([h2]), a.export_many([0]), a.export(h2)):
+        assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE, cs.GS_REFUSE_MALFORMED)
+    assert a.export_many([h2], index=1).status == abi.NV_OK
+
+
+def test_import_of_an_empty_slot_is_answered_without_rm(core):
+    a = Proc(core, 1, 100)
+    r = a.import_(0xB2)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_PARAMETER, cs.GS_REFUSE_NONE)
+    # several: RM skips empty slots, so nothing to register and the call passes
+    assert a.import_many([0xB3, 0xB4]).verdict == cs.GS_PASS
+    assert not [o for o in core.objects() if o["handle"] in (0xB3, 0xB4)]
+
+
+def test_an_import_needs_handles_the_caller_chose(core):
+    a = Proc(core, 1, 100)
+    a.export_many([a.mem(8 * MiB), a.mem(8 * MiB)])
+    r = a.import_many([0xB5, 0])
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_ARGUMENT, cs.GS_REFUSE_MALFORMED)
+    r = a.import_(0)
+    assert r.refusal == cs.GS_REFUSE_MALFORMED
+
+
+def test_import_many_registers_each_with_its_own_charge(core):
+    a, b = Proc(core, 1, 100), Proc(core, 2, 200)
+    hs = [a.mem(s * MiB) for s in (4, 8, 16)]
+    assert a.export_many(hs, index=2).status == abi.NV_OK
+    assert b.import_many([0xC1, 0xC2, 0xC3, 0xC4], index=1).status == abi.NV_OK  # slot 1 is empty
+    sizes = {o["handle"]: o["size"] for o in core.objects() if o["client"] == b.client}
+    assert (sizes.get(0xC1), sizes[0xC2], sizes[0xC3], sizes[0xC4]) == (None, 4 * MiB, 8 * MiB, 16 * MiB)
+    for h in hs:
+        a.free(h)
+    core.file_closed(EXPORT_FILE)
+    assert used(core) == 28 * MiB  # the imports hold it now
+    core.file_closed(2)
+    assert used(core) == 0
+
+
+def test_a_free_racing_the_export_leaves_the_charge(core):
+    """The export's reference is taken at the check: RM may duplicate the object before a
+    free on another thread runs, whichever order the two calls come back in."""
+    a = Proc(core, 1, 100)
+    h = a.mem(32 * MiB)
+    buf = ctypes.create_string_buffer(abi.EXPORT_OBJECT_TO_FD.pack(RM, DEV, DEV, h, 5, 0), 24)
+    arg = cs.control_arg(a.client, a.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD, cs.addr(buf), 24)
+
+    def rm(blk: bytearray) -> int:
+        a.free(h)  # the free's whole call runs inside the export's
+        struct.pack_into("<I", blk, 28, abi.NV_OK)
+        return 0
+
+    assert core.call(CONTROL, arg, rm, file_id=1, pid=100, fd_file_id=EXPORT_FILE).status == abi.NV_OK
+    assert used(core) == 32 * MiB
+    core.file_closed(EXPORT_FILE)
+    assert used(core) == 0
+
+
+def test_a_slot_being_filled_is_not_imported(core):
+    a, b = Proc(core, 1, 100), Proc(core, 2, 200)
+    h = a.mem(8 * MiB)
+    seen = {}
+
+    def rm(blk: bytearray) -> int:
+        seen["import"] = b.import_(0xD1)
+        struct.pack_into("<I", blk, 28, abi.NV_OK)
+        return 0
+
+    buf = ctypes.create_string_buffer(abi.EXPORT_OBJECT_TO_FD.pack(RM, DEV, DEV, h, 5, 0), 24)
+    arg = cs.control_arg(a.client, a.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD, cs.addr(buf), 24)
+    core.call(CONTROL, arg, rm, file_id=1, pid=100, fd_file_id=EXPORT_FILE)
+    assert (seen["import"].verdict, seen["import"].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
+    assert b.import_(0xD1).status == abi.NV_OK  # once the export is done
+
+
+def test_a_failure_status_undoes_nothing(core):
+    """The reply (its status too) can be rewritten by another thread once RM has begun
+    writing it: an export reported failed keeps its charge until its file goes, and a
+    failed import registers its handle unless that handle is taken."""
+    a, b = Proc(core, 1, 100), Proc(core, 2, 200)
+    h = a.mem(8 * MiB)
+    assert a.export(h, status=abi.NV_ERR_INVALID_PARAMETER).verdict == cs.GS_PASS
+    a.free(h)
+    assert used(core) == 8 * MiB
+    assert b.import_(0xE1, status=abi.NV_ERR_INVALID_OBJECT_HANDLE).verdict == cs.GS_PASS
+    core.file_closed(EXPORT_FILE)
+    assert used(core) == 8 * MiB  # the import may hold it
+    core.file_closed(2)
+    assert used(core) == 0
+    # a handle the importer holds already is not replaced by a failed import
+    a2 = Proc(core, 3, 300)
+    big, small = a2.mem(64 * MiB), a2.mem(1 * MiB)
+    a2.export(small)
+    assert a2.import_(big, status=abi.NV_ERR_INSERT_DUPLICATE_NAME).verdict == cs.GS_PASS
+    a2.free(small)
+    core.file_closed(EXPORT_FILE)
+    assert used(core) == 64 * MiB  # big is still charged as big
+
+
+def test_an_export_the_driver_never_ran_frees_its_slot(core):
+    a = Proc(core, 1, 100)
+    h = a.mem(8 * MiB)
+    assert a.export(h, ret=-22).verdict == cs.GS_PASS
+    a.free(h)
+    assert used(core) == 0
+    assert a.export(a.mem(4 * MiB)).status == abi.NV_OK  # slot 0 is free again
+
+
+def test_exports_are_capped(core):
+    a = Proc(core, 1, 100)
+    hs = [a.mem(4096) for _ in range(8)]
+    for i in range(4096 // 8):
+        assert a.export_many(hs, index=8 * i, fd_file_id=1000 + i).status == abi.NV_OK
+    r = a.export_many(hs[:1], fd_file_id=5000)
+    assert (r.status, r.refusal) == (abi.NV_ERR_INSUFFICIENT_RESOURCES, cs.GS_REFUSE_LIMIT)
+    core.file_closed(1000)
+    assert a.export_many(hs[:1], fd_file_id=5000).status == abi.NV_OK
+
+
+def test_malformed_parameters_are_refused(core):
+    a = Proc(core, 1, 100)
+    r = a.control(abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD, b"\0" * 100)  # wrong size
+    assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_POINTER, cs.GS_REFUSE_MALFORMED)
+    arg = cs.control_arg(a.client, a.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD, 16, 24)
+    r = core.call(CONTROL, arg, file_id=1, pid=100, fd_file_id=EXPORT_FILE)  # unreadable
+    assert r.refusal == cs.GS_REFUSE_MALFORMED
+    # counts RM refuses (over its maximum) pass to RM and record nothing
+    objs = [0] * 512
+    r = a.control(abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
+                  abi.EXPORT_OBJECTS_TO_FD.pack(5, DEV, 1, b"", *objs, 513, 0))
+    assert r.verdict == cs.GS_PASS
+
+
+def test_the_deprecated_create_export_fd_stays_refused(core):
+    a = Proc(core, 1, 100)
+    r = a.control(abi.NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD, b"\0" * 76)
+    assert r.refusal == cs.GS_REFUSE_FOREIGN
