@@ -142,7 +142,7 @@ static void gs_fdswap_init_files(struct files_struct *files)
 	RCU_INIT_POINTER(files->fdt, &files->fdtab);
 }
 
-int gs_fdswap_enter(struct gs_fdswap **out)
+int gs_fdswap_enter(struct gs_fdswap **out, int pin_fd, struct file *pin)
 {
 	struct files_struct *files = current->files;
 	struct gs_fdswap_copy copy;
@@ -175,6 +175,11 @@ int gs_fdswap_enter(struct gs_fdswap **out)
 		}
 		rcu_assign_pointer(swap->files.fdt, fdt);
 	}
+	/* the fd was open when the caller checked it, and tables only grow */
+	if (pin && (pin_fd < 0 || pin_fd >= fdt->max_fds)) {
+		err = -EBADF;
+		goto err_free;
+	}
 	swap->nr_snap = fdt->max_fds;
 	swap->snap = kcalloc(BITS_TO_LONGS(swap->nr_snap), sizeof(long), GFP_KERNEL_ACCOUNT);
 	if (!swap->snap) {
@@ -186,6 +191,19 @@ int gs_fdswap_enter(struct gs_fdswap **out)
 	copy.dst = fdt;
 	copy.src = files;
 	iterate_fd(files, 0, gs_fdswap_copy_one, &copy);
+	/*
+	 * Another thread may have closed or dup2()ed over pin_fd since the
+	 * check: the driver resolves the fd in this table, so it finds the
+	 * checked file there, and nothing the caller did meanwhile.
+	 */
+	if (pin) {
+		struct file *old = rcu_dereference_raw(fdt->fd[pin_fd]);
+
+		if (old)
+			fput(old);
+		rcu_assign_pointer(fdt->fd[pin_fd], get_file(pin));
+		__set_bit(pin_fd, fdt->open_fds);
+	}
 	for (i = 0; i < BITS_TO_LONGS(fdt->max_fds); i++)
 		if (fdt->open_fds[i] == ~0UL)
 			__set_bit(i, fdt->full_fds_bits);

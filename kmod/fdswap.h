@@ -9,6 +9,8 @@
 
 #include <linux/types.h>
 
+struct file;
+
 #define GS_FDSWAP_MAX_NEW	4
 
 struct gs_fdswap;
@@ -21,8 +23,13 @@ struct gs_fdswap_moved {
 	int new_fd[GS_FDSWAP_MAX_NEW];
 };
 
-/* Installs the private table as current->files. 0 or -errno (-EINTR, -ENOMEM). */
-int gs_fdswap_enter(struct gs_fdswap **swap);
+/*
+ * Installs the private table as current->files. 0 or -errno (-EINTR, -ENOMEM,
+ * -EBADF). pin: a real file the driver must find at pin_fd, whatever the
+ * caller's table holds there by now (the file a control's fd was checked
+ * as, ioctl.c); NULL for none.
+ */
+int gs_fdswap_enter(struct gs_fdswap **swap, int pin_fd, struct file *pin);
 /* Puts the caller's table back, moves new files over, frees the private one. */
 void gs_fdswap_exit(struct gs_fdswap *swap, struct gs_fdswap_moved *moved);
 /* Waits for private tables still being freed (module exit). */

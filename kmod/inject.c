@@ -3,6 +3,8 @@
  * inject.c - allocation failures on demand, for tests (inject.h).
  */
 #include <linux/atomic.h>
+#include <linux/delay.h>
+#include <linux/minmax.h>
 #include <linux/moduleparam.h>
 
 #include "inject.h"
@@ -19,4 +21,17 @@ bool gs_inject_fail(void)
 	unsigned int n = READ_ONCE(gs_fail_alloc_every);
 
 	return n && (unsigned int)atomic_inc_return(&gs_alloc_count) % n == 0;
+}
+
+static unsigned int gs_race_delay_fd_us;
+module_param_named(race_delay_fd_us, gs_race_delay_fd_us, uint, 0644);
+MODULE_PARM_DESC(race_delay_fd_us,
+		 "TEST ONLY: microseconds to pause between checking the fd an export or import control names and making the call's fd table (max 1000000; 0: none)");
+
+void gs_inject_fd_delay(void)
+{
+	unsigned int us = min(READ_ONCE(gs_race_delay_fd_us), 1000000u);
+
+	if (us)
+		usleep_range(us, us + us / 16 + 1);
 }

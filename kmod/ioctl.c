@@ -256,7 +256,7 @@ static int gs_unstage(struct gs_shadow_slot *slot, struct gs_call *c, struct gs_
  */
 static long gs_call_real(struct gs_file *gf, struct gs_call *c, struct gs_uio *u,
 			 unsigned int cmd, void __user *arg, bool compat, bool stage,
-			 u64 *drv_ns, bool *fault)
+			 int pin_fd, struct file *pin, u64 *drv_ns, bool *fault)
 {
 	struct gs_shadow_slot slot;
 	struct gs_fdswap_moved moved;
@@ -273,7 +273,7 @@ static long gs_call_real(struct gs_file *gf, struct gs_call *c, struct gs_uio *u
 			return ret;
 		uarg = (void __user *)slot.uaddr;
 	}
-	ret = gs_fdswap_enter(&swap);
+	ret = gs_fdswap_enter(&swap, pin_fd, pin ? gs_fops_real(pin) : NULL);
 	if (ret) {
 		if (stage)
 			gs_shadow_put(&slot);
@@ -320,6 +320,31 @@ static void gs_nested_out(struct gs_call *c, const struct gs_uio *u)
 	}
 }
 
+/*
+ * The file an export or import control's fd names (gs_call_fd()), if it is a
+ * nvidiactl node of inst: referenced, its id in *id, and the driver finds its
+ * real file at that fd for the call (gs_fdswap_enter()). Another instance's
+ * file, any other file or none: NULL and *id 0, which the core refuses.
+ */
+static struct file *gs_fd_file(struct gs_instance *inst, int fd, u64 *id)
+{
+	struct file *f = fget(fd);
+	struct gs_file *pf;
+
+	*id = 0;
+	if (!f)
+		return NULL;
+	if (f->f_op == &gs_fops) {
+		pf = f->private_data;
+		if (pf->node->inst == inst && pf->node->kind == GS_FILE_CTL) {
+			*id = pf->id;
+			return f;
+		}
+	}
+	fput(f);
+	return NULL;
+}
+
 static void gs_check_version_reply(const struct gs_call *c)
 {
 	const struct nv_ioctl_rm_api_version *v = c->arg;
@@ -344,6 +369,8 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		.ctx = &u,
 	};
 	bool fault = false;
+	struct file *fd_file = NULL;
+	nv_s32 fd = -1;
 	struct gs_call c = {
 		.kind = gf->node->kind,
 		.gpu_minor = gf->node->gpu,
@@ -374,6 +401,10 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 			ret = gs_uio_fill(&u, &c);
 			if (ret)
 				goto out_free;
+			if (gs_call_fd(&c, &io, &fd)) {
+				fd_file = gs_fd_file(inst, fd, &c.fd_file_id);
+				gs_inject_fd_delay();	/* TEST ONLY */
+			}
 		}
 	}
 
@@ -398,7 +429,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		 */
 		ret = gs_call_real(gf, &c, &u, cmd, arg, compat,
 				   decode && c.arg_size && gs_block_decided(&c),
-				   &drv_ns, &fault);
+				   fd, fd_file, &drv_ns, &fault);
 		/*
 		 * The driver ran but its reply is gone: it could not write it
 		 * (-EFAULT: another thread unmapped the block mid-call, after
@@ -424,6 +455,8 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 				       c.what, c.refusal, c.status,
 				       gs_refused_size(inst));
 out_free:
+	if (fd_file)
+		fput(fd_file);
 	kvfree(u.buf);
 	if (c.arg != stack_arg)
 		kfree(c.arg);

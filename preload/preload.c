@@ -343,6 +343,17 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	c.arg_size = size;
 	c.file_id = st >> 16;
 	c.pid = getpid();
+	/* an export or import control's fd: one of this process's nvidiactl files */
+	{
+		nv_s32 pfd;
+		nv_u64 pst;
+
+		if (gs_call_fd(&c, &gs_pl_io, &pfd)) {
+			pst = gs_fd_state(pfd);
+			if ((pst & 0xff) == GS_TAG_CTL)
+				c.fd_file_id = pst >> 16;
+		}
+	}
 	v = gs_pre(gs_pl.inst, &c, &gs_pl_io);
 	if (v == GS_FAIL) {
 		gs_report_refusal(&c);

@@ -14,7 +14,8 @@ an unmapped hole), and issues ioctls drawn from these categories:
   size     a valid block with a wrong size in the request word
   pointer  the argument block or the nested parameter pointer unmapped, PROT_NONE,
            read-only, straddling the end of the mapping, kernel or non-canonical
-  foreign  B's client and object handles, from A (oracle: never NV_OK)
+  foreign  B's client and object handles, and B's export file (a shareable handle),
+           from A (oracle: never NV_OK)
   uvm      nvidia-uvm commands with random and mutated blocks and fds
   mmap     mmap/read/poll on the nodes, mmap after RM_MAP_MEMORY
   fork     fork with inherited fds: parent and child both call, the child is
@@ -900,7 +901,7 @@ class Fuzzer:
         f = self.ctx.foreign
         fc = f["client"]
         objs = [f["device"], f["subdevice"], f["tsg"], f["channel"], *f["mems"]]
-        k = rng.randrange(11)
+        k = rng.randrange(13)
         viol = False
         desc = ""
         if k == 0:
@@ -992,6 +993,24 @@ class Fuzzer:
             ret = self.call("foreign", s.uvm, cmd, self.arena.arg, uvm=True)
             st = struct.unpack_from("<I", self.arena.read(self.arena.arg + so, 4))[0] if ret == 0 else -1
             viol, desc = ret == 0 and st == abi.NV_OK, f"UVM {cmd} naming {fc:#x}"
+        elif k == 11:
+            # importing B's shareable handle, or reading its export file
+            efd, rmo = f["export_fd"], abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM
+            if rng.random() < 0.5:
+                cmd = abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD
+                params = abi.IMPORT_OBJECT_FROM_FD.pack(efd, rmo, 0, s.device, self.handle())
+            else:
+                cmd = abi.NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO
+                params = abi.GET_EXPORT_OBJECT_INFO.pack(efd, 0, 0, 0, b"")
+            ret, st = self.control("foreign", s.client, s.client, cmd, params)
+            viol, desc = ret == 0 and st == abi.NV_OK, f"control {cmd:#x} on B's export file (fd {efd})"
+        elif k == 12 and s.mems:
+            # making B's export file hold (and B's instance keep alive) our memory
+            params = abi.EXPORT_OBJECT_TO_FD.pack(abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM, s.device,
+                                                  s.device, rng.choice(s.mems), f["export_fd"], 0)
+            ret, st = self.control("foreign", s.client, s.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
+                                   params)
+            viol, desc = ret == 0 and st == abi.NV_OK, "EXPORT_OBJECT_TO_FD into B's file"
         else:
             # a device allocation whose hClientShare names B's client (issue 11 item 5: recorded only)
             dp = abi.DEVICE_ALLOC_PARAMS.pack(0, fc, 0, 0, 0, 0, 0, 0, 0)
@@ -1424,7 +1443,7 @@ def worker_main(cfg: FuzzConfig, proc_idx: int, shared: dict, corpus: Corpus, re
 # ---- the victim, in instance B -----------------------------------------------------------------
 
 
-def victim_main(ctl_path: str, dev_path: str, limit: int, conn, stop) -> None:
+def victim_main(ctl_path: str, dev_path: str, limit: int, conn, stop, export_fd: int) -> None:
     from gsinst import InstSession
 
     s = InstSession(ctl_path, dev_path)
@@ -1436,8 +1455,10 @@ def victim_main(ctl_path: str, dev_path: str, limit: int, conn, stop) -> None:
         assert st == abi.NV_OK, st
         mems.append(h)
         held += got
+    # a shareable handle of B's (export_fd: B's nvidiactl, inherited by the fuzzers too)
+    assert s.export_fd(mems[0], export_fd) == abi.NV_OK
     conn.send({"client": s.client, "device": s.device, "subdevice": s.subdevice, "tsg": tsg, "channel": ch,
-               "mems": mems, "pid": os.getpid(), "held": held})
+               "mems": mems, "pid": os.getpid(), "held": held, "export_fd": export_fd})
     errors: list[str] = []
     calls = 0
     max_ms = 0.0
@@ -1535,14 +1556,17 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
     pool0 = r0.fb_free_kib()
     r0.close()
     real = None
+    export_fd = -1
     t_start = time.monotonic()
     try:
         with Instance(nl, cfg.limit_a, timeslice_us=2000) as A, Instance(nl, cfg.limit_b) as B:
             # the victim
             vstop = mctx.RawValue(ctypes.c_int, 0)
             vconn, vchild = mctx.Pipe()
+            export_fd = nvstub.open_node(B.path("nvidiactl"))
+            os.set_inheritable(export_fd, True)
             victim = mctx.Process(target=victim_main, args=(B.path("nvidiactl"), B.path("nvidia0"), cfg.limit_b,
-                                                            vchild, vstop))
+                                                            vchild, vstop, export_fd))
             victim.start()
             if not vconn.poll(120):
                 raise RuntimeError("victim did not start")
@@ -1663,10 +1687,14 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
                 problems.append(f"B's objects after the fuzz: {post['post']}")
             vconn.send("exit")
             victim.join(60)
+            os.close(export_fd)  # the last holder of B's export file: what it held goes
+            export_fd = -1
             if B.get()["mem_used"] or _pool_used_kib(real, pool0):
                 problems.append(f"after all: B.used {B.get()['mem_used']}, stand-in {_pool_used_kib(real, pool0)} KiB")
         # Instance.__exit__ deleted both: EBUSY there (a leaked open file) raises
     finally:
+        if export_fd >= 0:
+            os.close(export_fd)
         if real is not None:
             real.close()
         if own_nl:

@@ -347,6 +347,47 @@ class Session:
     def free(self, h: int, parent: int | None = None) -> int:
         return rm_free(self.ctl, self.client, self.device if parent is None else parent, h)
 
+    def export_fd(self, h: int, fd: int) -> int:
+        """NV0000 OS_UNIX EXPORT_OBJECT_TO_FD of h into the nvidiactl file fd; returns status."""
+        p = ctypes.create_string_buffer(abi.EXPORT_OBJECT_TO_FD.pack(
+            abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM, self.device, self.device, h, fd, 0),
+            abi.EXPORT_OBJECT_TO_FD.size)
+        return rm_control(self.ctl, self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD, p)
+
+    def import_fd(self, fd: int, h: int | None = None) -> tuple[int, int]:
+        """IMPORT_OBJECT_FROM_FD: slot 0 of fd under the device as h; returns (status, h)."""
+        h = self.handle() if h is None else h
+        p = ctypes.create_string_buffer(abi.IMPORT_OBJECT_FROM_FD.pack(
+            fd, abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM, 0, self.device, h), abi.IMPORT_OBJECT_FROM_FD.size)
+        st = rm_control(self.ctl, self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD, p)
+        return st, abi.IMPORT_OBJECT_FROM_FD.unpack(p.raw)[4]
+
+    def export_many(self, handles: list[int], fd: int, index: int = 0, max_objects: int = 16) -> int:
+        """EXPORT_OBJECTS_TO_FD: handles into slots index.. of fd; returns status."""
+        objs = handles + [0] * (abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS - len(handles))
+        p = ctypes.create_string_buffer(abi.EXPORT_OBJECTS_TO_FD.pack(
+            fd, self.device, max_objects, b"", *objs, len(handles), index), abi.EXPORT_OBJECTS_TO_FD.size)
+        return rm_control(self.ctl, self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD, p)
+
+    def import_many(self, fd: int, n: int, index: int = 0) -> tuple[int, list[int], list[int]]:
+        """IMPORT_OBJECTS_FROM_FD of slots index..index+n-1 under the device, with handles of ours;
+        returns (status, handles, object types)."""
+        hs = [self.handle() for _ in range(n)]
+        objs = hs + [0] * (abi.NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS - n)
+        p = ctypes.create_string_buffer(abi.IMPORT_OBJECTS_FROM_FD.pack(fd, self.device, *objs, b"", n, index),
+                                        abi.IMPORT_OBJECTS_FROM_FD.size)
+        st = rm_control(self.ctl, self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD, p)
+        f = abi.IMPORT_OBJECTS_FROM_FD.unpack(p.raw)
+        return st, hs, list(f[130][:n])
+
+    def export_info(self, fd: int) -> tuple[int, int, int]:
+        """GET_EXPORT_OBJECT_INFO of fd; returns (status, deviceInstance, maxObjects)."""
+        p = ctypes.create_string_buffer(abi.GET_EXPORT_OBJECT_INFO.pack(fd, 0, 0, 0, b""),
+                                        abi.GET_EXPORT_OBJECT_INFO.size)
+        st = rm_control(self.ctl, self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO, p)
+        f = abi.GET_EXPORT_OBJECT_INFO.unpack(p.raw)
+        return st, f[1], f[3]
+
     def fb_free_kib(self) -> int:
         st, info = fb_info(self.ctl, self.client, self.subdevice, [abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE])
         self._check(st, "FB_GET_INFO_V2")

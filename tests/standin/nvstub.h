@@ -56,6 +56,15 @@ struct nvstub_file {
 	bool map_valid;
 	bool map_vid;
 	u64 map_size;
+	/*
+	 * Objects exported to this file (nv.h nv_file_private_t: handles,
+	 * maxHandles, deviceInstance, metadata), nvstub_export.c; freed with
+	 * the file.
+	 */
+	u32 *exp_handles;
+	u16 exp_max;
+	u32 exp_dev_inst;
+	u8 exp_meta[64];
 };
 
 static inline bool nvstub_is_ctl(const struct nvstub_file *nf)
@@ -139,6 +148,13 @@ int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_share(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size);
+u32 nvstub_rm_dup(struct nvstub_client *cl, struct nvstub_obj *parent, u32 *h,
+		  struct nvstub_obj *src);
+void nvstub_rm_free_obj(struct nvstub_obj *obj);
+struct nvstub_client *nvstub_rm_kernel_client(struct nvstub_file *nf, u32 h);
+void nvstub_rm_kernel_client_free(struct nvstub_client *cl);
+struct nvstub_obj *nvstub_rm_kernel_obj(struct nvstub_client *cl, struct nvstub_obj *parent,
+					u32 cls, unsigned int gpu);
 u32 nvstub_rm_get_pids(unsigned int gpu, u32 id_type, u32 id, u32 *tbl, u32 *count);
 u32 nvstub_rm_pid_vidmem(unsigned int gpu, u32 pid, u64 *data);
 void nvstub_rm_report(struct seq_file *m);
@@ -156,6 +172,14 @@ int nvstub_esc_update_mapping(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_mmap(struct file *filp, struct vm_area_struct *vma);
 int nvstub_mem_init(void);
 void nvstub_mem_exit(void);
+
+/* nvstub_export.c: objects exported to and imported from fds (under nvstub_lock) */
+u32 nvstub_ctrl_export_object(struct nvstub_file *nf, struct nvstub_client *cl, void *params);
+u32 nvstub_ctrl_export_objects(struct nvstub_file *nf, struct nvstub_client *cl, void *params);
+u32 nvstub_ctrl_import_object(struct nvstub_file *nf, struct nvstub_client *cl, void *params);
+u32 nvstub_ctrl_import_objects(struct nvstub_file *nf, struct nvstub_client *cl, void *params);
+u32 nvstub_ctrl_export_info(struct nvstub_file *nf, struct nvstub_client *cl, void *params);
+void nvstub_export_file_release(struct nvstub_file *nf);
 
 /* nvstub_ctrl.c */
 int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size);

@@ -450,7 +450,43 @@ static u32 nvstub_ctrl_get_pid_info(struct nvstub_ctrl_ctx *ctx, void *params)
 	return NV_OK;
 }
 
+/* nvstub_export.c: the NV0000 OS_UNIX export and import controls */
+static u32 nvstub_ctrl_exp1(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	return nvstub_ctrl_export_object(ctx->nf, ctx->cl, params);
+}
+
+static u32 nvstub_ctrl_expn(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	return nvstub_ctrl_export_objects(ctx->nf, ctx->cl, params);
+}
+
+static u32 nvstub_ctrl_imp1(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	return nvstub_ctrl_import_object(ctx->nf, ctx->cl, params);
+}
+
+static u32 nvstub_ctrl_impn(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	return nvstub_ctrl_import_objects(ctx->nf, ctx->cl, params);
+}
+
+static u32 nvstub_ctrl_expinfo(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	return nvstub_ctrl_export_info(ctx->nf, ctx->cl, params);
+}
+
 static const struct nvstub_ctrl nvstub_ctrls[] = {
+	{ NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_export_object_to_fd_params), nvstub_ctrl_exp1 },
+	{ NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_export_objects_to_fd_params), nvstub_ctrl_expn },
+	{ NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_import_object_from_fd_params), nvstub_ctrl_imp1 },
+	{ NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_import_objects_from_fd_params), nvstub_ctrl_impn },
+	{ NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO, NV01_ROOT_CLIENT,
+	  sizeof(struct nv0000_get_export_object_info_params), nvstub_ctrl_expinfo },
 	{ NV2080_CTRL_CMD_FB_GET_INFO_V2, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_fb_get_info_v2_params), nvstub_ctrl_fb_get_info_v2 },
 	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, NV20_SUBDEVICE_0,

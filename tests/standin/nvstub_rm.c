@@ -798,6 +798,78 @@ int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size)
 	return 0;
 }
 
+/*
+ * A duplicate of @src under @parent of @cl, as RM_DUP_OBJECT makes one once
+ * its checks passed (RM's internal DupObject, used by the fd export/import
+ * of nvstub_export.c).
+ */
+u32 nvstub_rm_dup(struct nvstub_client *cl, struct nvstub_obj *parent, u32 *h,
+		  struct nvstub_obj *src)
+{
+	const struct nvstub_class_info *ci = nvstub_class_find(src->cls);
+	struct nvstub_obj *obj;
+
+	if (!ci || src->tsg || src->chan || src->cls == NV01_DEVICE_0)
+		return NV_ERR_NOT_SUPPORTED;
+	return nvstub_obj_create(cl, parent, h, ci, NULL, src, &obj);
+}
+
+void nvstub_rm_free_obj(struct nvstub_obj *obj)
+{
+	nvstub_obj_free_tree(obj);
+}
+
+/*
+ * A kernel client (RM's own, no file's, no process's: GET_PIDS skips pid 0),
+ * such as the export client of nvstub_export.c.
+ */
+struct nvstub_client *nvstub_rm_kernel_client(struct nvstub_file *nf, u32 h)
+{
+	struct nvstub_client *cl;
+
+	if (nvstub_client_alloc(nf, &h) != NV_OK)
+		return NULL;
+	cl = nvstub_client_get(h);
+	cl->owner = NULL;
+	cl->pid = 0;
+	put_pid(cl->pid_info);
+	cl->pid_info = NULL;
+	return cl;
+}
+
+void nvstub_rm_kernel_client_free(struct nvstub_client *cl)
+{
+	nvstub_client_free(cl);
+}
+
+/* A device or subdevice of a kernel client, made without a caller's checks. */
+struct nvstub_obj *nvstub_rm_kernel_obj(struct nvstub_client *cl, struct nvstub_obj *parent,
+					u32 cls, unsigned int gpu)
+{
+	struct nvstub_obj *obj = kzalloc(sizeof(*obj), GFP_KERNEL);
+	u32 h;
+
+	if (!obj)
+		return NULL;
+	do {
+		h = NVSTUB_OBJECT_HANDLE_BASE | (cl->next_handle++ & 0xfffff);
+	} while (xa_load(&cl->objs, h));
+	obj->handle = h;
+	obj->cls = cls;
+	obj->client = cl;
+	obj->parent = parent;
+	obj->gpu = gpu;
+	INIT_LIST_HEAD(&obj->children);
+	INIT_LIST_HEAD(&obj->sibling);
+	INIT_LIST_HEAD(&obj->dup_node);
+	if (xa_insert(&cl->objs, h, obj, GFP_KERNEL)) {
+		kfree(obj);
+		return NULL;
+	}
+	list_add_tail(&obj->sibling, &parent->children);
+	return obj;
+}
+
 /* NV_ESC_RM_ALLOC_MEMORY (NVOS02 + fd) on an nvidiaN file (escape.c):
  * OS descriptors (0x71) and system memory; no mapping is created here.
  */
