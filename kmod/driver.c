@@ -19,6 +19,7 @@
 #include <linux/mutex.h>
 #include <linux/namei.h>
 #include <linux/path.h>
+#include <linux/slab.h>
 #include <linux/string.h>
 
 #include "driver.h"
@@ -33,6 +34,7 @@ static struct path gs_uvm_path;
 static struct path gs_gpu_path[GS_MAX_GPUS];
 static bool gs_gpu_valid[GS_MAX_GPUS];
 static unsigned int gs_uvm_major;
+static u32 gs_gpu_id[GS_MAX_GPUS];	/* by minor, from CARD_INFO at load */
 static char gs_version[NV_RM_API_VERSION_STRING_LENGTH];
 
 static int gs_lookup_chr(const char *name, struct path *path)
@@ -176,6 +178,35 @@ void gs_driver_seen_version(const char *version, size_t len)
 			    v, gs_version);
 }
 
+u32 gs_driver_gpu_id(u32 minor)
+{
+	return minor < GS_MAX_GPUS ? READ_ONCE(gs_gpu_id[minor]) : 0;
+}
+
+/*
+ * Each GPU's RM gpuId by its minor (nv.c nvidia_read_card_info()), which
+ * NV_ESC_ATTACH_GPUS_TO_FD names GPUs by. Without it, an instance can attach
+ * none.
+ */
+static void gs_read_gpu_ids(struct file *ctl)
+{
+	struct nv_ioctl_card_info *ci;
+	unsigned int i;
+	int err;
+
+	ci = kcalloc(NV_MAX_DEVICES, sizeof(*ci), GFP_KERNEL);
+	if (!ci)
+		return;
+	err = gs_scratch_card_info(ctl, ci);
+	if (err)
+		pr_warn("gpuslice: the driver did not answer CARD_INFO (%d): no instance can attach GPUs to a file\n",
+			err);
+	for (i = 0; !err && i < NV_MAX_DEVICES; i++)
+		if (ci[i].valid && ci[i].minor_number < GS_MAX_GPUS)
+			WRITE_ONCE(gs_gpu_id[ci[i].minor_number], ci[i].gpu_id);
+	kfree(ci);
+}
+
 static int gs_check_version(void)
 {
 	struct file *ctl;
@@ -188,6 +219,7 @@ static int gs_check_version(void)
 		return PTR_ERR(ctl);
 	}
 	err = gs_scratch_query_version(ctl, gs_version, sizeof(gs_version));
+	gs_read_gpu_ids(ctl);
 	fput(ctl);
 	if (err) {
 		strscpy(gs_version, "unknown", sizeof(gs_version));

@@ -21,6 +21,8 @@ int gs_driver_init(void);
 void gs_driver_exit(void);
 /* Resolves /dev/nvidia<gpu> if not done at load; false if it is not a GPU node. */
 bool gs_driver_has_gpu(u32 gpu);
+/* RM's gpuId of /dev/nvidia<minor> (CARD_INFO at load), 0 if unknown */
+u32 gs_driver_gpu_id(u32 minor);
 bool gs_driver_has_uvm(void);
 /* Opens the real node with the caller's credentials, bypassing path lookup. */
 struct file *gs_driver_open(enum gs_file_kind kind, u32 gpu, unsigned int flags);

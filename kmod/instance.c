@@ -307,6 +307,7 @@ static bool gs_gpu_limits_valid(const struct gs_inst_cfg *cfg, u32 gpu_mask)
 
 int gs_instance_new(const struct gs_inst_cfg *cfg)
 {
+	u32 gpu_ids[GPUSLICE_MAX_GPUS] = { 0 };
 	struct gs_instance *inst;
 	unsigned long mask;
 	unsigned int gpu;
@@ -316,9 +317,11 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	    !gs_gpu_limits_valid(cfg, cfg->gpu_mask))
 		return -EINVAL;
 	mask = cfg->gpu_mask;
-	for_each_set_bit(gpu, &mask, GS_MAX_GPUS)
+	for_each_set_bit(gpu, &mask, GS_MAX_GPUS) {
 		if (!gs_driver_has_gpu(gpu))
 			return -ENODEV;
+		gpu_ids[gpu] = gs_driver_gpu_id(gpu);
+	}
 
 	inst = kzalloc(sizeof(*inst), GFP_KERNEL);
 	if (!inst)
@@ -357,6 +360,7 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 		gs_inst_set_flags(inst->core, GS_INST_ALLOW_TEST_ESCAPES);
 	/* RM's device instances taken as the minors (kmod/uapi/gpuslice.h, GPU_MEM_LIMIT) */
 	gs_inst_set_gpus(inst->core, cfg->gpu_mask);
+	gs_inst_set_gpu_ids(inst->core, gpu_ids);
 	if (cfg->set & GS_CFG_GPU_MEM_LIMIT)
 		gs_inst_set_gpu_limits(inst->core, cfg->gpu_mem_limit);
 

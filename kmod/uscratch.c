@@ -73,6 +73,25 @@ int gs_scratch_control(struct file *real, u32 h_client, u32 h_object, u32 cmd,
 	return ret;
 }
 
+int gs_scratch_card_info(struct file *real, struct nv_ioctl_card_info *ci)
+{
+	const size_t size = sizeof(*ci) * NV_MAX_DEVICES;
+	unsigned long uaddr;
+	long ret;
+
+	BUILD_BUG_ON(sizeof(*ci) * NV_MAX_DEVICES != 2304 || 2304 > GS_SCRATCH_SIZE);
+	ret = gs_scratch_map();
+	if (IS_ERR_VALUE(ret))
+		return ret;
+	uaddr = ret;
+	ret = gs_real_ioctl(real, _IOC(_IOC_READ | _IOC_WRITE, NV_IOCTL_MAGIC, NV_ESC_CARD_INFO, size),
+			    uaddr);
+	if (!ret && copy_from_user(ci, (void __user *)uaddr, size))
+		ret = -EFAULT;
+	vm_munmap(uaddr, GS_SCRATCH_SIZE);
+	return ret;
+}
+
 int gs_scratch_query_version(struct file *real, char *out, size_t len)
 {
 	struct nv_ioctl_rm_api_version v = { .cmd = NV_RM_API_VERSION_CMD_QUERY };

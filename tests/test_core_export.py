@@ -312,3 +312,21 @@ def test_the_deprecated_create_export_fd_stays_refused(core):
     a = Proc(core, 1, 100)
     r = a.control(abi.NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD, b"\0" * 76)
     assert r.refusal == cs.GS_REFUSE_FOREIGN
+
+
+def test_attach_gpus_names_the_instances_gpus_only(core):
+    """NV_ESC_ATTACH_GPUS_TO_FD (CUDA, on a shareable handle's export file) opens and holds
+    each GPU it names: only the instance's GPUs (0 entries are skipped by RM)."""
+    req = lambda n: abi.iowr(abi.NV_ESC_ATTACH_GPUS_TO_FD, 4 * n)  # noqa: E731
+    ids = lambda *v: bytearray(struct.pack(f"<{len(v)}I", *v))  # noqa: E731
+    # the user-space build sets no ids: any passes
+    assert core.call(req(1), ids(0x900)).verdict == cs.GS_PASS
+    core.set_gpu_ids({0: 0x100, 1: 0x200})
+    assert core.call(req(3), ids(0x200, 0, 0x100)).verdict == cs.GS_PASS
+    before = core.stats()["refused_filter"]
+    r = core.call(req(2), ids(0x100, 0x300))
+    assert (r.verdict, r.err, r.refusal) == (cs.GS_FAIL, 1, cs.GS_REFUSE_FOREIGN)
+    assert core.stats()["refused_filter"] == before + 1
+    for bad in (bytearray(b"\0" * 6), bytearray(4 * 33)):  # not whole ids; more than RM's 32 GPUs
+        r = core.call(abi.iowr(abi.NV_ESC_ATTACH_GPUS_TO_FD, len(bad)), bad)
+        assert (r.verdict, r.refusal) == (cs.GS_FAIL, cs.GS_REFUSE_MALFORMED)

@@ -97,6 +97,14 @@ void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit)
 	gs_unlock(&in->lock);
 }
 
+void gs_inst_set_gpu_ids(struct gs_inst *in, const nv_u32 *ids)
+{
+	gs_lock(&in->lock);
+	memcpy(in->gpu_ids, ids, sizeof(in->gpu_ids));
+	in->gpu_ids_set = 1;
+	gs_unlock(&in->lock);
+}
+
 void gs_inst_set_gpus(struct gs_inst *in, nv_u32 mask)
 {
 	gs_lock(&in->lock);
@@ -393,6 +401,36 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	return GS_PASS;
 }
 
+/*
+ * NV_ESC_ATTACH_GPUS_TO_FD: an array of RM gpuIds; nv.c nvidia_dev_get() opens
+ * and holds each GPU named, with no permission check, until the file is
+ * released. CUDA does it on the nvidiactl file that holds a shareable
+ * handle's export (cuMemExportToShareableHandle, measured on the H100), so
+ * that the exported memory's GPU stays up. Each id must be one of the
+ * instance's GPUs (or 0, which RM skips): another GPU of the host is not
+ * opened from a container. The driver reads the checked array (staged).
+ */
+static enum gs_verdict gs_pre_attach_gpus(struct gs_inst *in, struct gs_call *c)
+{
+	nv_u32 i, j, id;
+
+	if (!c->arg || !c->arg_size || c->arg_size % 4 || c->arg_size > 4 * NV_MAX_DEVICES)
+		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+	if (!in->gpu_ids_set)
+		return GS_PASS;
+	for (i = 0; i < c->arg_size / 4; i++) {
+		memcpy(&id, (const char *)c->arg + 4 * i, sizeof(id));
+		if (!id)
+			continue;
+		for (j = 0; j < GPUSLICE_MAX_GPUS; j++)
+			if (in->gpu_ids[j] == id)
+				break;
+		if (j == GPUSLICE_MAX_GPUS)
+			return gs_fail(c, GS_REFUSE_FOREIGN, EPERM);
+	}
+	return GS_PASS;
+}
+
 /* escapes whose block starts with the client handle: size and status offset */
 static enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c,
 					   nv_u32 size, nv_u32 st)
@@ -463,6 +501,8 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	case NV_ESC_ALLOC_OS_EVENT:
 	case NV_ESC_FREE_OS_EVENT:
 		return gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
+	case NV_ESC_ATTACH_GPUS_TO_FD:
+		return gs_pre_attach_gpus(in, c);
 	case NV_ESC_SYS_PARAMS:
 		/*
 		 * The first caller on the host sets the NUMA memory block size
@@ -493,6 +533,7 @@ int gs_block_decided(const struct gs_call *c)
 	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
 	case NV_ESC_ALLOC_OS_EVENT:
 	case NV_ESC_FREE_OS_EVENT:
+	case NV_ESC_ATTACH_GPUS_TO_FD:
 		return 1;
 	}
 	return 0;

@@ -219,6 +219,12 @@ void gs_inst_free(struct gs_inst *in);
 void gs_inst_set_limit(struct gs_inst *in, nv_u64 mem_limit);
 /* the instance's GPUs, bit N = RM device instance N (default: all); others get no memory */
 void gs_inst_set_gpus(struct gs_inst *in, nv_u32 mask);
+/*
+ * RM's gpuId of each of the instance's GPUs, [GPUSLICE_MAX_GPUS], 0 for none:
+ * the only GPUs NV_ESC_ATTACH_GPUS_TO_FD may name. Not set (the user-space
+ * build): any.
+ */
+void gs_inst_set_gpu_ids(struct gs_inst *in, const nv_u32 *ids);
 /* per-GPU limits (kmod/uapi/gpuslice.h: GPU_MEM_LIMIT), [GPUSLICE_MAX_GPUS] */
 void gs_inst_set_gpu_limits(struct gs_inst *in, const nv_u64 *limits);
 /* each [GPUSLICE_MAX_GPUS]: the limit in effect, the use and the peak per GPU */

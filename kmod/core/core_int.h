@@ -75,6 +75,8 @@ struct gs_inst {
 	nv_u32 flags;
 	nv_u64 limit;		/* of a GPU without a limit of its own */
 	nv_u32 gpus;		/* the instance's GPUs (device instances), gs_inst_set_gpus() */
+	nv_u32 gpu_ids[GPUSLICE_MAX_GPUS];	/* their RM gpuIds, gs_inst_set_gpu_ids() */
+	int gpu_ids_set;
 	nv_u64 used;		/* video memory: the sum of gpu_used[] */
 	nv_u64 peak;		/* of used */
 	/* per GPU (RM's device instance) */

@@ -95,6 +95,7 @@ class Core:
         lib.t_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         lib.t_set_gpus.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         lib.t_set_gpu_limits.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+        lib.t_set_gpu_ids.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         lib.t_gpu_mem.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         lib.t_pre.restype = ctypes.c_void_p
         lib.t_pre.argtypes = [
@@ -134,6 +135,13 @@ class Core:
     def set_gpus(self, mask: int) -> None:
         """The instance's GPUs (RM device instances), as the module sets its GPU mask."""
         self.lib.t_set_gpus(self.inst, mask)
+
+    def set_gpu_ids(self, ids: dict[int, int]) -> None:
+        """RM gpuIds of the instance's GPUs (the module's, from CARD_INFO)."""
+        arr = (ctypes.c_uint32 * MAX_GPUS)()
+        for gpu, gid in ids.items():
+            arr[gpu] = gid
+        self.lib.t_set_gpu_ids(self.inst, arr)
 
     def set_gpu_limits(self, limits: dict[int, int] | None) -> None:
         """Per-GPU limits (uapi GPU_MEM_LIMIT); GPUs not named, or None: the instance's."""

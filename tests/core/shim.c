@@ -100,6 +100,11 @@ void t_set_gpus(struct gs_inst *in, uint32_t mask)
 	gs_inst_set_gpus(in, mask);
 }
 
+void t_set_gpu_ids(struct gs_inst *in, const uint32_t *ids)
+{
+	gs_inst_set_gpu_ids(in, ids);
+}
+
 void t_set_gpu_limits(struct gs_inst *in, const uint64_t *limits)
 {
 	gs_inst_set_gpu_limits(in, limits);

@@ -94,6 +94,25 @@ def rm_control(ctl: int, h_client: int, h_object: int, cmd: int, params: ctypes.
     return abi.NVOS54.unpack(buf)[6]
 
 
+def gpu_ids(ctl: int) -> dict[int, int]:
+    """NV_ESC_CARD_INFO on a nvidiactl: minor -> RM gpuId of each GPU."""
+    buf = bytearray(abi.CARD_INFO.size * abi.NV_MAX_DEVICES)
+    if ioctl(ctl, abi.IOCTL_CARD_INFO, buf) < 0:
+        raise IoctlError(errno.EIO, "CARD_INFO")
+    out = {}
+    for i in range(abi.NV_MAX_DEVICES):
+        f = abi.CARD_INFO.unpack_from(buf, i * abi.CARD_INFO.size)
+        if f[0]:
+            out[f[13]] = f[7]
+    return out
+
+
+def attach_gpus(ctl: int, ids: list[int]) -> int:
+    """NV_ESC_ATTACH_GPUS_TO_FD of gpuIds on a nvidiactl; 0 or -errno."""
+    return ioctl(ctl, abi.iowr(abi.NV_ESC_ATTACH_GPUS_TO_FD, 4 * len(ids)),
+                 bytearray(struct.pack(f"<{len(ids)}I", *ids)))
+
+
 def register_fd(fd: int, ctl_fd: int) -> int:
     """NV_ESC_REGISTER_FD on fd; returns 0 or -errno (the driver answers -EINVAL)."""
     return ioctl(fd, abi.IOCTL_REGISTER_FD, bytearray(abi.REGISTER_FD.pack(ctl_fd)))

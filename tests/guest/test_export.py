@@ -59,6 +59,8 @@ def test_an_exported_handle_reaches_the_instances_other_processes(nl) -> None:
                 s = session(a)
                 st, h, _ = s.alloc_vidmem(8 * MIB)
                 efd = nvstub.open_node(a.path("nvidiactl"))
+                # CUDA keeps the GPU up for the export's file (cuMemExportToShareableHandle)
+                assert nvstub.attach_gpus(efd, [nvstub.gpu_ids(efd)[0]]) == 0
                 st2 = s.export_fd(h, efd)
                 socket.send_fds(child, [struct.pack("<II", st, st2)], [efd])
                 os.close(efd)

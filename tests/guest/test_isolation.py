@@ -8,9 +8,9 @@ before the nested copy) and checks the outcome in the stand-in itself."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -275,7 +275,8 @@ def test_device_parameters_naming_another_client_are_refused(nl):
 def test_no_timeslice_or_host_wide_setting_from_a_container(nl):
     """Item 6: a container's SET_TIMESLICE is answered NV_OK and not passed (the TSG keeps
     the instance's timeslice); SYS_PARAMS (host-wide NUMA memory block size, first caller
-    wins) is answered 0 and not passed; ATTACH_GPUS_TO_FD (pins any GPU by id) is refused."""
+    wins) is answered 0 and not passed; ATTACH_GPUS_TO_FD (opens and pins GPUs by id) is
+    refused for a GPU that is not the instance's."""
     with Instance(nl, 64 * MIB, timeslice_us=3000) as inst:
         s = session(inst)
         real = nvstub.Session()
@@ -294,9 +295,11 @@ def test_no_timeslice_or_host_wide_setting_from_a_container(nl):
             bogus = before + (1 << 20) if before else 4096
             assert nvstub.ioctl(s.ctl, abi.IOCTL_SYS_PARAMS, bytearray(abi.SYS_PARAMS.pack(bogus))) == 0
             assert memblock(real.dev_fd) == before
-            ids = bytearray(struct.pack("<I", 0) * 4)
-            assert nvstub.ioctl(s.ctl, abi.iowr(abi.NV_ESC_ATTACH_GPUS_TO_FD, len(ids)), ids) < 0
+            # attaching a GPU that is not the instance's (an id no GPU of the instance has)
+            assert nvstub.attach_gpus(s.ctl, [0xDEAD00, 0]) == -errno.EPERM
             assert inst.get()["nr_refused_filter"] == 1
+            # its own GPU: what CUDA does on a shareable handle's export file
+            assert nvstub.attach_gpus(s.ctl, [nvstub.gpu_ids(real.ctl)[0]]) == 0
         finally:
             real.close()
             s.close()

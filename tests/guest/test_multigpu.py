@@ -71,9 +71,10 @@ def test_an_instance_of_gpu0_reaches_no_other_gpu(nl) -> None:
             used1 = nvstub.pool_used(1)
             st, _, _ = s.alloc_vidmem(MIB)
             assert st == abi.NV_OK and nvstub.pool_used(1) == used1
-            # pinning GPU 1 to the file by id is refused outright
-            ids = bytearray(struct.pack("<I", 1) * 4)
-            assert nvstub.ioctl(s.ctl, abi.iowr(abi.NV_ESC_ATTACH_GPUS_TO_FD, len(ids)), ids) < 0
+            # pinning GPU 1 to a file by id is refused (GPU 0's own id is not)
+            ids = nvstub.gpu_ids(s.ctl)
+            assert nvstub.attach_gpus(s.ctl, [ids[0], ids[1]]) == -errno.EPERM
+            assert nvstub.attach_gpus(s.ctl, [ids[0]]) == 0
         finally:
             s.close()
     with Instance(nl, 64 * MIB, gpu_mask=0b10) as inst:

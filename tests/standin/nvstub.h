@@ -61,6 +61,7 @@ struct nvstub_file {
 	 * maxHandles, deviceInstance, metadata), nvstub_export.c; freed with
 	 * the file.
 	 */
+	bool attached;			/* NV_ESC_ATTACH_GPUS_TO_FD done (nvlfp->attached_gpus) */
 	u32 *exp_handles;
 	u16 exp_max;
 	u32 exp_dev_inst;

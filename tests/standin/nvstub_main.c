@@ -119,7 +119,7 @@ const u32 nvstub_esc_list[] = {
 	NV_ESC_RM_ALLOC_MEMORY, NV_ESC_RM_FREE, NV_ESC_RM_CONTROL,
 	NV_ESC_RM_ALLOC, NV_ESC_RM_DUP_OBJECT, NV_ESC_RM_SHARE, NV_ESC_RM_MAP_MEMORY,
 	NV_ESC_RM_UNMAP_MEMORY, NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO,
-	NVSTUB_ESC_SUBMIT,
+	NV_ESC_ATTACH_GPUS_TO_FD, NVSTUB_ESC_SUBMIT,
 };
 const unsigned int nvstub_esc_count = ARRAY_SIZE(nvstub_esc_list);
 
@@ -248,6 +248,34 @@ static int nvstub_card_info(void *arg, u32 size)
 		ci[i].fb_size = (u64)nvstub_fb_mib << 20;
 		ci[i].minor_number = i;
 	}
+	return 0;
+}
+
+/*
+ * nv.c NV_ESC_ATTACH_GPUS_TO_FD: an array of gpuIds, once per file; each
+ * nonzero id is opened and held (nvidia_dev_get(): -EINVAL for an id no GPU
+ * has, and what was held is let go) until the file is released. Modelled:
+ * the ids are checked and kept; nothing else depends on them here.
+ */
+static int nvstub_attach_gpus(struct nvstub_file *nf, void *arg, u32 size)
+{
+	const u32 *ids = arg;
+	unsigned int i, g;
+
+	if (!size || size % sizeof(u32))
+		return -EINVAL;
+	if (nf->attached)
+		return -EINVAL;
+	for (i = 0; i < size / sizeof(u32); i++) {
+		if (!ids[i])
+			continue;
+		for (g = 0; g < nvstub_num_gpus; g++)
+			if (nvstub_gpu_id(g) == ids[i])
+				break;
+		if (g == nvstub_num_gpus)
+			return -EINVAL;
+	}
+	nf->attached = true;
 	return 0;
 }
 
@@ -423,6 +451,10 @@ static int nvstub_dispatch(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
 		if (!ctl)
 			return -EINVAL;
 		return nvstub_card_info(arg, size);
+	case NV_ESC_ATTACH_GPUS_TO_FD:
+		if (!ctl)
+			return -EINVAL;
+		return nvstub_attach_gpus(nf, arg, size);
 	case NV_ESC_CHECK_VERSION_STR:
 		if (!ctl)
 			return -EINVAL;
