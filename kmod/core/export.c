@@ -33,7 +33,9 @@
  *    memory behind it uncounted once its client goes);
  *  - a slot is written once: an export into a slot the core holds or is
  *    filling is refused, and an import of a slot it does not hold is answered
- *    as RM answers an empty one, without the driver;
+ *    as RM answers an empty one, without the driver; an import from a file
+ *    it holds no slot of is refused (in the user-space build, another
+ *    process's export);
  *  - imports carry handles the caller chose;
  *  - the reply's status is not trusted to undo anything (another thread can
  *    rewrite the reply once the driver has begun writing it, kmod/shadow.c):
@@ -305,6 +307,18 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 	struct gs_export *e;
 	nv_u32 i = 0, nr = 0;
 
+	/*
+	 * A file this core recorded no export on holds none that the instance
+	 * made through it: the user-space build (one core per process) meets
+	 * another process's exports so, which it cannot count.
+	 */
+	for (e = in->exports; e; e = e->next)
+		if (e->file_id == c->fd_file_id)
+			break;
+	if (!e) {
+		*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
+		return GS_REFUSE_FOREIGN;
+	}
 	if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD) {
 		gs_export_read(io, p, 4, &obj, sizeof(obj));
 		parent = obj.h_parent;

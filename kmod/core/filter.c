@@ -61,6 +61,7 @@ static const nv_u32 gs_allowed_controls[] = {
 	0x00801402,	/* dt NV0080_HOST_GET_CAPS_V2 */
 	0x0080170d,	/* dt NV0080_FIFO_GET_CHANNELLIST */
 	0x00801909,	/* dt NV0080_PERF_CUDA_LIMIT_SET_CONTROL */
+	0x00410110,	/* h NV0041_GET_SURFACE_INFO: cuMemImportFromShareableHandle on the H100; a read-only query of the caller's memory object (attributes, size, page size, aperture), non-privileged, in nvproxy's compute set */
 	0x00de0001,	/* s NV00DE_REQUEST_DATA_POLL */
 	0x20800102,	/* dst NV2080_GPU_GET_INFO_V2 */
 	0x20800110,	/* dst NV2080_GPU_GET_NAME_STRING */
