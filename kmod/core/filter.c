@@ -53,6 +53,7 @@ static const nv_u32 gs_allowed_controls[] = {
 	0x00000b02,	/* s NV0000_GPUACCT_GET_ACCOUNTING_STATE */
 	0x00000d01,	/* dst NV0000_CLIENT_GET_ADDR_SPACE_TYPE */
 	0x00000d04,	/* dt NV0000_CLIENT_SET_INHERITED_SHARE_POLICY */
+	0x00410110,	/* h NV0041_GET_SURFACE_INFO: cuMemImportFromShareableHandle on the H100; a read-only query of the caller's memory object (attributes, size, page size, aperture), non-privileged, in nvproxy's compute set */
 	0x00800280,	/* dt NV0080_GPU_GET_NUM_SUBDEVICES */
 	0x00800288,	/* s NV0080_GPU_QUERY_SW_STATE_PERSISTENCE */
 	0x00800289,	/* dst NV0080_GPU_GET_VIRTUALIZATION_MODE */
@@ -61,7 +62,6 @@ static const nv_u32 gs_allowed_controls[] = {
 	0x00801402,	/* dt NV0080_HOST_GET_CAPS_V2 */
 	0x0080170d,	/* dt NV0080_FIFO_GET_CHANNELLIST */
 	0x00801909,	/* dt NV0080_PERF_CUDA_LIMIT_SET_CONTROL */
-	0x00410110,	/* h NV0041_GET_SURFACE_INFO: cuMemImportFromShareableHandle on the H100; a read-only query of the caller's memory object (attributes, size, page size, aperture), non-privileged, in nvproxy's compute set */
 	0x00de0001,	/* s NV00DE_REQUEST_DATA_POLL */
 	0x20800102,	/* dst NV2080_GPU_GET_INFO_V2 */
 	0x20800110,	/* dst NV2080_GPU_GET_NAME_STRING */
