@@ -335,3 +335,14 @@ def test_attach_gpus_names_the_instances_gpus_only(core):
     for bad in (bytearray(b"\0" * 6), bytearray(4 * 33)):  # not whole ids; more than RM's 32 GPUs
         r = core.call(abi.iowr(abi.NV_ESC_ATTACH_GPUS_TO_FD, len(bad)), bad)
         assert (r.verdict, r.refusal) == (cs.GS_FAIL, cs.GS_REFUSE_MALFORMED)
+
+
+def test_peer_access_between_the_instances_gpus_is_listed(core):
+    """NV50_P2P (both subdevices are resolved in the caller's client: p2p_api.c) and the
+    read-only P2P caps queries, what cuCtxEnablePeerAccess needs on several GPUs."""
+    a = Proc(core, 1, 100)
+    arg = cs.alloc_arg(a.client, a.client, 0x5C0000F1, abi.NV50_P2P)
+    assert core.call(abi.IOCTL_RM_ALLOC, arg, a.rm.alloc, file_id=1, pid=100).refusal == cs.GS_REFUSE_NONE
+    for cmd in (0x127, 0x12B):
+        r = a.control(cmd, b"\0" * 16, fd_file_id=0)
+        assert r.refusal == cs.GS_REFUSE_NONE, hex(cmd)

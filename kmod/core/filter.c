@@ -9,7 +9,9 @@
  * through is listed here, taken from what CUDA, PyTorch and nvidia-smi issue
  * in the three recorded traces (shared/traces: d = cuda-driver-alloc,
  * s = nvidia-smi-q, t = torch-matmul), plus (h) the few that the runs on the
- * H100 showed missing (docs/real-gpu.md). tests/test_filter_lists.py checks
+ * H100 showed missing (docs/real-gpu.md) and (p) peer access between an
+ * instance's GPUs, from the 580 source and nvproxy's compute set, which a
+ * one-GPU trace cannot show (docs/multigpu.md; not yet seen on two GPUs). tests/test_filter_lists.py checks
  * against NVIDIA's source that none of them carries RMCTRL_FLAGS_PRIVILEGED
  * (0x4 in src/nvidia/generated/g_*_nvoc.c) and that the list still covers the
  * traces. Anything else is refused with NV_ERR_INSUFFICIENT_PERMISSIONS and
@@ -36,6 +38,8 @@
 /* controls seen in the traces, sorted */
 static const nv_u32 gs_allowed_controls[] = {
 0x00000101,	/* dst NV0000_SYSTEM_GET_BUILD_VERSION */
+	0x00000127,	/* p NV0000_SYSTEM_GET_P2P_CAPS: read-only, peer access between the instance's GPUs */
+	0x0000012b,	/* p NV0000_SYSTEM_GET_P2P_CAPS_V2: read-only, as above */
 	0x0000013a,	/* dt NV0000_SYSTEM_GET_P2P_CAPS_MATRIX */
 	0x000001f0,	/* dt NV0000_SYSTEM_GET_FEATURES */
 	0x00000201,	/* dst NV0000_GPU_GET_ATTACHED_IDS */
@@ -208,6 +212,7 @@ static const nv_u32 gs_allowed_classes[] = {
 	RM_USER_SHARED_DATA,		/* dst */
 	NV20_SUBDEVICE_0,		/* dst */
 	NV2081_BINAPI,			/* dst */
+	NV50_P2P,			/* p: peer mapping between two subdevices of the caller's own client (p2p_api.c: subdeviceGetByHandle() in the caller's client) */
 	NV50_THIRD_PARTY_P2P,		/* dt */
 	NV50_MEMORY_VIRTUAL,		/* dt */
 	GT200_DEBUGGER,			/* dt */

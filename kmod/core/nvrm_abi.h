@@ -125,6 +125,7 @@ typedef uint32_t nv_handle;
 #define NV_MEMORY_FABRIC		0x00f8
 #define NV_MEMORY_MULTICAST_FABRIC	0x00fd
 #define NV50_MEMORY_VIRTUAL		0x50a0
+#define NV50_P2P			0x503b
 #define NV50_THIRD_PARTY_P2P		0x503c
 #define FERMI_CONTEXT_SHARE_A		0x9067
 #define FERMI_VASPACE_A			0x90f1
