@@ -18,6 +18,7 @@ import coreshim as cs  # noqa: E402
 from coreshim import GiB, MiB, abi  # noqa: E402
 
 CONTROL = abi.IOCTL_RM_CONTROL
+DUP_REQ = abi.IOCTL_RM_DUP_OBJECT
 PERM = abi.NV_ERR_INSUFFICIENT_PERMISSIONS
 DEV = 0x5C000001
 EXPORT_FILE = 77  # the id of the nvidiactl file that holds the exports
@@ -190,8 +191,11 @@ def test_import_of_an_empty_slot_is_answered_without_rm(core):
     assert a.export_many([a.mem(MiB)], index=1).status == abi.NV_OK
     r = a.import_(0xB2)  # slot 0 is empty
     assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_PARAMETER, cs.GS_REFUSE_NONE)
-    # several: RM skips empty slots, so nothing to register for them and the call passes
-    assert a.import_many([0xB3]).verdict == cs.GS_PASS
+    # several: RM skips empty slots, so nothing to register for them and the call passes;
+    # a handle named for an empty slot is refused (RM's rollback would free it: os.c)
+    assert a.import_many([0]).verdict == cs.GS_PASS
+    r = a.import_many([0xB3])
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_ARGUMENT, cs.GS_REFUSE_MALFORMED)
     assert not [o for o in core.objects() if o["handle"] == 0xB3]
 
 
@@ -208,7 +212,7 @@ def test_import_many_registers_each_with_its_own_charge(core):
     a, b = Proc(core, 1, 100), Proc(core, 2, 200)
     hs = [a.mem(s * MiB) for s in (4, 8, 16)]
     assert a.export_many(hs, index=2).status == abi.NV_OK
-    assert b.import_many([0xC1, 0xC2, 0xC3, 0xC4], index=1).status == abi.NV_OK  # slot 1 is empty
+    assert b.import_many([0, 0xC2, 0xC3, 0xC4], index=1).status == abi.NV_OK  # slot 1 is empty
     sizes = {o["handle"]: o["size"] for o in core.objects() if o["client"] == b.client}
     assert (sizes.get(0xC1), sizes[0xC2], sizes[0xC3], sizes[0xC4]) == (None, 4 * MiB, 8 * MiB, 16 * MiB)
     for h in hs:
@@ -269,14 +273,8 @@ def test_a_failure_status_undoes_nothing(core):
     assert used(core) == 8 * MiB  # the import may hold it
     core.file_closed(2)
     assert used(core) == 0
-    # a handle the importer holds already is not replaced by a failed import
-    a2 = Proc(core, 3, 300)
-    big, small = a2.mem(64 * MiB), a2.mem(1 * MiB)
-    a2.export(small)
-    assert a2.import_(big, status=abi.NV_ERR_INSERT_DUPLICATE_NAME).verdict == cs.GS_PASS
-    a2.free(small)
-    core.file_closed(EXPORT_FILE)
-    assert used(core) == 64 * MiB  # big is still charged as big
+    # the failed import's handle stays registered until freed (RM frees nothing there)
+    assert [o["size"] for o in core.objects() if o["handle"] == 0xE1] == []  # its client went
 
 
 def test_an_export_the_driver_never_ran_frees_its_slot(core):
@@ -346,3 +344,101 @@ def test_peer_access_between_the_instances_gpus_is_listed(core):
     for cmd in (0x127, 0x12B):
         r = a.control(cmd, b"\0" * 16, fd_file_id=0)
         assert r.refusal == cs.GS_REFUSE_NONE, hex(cmd)
+
+
+def test_an_import_names_a_handle_nobody_holds(core):
+    """A failed import leaves its handle registered (its status is not trusted); an import
+    that later succeeds in RM under that handle must not go unrecorded. So an import into
+    a registered handle is refused (reviewer's attack: a big buffer imported under a
+    handle the core already held for a small one, then its owner freed: RM kept it, the
+    core charged the small one)."""
+    a, b = Proc(core, 1, 100), Proc(core, 2, 200)
+    small = a.mem(1 * MiB)
+    a.export(small)
+    assert b.import_(0xF1, status=abi.NV_ERR_INVALID_OBJECT_PARENT).verdict == cs.GS_PASS
+    big = a.mem(512 * MiB)
+    assert a.export(big, fd_file_id=78).status == abi.NV_OK
+    r = b.import_(0xF1, fd_file_id=78)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INSERT_DUPLICATE_NAME,
+                                                 cs.GS_REFUSE_MALFORMED)
+    # and within one call, the same handle twice
+    assert a.export_many([a.mem(MiB), a.mem(MiB)], fd_file_id=79).status == abi.NV_OK
+    r = b.import_many([0xF2, 0xF2], fd_file_id=79)
+    assert r.refusal == cs.GS_REFUSE_MALFORMED
+    # b frees the leftover handle (RM frees nothing, answers OK): it can be imported into
+    assert b.call(abi.IOCTL_RM_FREE, cs.free_arg(b.client, DEV, 0xF1), b.rm.ok(12)).status == abi.NV_OK
+    assert b.import_(0xF1, fd_file_id=78).status == abi.NV_OK
+
+
+def test_an_export_or_dup_racing_a_free_of_its_handle_waits(core):
+    """FREE(H) checked, then ALLOC(H) of something big checked, then EXPORT(H) checked: RM
+    may run them in that order and export the big one while the core counted the small
+    one (reviewer's attack). While a free of H, or of an ancestor, is in flight, what
+    references H is answered NV_ERR_STATE_IN_USE."""
+    a = Proc(core, 1, 100)
+    h = a.mem(1 * MiB)
+    seen = {}
+
+    def rm(blk: bytearray) -> int:
+        seen["export"] = a.export(h)
+        seen["dup"] = a.call(DUP_REQ, cs.dup_arg(a.client, DEV, 0xD2, a.client, h), a.rm.ok(24))
+        struct.pack_into("<I", blk, 12, abi.NV_OK)
+        return 0
+
+    a.call(abi.IOCTL_RM_FREE, cs.free_arg(a.client, DEV, h), rm)
+    for k in ("export", "dup"):
+        assert (seen[k].verdict, seen[k].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE), k
+    # a free of the device (an ancestor) too
+    h2 = a.mem(1 * MiB)
+
+    def rm2(blk: bytearray) -> int:
+        seen["export"] = a.export(h2, fd_file_id=90)
+        struct.pack_into("<I", blk, 12, abi.NV_OK)
+        return 0
+
+    a.call(abi.IOCTL_RM_FREE, cs.free_arg(a.client, a.client, DEV), rm2)
+    assert seen["export"].status == abi.NV_ERR_STATE_IN_USE
+    assert used(core) == 0
+
+
+def test_a_free_racing_a_dup_leaves_the_charge(core):
+    """The dup's source charge is referenced at the check: RM may duplicate before a free
+    on another thread runs, whichever order the two calls come back in (before: the source
+    was looked up after RM answered, and a free in between left the dup uncharged)."""
+    a = Proc(core, 1, 100)
+    h = a.mem(32 * MiB)
+
+    def rm(blk: bytearray) -> int:
+        a.free(h)
+        struct.pack_into("<I", blk, 24, abi.NV_OK)
+        return 0
+
+    assert a.call(DUP_REQ, cs.dup_arg(a.client, DEV, 0xD3, a.client, h), rm).status == abi.NV_OK
+    assert used(core) == 32 * MiB
+    assert [o["size"] for o in core.objects() if o["handle"] == 0xD3] == [32 * MiB]
+    a.free(0xD3)
+    assert used(core) == 0
+
+
+def test_only_counted_memory_is_exported(core):
+    """An export keeps its object alive past its owner: a TSG's context buffers would be
+    counted by nobody, and an imported TSG would come back unknown to the scheduler."""
+    a = Proc(core, 1, 100)
+    r = a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, 0x7501, abi.KEPLER_CHANNEL_GROUP_A))
+    assert r.status == abi.NV_OK
+    for h in (0x7501, DEV):
+        r = a.export(h)
+        assert (r.status, r.refusal) == (abi.NV_ERR_NOT_SUPPORTED, cs.GS_REFUSE_CLASS)
+
+
+def test_an_export_file_of_more_slots_than_one_call_fills_is_refused(core):
+    """maxObjects sizes the array RM allocates for the file (up to 65535 handles, kernel
+    memory nobody's cgroup pays for)."""
+    a = Proc(core, 1, 100)
+    objs = [0] * 512
+    for mx, ok in ((512, True), (513, False), (65535, False)):
+        r = a.control(abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
+                      abi.EXPORT_OBJECTS_TO_FD.pack(5, DEV, mx, b"", *objs, 0, 0), fd_file_id=100 + mx)
+        assert (r.verdict == cs.GS_PASS) == ok, mx
+        if not ok:
+            assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_PARAMETER, cs.GS_REFUSE_MALFORMED)

@@ -445,6 +445,71 @@ static enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c
 	return GS_PASS;
 }
 
+/* An RM_FREE goes on the list of frees in flight until its gs_post(). */
+static enum gs_verdict gs_pre_free(struct gs_inst *in, struct gs_call *c)
+{
+	const struct nvos00_params *p = c->arg;
+	enum gs_verdict v;
+
+	v = gs_pre_client_first(in, c, sizeof(*p), 12);
+	if (v != GS_PASS)
+		return v;
+	c->busy_client = p->h_root;
+	c->busy_handle = p->h_object_old;
+	c->busy = 1;
+	c->busy_next = in->busy;
+	in->busy = c;
+	return GS_PASS;
+}
+
+static void gs_free_done(struct gs_inst *in, struct gs_call *c)
+{
+	struct gs_call **pp;
+
+	if (!c->busy)
+		return;
+	for (pp = &in->busy; *pp; pp = &(*pp)->busy_next)
+		if (*pp == c) {
+			*pp = c->busy_next;
+			break;
+		}
+	c->busy = 0;
+}
+
+/*
+ * RM_DUP_OBJECT: both clients the instance's. What it duplicates is looked up
+ * here and its charge referenced until gs_post(): a free of the source after
+ * this check cannot uncharge memory RM has duplicated by then; and one that
+ * was checked before it, and may run in RM first (the handle then naming
+ * whatever is made under it next), is waited for.
+ */
+static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
+{
+	const struct nvos55_params *p = c->arg;
+	const struct gs_obj *src;
+
+	if (gs_short(c, sizeof(*p)))
+		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
+	if (!gs_is_client(in, p->h_client) || !gs_is_client(in, p->h_client_src))
+		return gs_refuse(c, GS_REFUSE_FOREIGN, 24);
+	if (gs_inflight_frees(in, p->h_client_src, p->h_object_src)) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		gs_put_status(c, 24, NV_ERR_STATE_IN_USE);
+		return GS_REPLY;
+	}
+	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
+	if (!src)
+		return GS_PASS;
+	c->src_found = 1;
+	c->src_kind = src->o.obj_kind;
+	c->src_klass = src->o.klass;
+	c->src_gpu = src->o.gpu;
+	c->src_mem = src->mem;
+	if (c->src_mem)
+		c->src_mem->refs++;
+	return GS_PASS;
+}
+
 static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 				     const struct gs_io *io, struct gs_evq *q)
 {
@@ -462,16 +527,9 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	case NV_ESC_RM_CONTROL:
 		return gs_pre_control(in, c, io);
 	case NV_ESC_RM_FREE:
-		return gs_pre_client_first(in, c, sizeof(struct nvos00_params), 12);
-	case NV_ESC_RM_DUP_OBJECT: {
-		struct nvos55_params *p = c->arg;
-
-		if (gs_short(c, sizeof(*p)))
-			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
-		if (!gs_is_client(in, p->h_client) || !gs_is_client(in, p->h_client_src))
-			return gs_refuse(c, GS_REFUSE_FOREIGN, 24);
-		return GS_PASS;
-	}
+		return gs_pre_free(in, c);
+	case NV_ESC_RM_DUP_OBJECT:
+		return gs_pre_dup(in, c);
 	case NV_ESC_RM_SHARE:
 		/*
 		 * A share policy on one of the instance's own objects (what
@@ -672,6 +730,9 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	c->refusal = GS_REFUSE_NONE;
 	c->reserved = 0;
 	memset(c->priv, 0, sizeof(c->priv));
+	c->src_mem = NULL;
+	c->src_found = 0;
+	c->busy = 0;
 	if (gs_spares_alloc(c, io)) {
 		c->err = ENOMEM;
 		return GS_FAIL;
@@ -803,34 +864,35 @@ static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 {
 	const struct nvos55_params *p = (const void *)c->checked;
 	const struct nvos55_params *rep = c->arg;
-	struct gs_obj *src;
+	struct gs_mem *mem = c->src_mem;
 	struct gs_object o;
-	struct gs_mem *mem;
-	nv_handle h;
+	nv_handle h = 0;
 
-	if (gs_reply_status(c, rep->status) != NV_OK)
+	c->src_mem = NULL;	/* the reference goes to the new object, or back */
+	if (gs_reply_status(c, rep->status) == NV_OK)
+		h = gs_new_handle(in, p->h_client, p->h_object, c->reply_lost ? 0 : rep->h_object);
+	if (!h) {
+		if (mem)
+			gs_mem_put(in, mem);
 		return;
-	h = gs_new_handle(in, p->h_client, p->h_object, c->reply_lost ? 0 : rep->h_object);
-	if (!h)
-		return;
-	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
+	}
 	memset(&o, 0, sizeof(o));
 	o.obj_kind = GPUSLICE_OBJ_OTHER;
-	if (src) {
-		o.klass = src->o.klass;
-		o.gpu = src->o.gpu;
+	if (c->src_found) {
+		o.klass = c->src_klass;
+		o.gpu = c->src_gpu;
+		/* a TSG duplicated is a TSG: channels made under it are gated too */
+		if (c->src_kind == GPUSLICE_OBJ_TSG)
+			o.obj_kind = GPUSLICE_OBJ_TSG;
 	}
 	o.file_id = c->file_id;
 	o.pid = c->pid;
 	o.client = p->h_client;
 	o.handle = h;
 	o.parent = p->h_parent;
-	mem = src ? src->mem : NULL;
-	if (mem) {
-		/* the same memory under another handle: freed when the last goes */
+	/* the same memory under another handle: freed when the last goes */
+	if (mem)
 		o.obj_kind = GPUSLICE_OBJ_MEMORY;
-		mem->refs++;
-	}
 	if (!gs_obj_add(in, c, &o, mem, q) && mem)
 		gs_mem_put(in, mem);
 }
@@ -875,10 +937,14 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 		return;
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
+	gs_free_done(in, c);
 	if (ret != 0) {
 		/* the driver did not run the call: only reservations to drop */
 		gs_quota_release(in, c);
 		gs_export_abort(in, c);
+		if (c->src_mem)
+			gs_mem_put(in, c->src_mem);
+		c->src_mem = NULL;
 		goto out;
 	}
 	switch (c->escape) {

@@ -114,6 +114,16 @@ struct gs_call {
 	 */
 	nv_u64 fd_file_id;
 	/*
+	 * Private to the core: what RM_DUP_OBJECT duplicates, as gs_pre()
+	 * found it (its charge referenced from then on); and an RM_FREE's
+	 * place on the instance's list of frees in flight (core.c).
+	 */
+	struct gs_mem *src_mem;
+	nv_u32 src_found, src_kind, src_klass, src_gpu;
+	struct gs_call *busy_next;
+	nv_handle busy_client, busy_handle;
+	nv_u8 busy;
+	/*
 	 * The block as gs_pre() checked it. User memory can be rewritten by
 	 * another thread at any time, so gs_post() takes what the caller
 	 * asked for (class, handles, parents, sizes) from here and only what

@@ -56,7 +56,8 @@ struct gs_export {
 	nv_handle handle;
 	nv_u32 klass;
 	nv_u32 gpu;
-	struct gs_mem *mem;	/* counted memory, NULL for the rest */
+	struct gs_mem *mem;	/* the exported memory's charge */
+	const struct gs_export *held;	/* an import's: the record of its slot */
 };
 
 struct gs_obj {
@@ -91,6 +92,7 @@ struct gs_inst {
 	nv_u64 nr_refused_filter;
 	nv_u32 nr_objects;
 	nv_u32 nr_channels;
+	struct gs_call *busy;		/* RM_FREEs between gs_pre() and gs_post() */
 	struct gs_export *exports;	/* export.c */
 	nv_u32 nr_exports;
 	struct gs_obj *hash[GS_HASH_SIZE];
@@ -123,6 +125,7 @@ void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
 void gs_obj_free_all(struct gs_inst *in);
 int gs_is_client(struct gs_inst *in, nv_handle client);
+int gs_inflight_frees(struct gs_inst *in, nv_handle client, nv_handle handle);
 int gs_ns_pid_has_client(struct gs_inst *in, nv_u32 ns_pid);
 nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32 dflt);
 void gs_obj_init(struct gs_object *o, struct gs_inst *in, const struct gs_call *c,

@@ -52,6 +52,10 @@
 #define GS_IMPN_PARENT	4
 #define GS_IMPN_OBJECTS	8
 #define GS_IMPN_NUM	648
+#define GS_EXPN_MAX	8	/* nv0000_export_objects_to_fd_params.max_objects */
+
+#define GS_BITS_PER_LONG	(8 * sizeof(unsigned long))
+#define GS_EXPORT_BITMAP	(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS / 8)
 
 int gs_export_control(nv_u32 cmd)
 {
@@ -116,13 +120,13 @@ int gs_call_fd(const struct gs_call *c, const struct gs_io *io, nv_s32 *fd)
 /*
  * The slots a call names: *first and how many (0: none the core records,
  * RM refuses the call or it names none). -1: the parameters are unreadable
- * or not of the control's size.
+ * or not of the control's size; -2: a slot array larger than the core allows.
  */
 static int gs_export_slots(const struct gs_io *io, const struct nvos54_params *p,
 			   nv_u32 *first)
 {
 	struct nv0000_os_unix_export_object obj;
-	nv_u16 nr[2];
+	nv_u16 nr[2], max;
 	nv_u32 flags;
 
 	*first = 0;
@@ -143,8 +147,16 @@ static int gs_export_slots(const struct gs_io *io, const struct nvos54_params *p
 			return -1;
 		return obj.type == NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM;
 	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD:
-		if (gs_export_read(io, p, GS_EXPN_NUM, nr, sizeof(nr)))
+		if (gs_export_read(io, p, GS_EXPN_NUM, nr, sizeof(nr)) ||
+		    gs_export_read(io, p, GS_EXPN_MAX, &max, sizeof(max)))
 			return -1;
+		/*
+		 * maxObjects sizes the slot array RM allocates for the file
+		 * (os.c _initializeExportObjectFd, up to 65535 handles, no
+		 * memcg): no more than one call can fill.
+		 */
+		if (max > NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS)
+			return -2;
 		*first = nr[1];
 		return nr[0] <= NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS ? nr[0] : 0;
 	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD:
@@ -212,17 +224,6 @@ err:
 	return -1;
 }
 
-/* the record of a slot of a file, pending or not */
-static struct gs_export *gs_export_find(struct gs_inst *in, nv_u64 file_id, nv_u32 slot)
-{
-	struct gs_export *e;
-
-	for (e = in->exports; e; e = e->next)
-		if (e->file_id == file_id && e->slot == slot)
-			return e;
-	return NULL;
-}
-
 static void gs_export_drop(struct gs_inst *in, struct gs_export *e)
 {
 	if (e->mem)
@@ -231,17 +232,42 @@ static void gs_export_drop(struct gs_inst *in, struct gs_export *e)
 	gs_free(e);
 }
 
+/*
+ * The slots of [first, first + n) that the core holds on c's file, as a
+ * bitmap: one walk of the list, whatever n (at most 512).
+ */
+static void gs_export_held(struct gs_inst *in, const struct gs_call *c, nv_u32 first, nv_u32 n,
+			   unsigned long *held)
+{
+	const struct gs_export *e;
+	nv_u32 bit;
+
+	memset(held, 0, GS_EXPORT_BITMAP);
+	for (e = in->exports; e; e = e->next) {
+		if (e->file_id != c->fd_file_id || e->slot < first || e->slot - first >= n)
+			continue;
+		bit = e->slot - first;
+		held[bit / GS_BITS_PER_LONG] |= 1ul << (bit % GS_BITS_PER_LONG);
+	}
+}
+
+static int gs_bit(const unsigned long *map, nv_u32 bit)
+{
+	return (map[bit / GS_BITS_PER_LONG] >> (bit % GS_BITS_PER_LONG)) & 1;
+}
+
 /* Holds the slots an export fills, and their charges, from gs_pre() on. */
 static enum gs_refusal gs_export_pre_export(struct gs_inst *in, struct gs_call *c,
 					    const struct gs_io *io,
 					    const struct nvos54_params *p, nv_u32 first,
-					    nv_u32 *status)
+					    nv_u32 n, nv_u32 *status)
 {
+	unsigned long held[GS_EXPORT_BITMAP / sizeof(unsigned long)];
 	struct gs_export *e;
 	nv_u32 i = 0, nr = 0;
 
+	/* the cap first: a refused call costs no walk */
 	for (e = c->spare_exp; e; e = e->next, i++) {
-		const struct gs_obj *ob;
 		nv_handle h = 0;
 
 		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD)
@@ -252,23 +278,43 @@ static enum gs_refusal gs_export_pre_export(struct gs_inst *in, struct gs_call *
 		e->slot = first + i;
 		e->client = p->h_client;
 		e->handle = h;
-		/* written once: RM would replace (or, for 0, clear) what it holds */
-		if (gs_export_find(in, e->file_id, e->slot)) {
-			*status = NV_ERR_STATE_IN_USE;
-			return GS_REFUSE_MALFORMED;
-		}
-		if (!h)
-			continue;	/* RM clears an empty slot: nothing to hold */
-		ob = gs_obj_find(in, p->h_client, h);
-		if (!ob || ob->o.obj_kind == GPUSLICE_OBJ_CLIENT) {
-			*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
-			return GS_REFUSE_FOREIGN;
-		}
-		nr++;
+		nr += h != 0;
 	}
 	if (in->nr_exports + nr > GS_MAX_EXPORTS) {
 		*status = NV_ERR_INSUFFICIENT_RESOURCES;
 		return GS_REFUSE_LIMIT;
+	}
+	gs_export_held(in, c, first, n, held);
+	for (e = c->spare_exp; e; e = e->next) {
+		const struct gs_obj *ob;
+
+		/* written once: RM would replace (or, for 0, clear) what it holds */
+		if (gs_bit(held, e->slot - first)) {
+			*status = NV_ERR_STATE_IN_USE;
+			return GS_REFUSE_MALFORMED;
+		}
+		if (!e->handle)
+			continue;	/* RM clears an empty slot: nothing to hold */
+		/*
+		 * Counted memory only (what shareable handles are): anything
+		 * else the export would keep alive is counted by nobody (a
+		 * TSG's context buffers), or would come back as an object the
+		 * scheduler does not know.
+		 */
+		ob = gs_obj_find(in, p->h_client, e->handle);
+		if (!ob || ob->o.obj_kind == GPUSLICE_OBJ_CLIENT) {
+			*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
+			return GS_REFUSE_FOREIGN;
+		}
+		if (!ob->mem) {
+			*status = NV_ERR_NOT_SUPPORTED;
+			return GS_REFUSE_CLASS;
+		}
+		/* a free of it, or of an ancestor, in flight: RM may export what comes after */
+		if (gs_inflight_frees(in, p->h_client, e->handle)) {
+			*status = NV_ERR_STATE_IN_USE;
+			return GS_REFUSE_MALFORMED;
+		}
 	}
 	while ((e = c->spare_exp)) {
 		const struct gs_obj *ob;
@@ -282,8 +328,7 @@ static enum gs_refusal gs_export_pre_export(struct gs_inst *in, struct gs_call *
 		e->klass = ob->o.klass;
 		e->gpu = ob->o.gpu;
 		e->mem = ob->mem;
-		if (e->mem)
-			e->mem->refs++;
+		e->mem->refs++;
 		e->pending = c;
 		e->next = in->exports;
 		in->exports = e;
@@ -300,25 +345,15 @@ static enum gs_refusal gs_export_pre_export(struct gs_inst *in, struct gs_call *
 static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *c,
 					    const struct gs_io *io,
 					    const struct nvos54_params *p, nv_u32 first,
-					    nv_u32 *status)
+					    nv_u32 n, nv_u32 *status)
 {
 	struct nv0000_os_unix_export_object obj = { 0 };
+	const struct gs_export *rec;
+	struct gs_export *e, *e2;
 	nv_handle parent = 0;
-	struct gs_export *e;
 	nv_u32 i = 0, nr = 0;
+	int any = 0;
 
-	/*
-	 * A file this core recorded no export on holds none that the instance
-	 * made through it: the user-space build (one core per process) meets
-	 * another process's exports so, which it cannot count.
-	 */
-	for (e = in->exports; e; e = e->next)
-		if (e->file_id == c->fd_file_id)
-			break;
-	if (!e) {
-		*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
-		return GS_REFUSE_FOREIGN;
-	}
 	if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD) {
 		gs_export_read(io, p, 4, &obj, sizeof(obj));
 		parent = obj.h_parent;
@@ -326,7 +361,6 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 		gs_export_read(io, p, GS_IMPN_PARENT, &parent, sizeof(parent));
 	}
 	for (e = c->spare_exp; e; e = e->next, i++) {
-		const struct gs_export *held = gs_export_find(in, c->fd_file_id, first + i);
 		nv_handle h = obj.h_object;
 
 		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD)
@@ -335,17 +369,62 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 		e->client = p->h_client;
 		e->parent = parent;
 		e->handle = h;
-		if (held && held->pending) {
-			*status = NV_ERR_STATE_IN_USE;
+		e->held = NULL;
+	}
+	/*
+	 * Each slot's record, in one walk of the list (a record lives as long
+	 * as its file, which this call holds: e->held stays valid to gs_post()).
+	 */
+	for (rec = in->exports; rec; rec = rec->next) {
+		if (rec->file_id != c->fd_file_id)
+			continue;
+		any = 1;
+		if (rec->slot < first || rec->slot - first >= n)
+			continue;
+		if (rec->pending) {
+			*status = NV_ERR_STATE_IN_USE;	/* being exported into: not there yet */
 			return GS_REFUSE_NONE;
 		}
-		if (!held)
-			continue;	/* RM skips an empty slot */
-		/* the reply names RM's choice, which another thread can rewrite */
-		if (!h) {
-			*status = NV_ERR_INVALID_ARGUMENT;
+		for (e = c->spare_exp; e && e->slot != rec->slot; e = e->next)
+			;
+		if (e)
+			e->held = rec;
+	}
+	/*
+	 * A file this core recorded no export on holds none that the instance
+	 * made through it: the user-space build (one core per process) meets
+	 * another process's exports so, which it cannot count.
+	 */
+	if (!any) {
+		*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
+		return GS_REFUSE_FOREIGN;
+	}
+	for (e = c->spare_exp; e; e = e->next) {
+		/*
+		 * RM skips an empty slot, but if a later one fails it frees the
+		 * handle named for it all the same (os.c): name none there.
+		 */
+		if (!e->held) {
+			if (e->handle && p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD) {
+				*status = NV_ERR_INVALID_ARGUMENT;
+				return GS_REFUSE_MALFORMED;
+			}
+			continue;
+		}
+		/*
+		 * A handle the caller chose (RM's choice comes back in a reply
+		 * another thread can rewrite), not registered (the import must
+		 * be what registers it), once.
+		 */
+		if (!e->handle || gs_obj_find(in, p->h_client, e->handle)) {
+			*status = e->handle ? NV_ERR_INSERT_DUPLICATE_NAME : NV_ERR_INVALID_ARGUMENT;
 			return GS_REFUSE_MALFORMED;
 		}
+		for (e2 = c->spare_exp; e2 != e; e2 = e2->next)
+			if (e2->held && e2->handle == e->handle) {
+				*status = NV_ERR_INSERT_DUPLICATE_NAME;
+				return GS_REFUSE_MALFORMED;
+			}
 		nr++;
 	}
 	if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD && !nr) {
@@ -368,7 +447,7 @@ enum gs_refusal gs_export_pre(struct gs_inst *in, struct gs_call *c, const struc
 	*status = NV_OK;
 	n = gs_export_slots(io, p, &first);
 	if (n < 0) {
-		*status = NV_ERR_INVALID_POINTER;
+		*status = n == -2 ? NV_ERR_INVALID_PARAMETER : NV_ERR_INVALID_POINTER;
 		return GS_REFUSE_MALFORMED;
 	}
 	if (!c->fd_file_id) {
@@ -378,8 +457,8 @@ enum gs_refusal gs_export_pre(struct gs_inst *in, struct gs_call *c, const struc
 	if (!n)
 		return GS_REFUSE_NONE;	/* nothing to record: RM answers */
 	if (gs_is_import(p->cmd))
-		return gs_export_pre_import(in, c, io, p, first, status);
-	return gs_export_pre_export(in, c, io, p, first, status);
+		return gs_export_pre_import(in, c, io, p, first, n, status);
+	return gs_export_pre_export(in, c, io, p, first, n, status);
 }
 
 /* What the import made: registered, sharing the exported charge. */
@@ -388,16 +467,20 @@ static void gs_export_post_import(struct gs_inst *in, struct gs_call *c, struct 
 	const struct gs_export *e;
 	int was_lost = c->reply_lost;
 
-	/* a failed import may have made nothing: never replace what is registered */
+	/*
+	 * A failed import may have made nothing; its handles were not
+	 * registered at the check, and one registered since (a racing
+	 * allocation RM let through) is not replaced.
+	 */
 	c->reply_lost = 1;
 	for (e = c->spare_exp; e; e = e->next) {
-		const struct gs_export *held = gs_export_find(in, c->fd_file_id, e->slot);
+		const struct gs_export *held = e->held;
 		struct gs_object o;
 
-		if (!held || !e->handle)
+		if (!held)
 			continue;
 		memset(&o, 0, sizeof(o));
-		o.obj_kind = held->mem ? GPUSLICE_OBJ_MEMORY : GPUSLICE_OBJ_OTHER;
+		o.obj_kind = GPUSLICE_OBJ_MEMORY;
 		o.klass = held->klass;
 		o.gpu = held->gpu;
 		o.file_id = c->file_id;
@@ -405,9 +488,8 @@ static void gs_export_post_import(struct gs_inst *in, struct gs_call *c, struct 
 		o.client = e->client;
 		o.handle = e->handle;
 		o.parent = e->parent;
-		if (held->mem)
-			held->mem->refs++;
-		if (!gs_obj_add(in, c, &o, held->mem, q) && held->mem)
+		held->mem->refs++;
+		if (!gs_obj_add(in, c, &o, held->mem, q))
 			gs_mem_put(in, held->mem);
 	}
 	c->reply_lost = was_lost;

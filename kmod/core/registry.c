@@ -372,6 +372,38 @@ void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 	gs_kill_list(in, kill, q);
 }
 
+/*
+ * 1 if an RM_FREE between its gs_pre() and gs_post() frees (client, handle):
+ * it names the handle, an ancestor of it, or the client. RM runs the calls
+ * in flight in an order of its own, so an object looked up now may be gone
+ * when RM acts on its handle, and another made under that handle: a call
+ * that takes a reference on what a handle holds (an export, a dup) must not
+ * race a free of it.
+ */
+int gs_inflight_frees(struct gs_inst *in, nv_handle client, nv_handle handle)
+{
+	const struct gs_call *f;
+	const struct gs_obj *ob;
+	nv_handle h;
+	int depth;
+
+	for (f = in->busy; f; f = f->busy_next) {
+		if (f->busy_client != client)
+			continue;
+		if (f->busy_handle == client)
+			return 1;
+		for (h = handle, depth = 0; h && depth < GS_MAX_DEPTH; depth++) {
+			if (h == f->busy_handle)
+				return 1;
+			ob = gs_obj_find(in, client, h);
+			if (!ob || ob->o.obj_kind == GPUSLICE_OBJ_CLIENT)
+				break;
+			h = ob->o.parent;
+		}
+	}
+	return 0;
+}
+
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q)
 {
 	int again = 1;
