@@ -388,10 +388,11 @@ class Session:
             fd, self.device, max_objects, b"", *objs, len(handles), index), abi.EXPORT_OBJECTS_TO_FD.size)
         return rm_control(self.ctl, self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD, p)
 
-    def import_many(self, fd: int, n: int, index: int = 0) -> tuple[int, list[int], list[int]]:
-        """IMPORT_OBJECTS_FROM_FD of slots index..index+n-1 under the device, with handles of ours;
-        returns (status, handles, object types)."""
-        hs = [self.handle() for _ in range(n)]
+    def import_many(self, fd: int, n: int, index: int = 0,
+                    empty: tuple[int, ...] = ()) -> tuple[int, list[int], list[int]]:
+        """IMPORT_OBJECTS_FROM_FD of slots index..index+n-1 under the device, with handles of ours
+        (0 for the slots in empty, counted from index); returns (status, handles, object types)."""
+        hs = [0 if k in empty else self.handle() for k in range(n)]
         objs = hs + [0] * (abi.NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS - n)
         p = ctypes.create_string_buffer(abi.IMPORT_OBJECTS_FROM_FD.pack(fd, self.device, *objs, b"", n, index),
                                         abi.IMPORT_OBJECTS_FROM_FD.size)
