@@ -442,3 +442,79 @@ def test_an_export_file_of_more_slots_than_one_call_fills_is_refused(core):
         assert (r.verdict == cs.GS_PASS) == ok, mx
         if not ok:
             assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_PARAMETER, cs.GS_REFUSE_MALFORMED)
+
+
+def test_a_handle_taken_from_is_not_made_again_meanwhile(core):
+    """Second review: an export (or dup) checked, then a free and an allocation of its
+    handle run whole while RM has not run the export yet: RM would export the new,
+    bigger object. Creating a handle an export or dup in flight takes from waits; so does
+    taking from a handle whose creation is in flight, and freeing one being created or
+    creating one being freed (RM may free first and the core register the new object
+    before it forgets the old)."""
+    a = Proc(core, 1, 100)
+    h = a.mem(1 * MiB)
+    seen = {}
+    big = cs.mem_params(512 * MiB)
+
+    def alloc_h(params=big):
+        return a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, h, abi.NV01_MEMORY_LOCAL_USER,
+                                                        cs.addr(params)))
+
+    def in_export(blk: bytearray) -> int:
+        a.free(h)
+        seen["alloc"] = alloc_h()
+        struct.pack_into("<I", blk, 28, abi.NV_OK)
+        return 0
+
+    buf = ctypes.create_string_buffer(abi.EXPORT_OBJECT_TO_FD.pack(RM, DEV, DEV, h, 5, 0), 24)
+    core.call(CONTROL, cs.control_arg(a.client, a.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
+                                      cs.addr(buf), 24), in_export, file_id=1, pid=100, fd_file_id=EXPORT_FILE)
+    assert (seen["alloc"].verdict, seen["alloc"].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
+    core.file_closed(EXPORT_FILE)
+    assert used(core) == 0
+    # the same with a dup taking from h2
+    h2 = a.mem(1 * MiB)
+
+    def in_dup(blk: bytearray) -> int:
+        a.free(h2)
+        seen["alloc"] = a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, h2, abi.NV01_MEMORY_LOCAL_USER,
+                                                                 cs.addr(big)))
+        struct.pack_into("<I", blk, 24, abi.NV_OK)
+        return 0
+
+    a.call(DUP_REQ, cs.dup_arg(a.client, DEV, 0xD5, a.client, h2), in_dup)
+    assert seen["alloc"].status == abi.NV_ERR_STATE_IN_USE
+    # an allocation of h3 checked first (h3 live: RM fails it unless a free runs first),
+    # then an export of h3, and a free of it: both wait
+    h3 = a.mem(1 * MiB)
+
+    def in_alloc(blk: bytearray) -> int:
+        seen["export"] = a.export(h3, fd_file_id=91)
+        seen["free"] = a.call(abi.IOCTL_RM_FREE, cs.free_arg(a.client, DEV, h3), a.rm.ok(12))
+        struct.pack_into("<I", blk, 40, abi.NV_ERR_INSERT_DUPLICATE_NAME)
+        return 0
+
+    a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, h3, abi.NV01_MEMORY_LOCAL_USER, cs.addr(big)),
+           in_alloc)
+    for k in ("export", "free"):
+        assert seen[k].status == abi.NV_ERR_STATE_IN_USE, k
+    # and a free of h4 in flight: its allocation waits
+    h4 = a.mem(1 * MiB)
+
+    def in_free(blk: bytearray) -> int:
+        seen["alloc"] = a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, h4, abi.NV01_MEMORY_LOCAL_USER,
+                                                                 cs.addr(big)))
+        struct.pack_into("<I", blk, 12, abi.NV_OK)
+        return 0
+
+    a.call(abi.IOCTL_RM_FREE, cs.free_arg(a.client, DEV, h4), in_free)
+    assert seen["alloc"].status == abi.NV_ERR_STATE_IN_USE
+    assert used(core) == 2 * MiB  # h2's dup and h3
+
+
+def test_a_duplicated_tsg_gates_its_channels(core):
+    a = Proc(core, 1, 100)
+    assert a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, 0x7601, abi.KEPLER_CHANNEL_GROUP_A)).status == 0
+    assert a.call(DUP_REQ, cs.dup_arg(a.client, DEV, 0x7602, a.client, 0x7601), a.rm.ok(24)).status == 0
+    kinds = {o["handle"]: o["kind"] for o in core.objects()}
+    assert kinds[0x7602] == kinds[0x7601]

@@ -234,6 +234,14 @@ static enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err)
 	return GS_FAIL;
 }
 
+/* the later of two calls in flight that must not meet on a handle (gs_busy_conflict()) */
+static enum gs_verdict gs_busy_refuse(struct gs_call *c, nv_u32 status_off)
+{
+	c->refusal = GS_REFUSE_MALFORMED;
+	gs_put_status(c, status_off, NV_ERR_STATE_IN_USE);
+	return GS_REPLY;
+}
+
 static int gs_short(const struct gs_call *c, nv_u32 need)
 {
 	return !c->arg || c->arg_size < need;
@@ -331,6 +339,8 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
+	if (p->h_object_new && gs_busy_conflict(in, GS_BUSY_CREATE, p->h_root, p->h_object_new))
+		return gs_busy_refuse(c, st);
 	/*
 	 * Devices, TSGs and channels carry a handle the caller chose (CUDA
 	 * always names them: the traces). An RM-chosen one arrives in the reply,
@@ -445,7 +455,7 @@ static enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c
 	return GS_PASS;
 }
 
-/* An RM_FREE goes on the list of frees in flight until its gs_post(). */
+/* An RM_FREE is on the list of calls in flight until its gs_post(). */
 static enum gs_verdict gs_pre_free(struct gs_inst *in, struct gs_call *c)
 {
 	const struct nvos00_params *p = c->arg;
@@ -454,34 +464,18 @@ static enum gs_verdict gs_pre_free(struct gs_inst *in, struct gs_call *c)
 	v = gs_pre_client_first(in, c, sizeof(*p), 12);
 	if (v != GS_PASS)
 		return v;
-	c->busy_client = p->h_root;
-	c->busy_handle = p->h_object_old;
-	c->busy = 1;
-	c->busy_next = in->busy;
-	in->busy = c;
+	if (gs_busy_conflict(in, GS_BUSY_FREE, p->h_root, p->h_object_old))
+		return gs_busy_refuse(c, 12);
+	gs_busy_add(in, c, GS_BUSY_FREE, p->h_root, p->h_object_old);
 	return GS_PASS;
-}
-
-static void gs_free_done(struct gs_inst *in, struct gs_call *c)
-{
-	struct gs_call **pp;
-
-	if (!c->busy)
-		return;
-	for (pp = &in->busy; *pp; pp = &(*pp)->busy_next)
-		if (*pp == c) {
-			*pp = c->busy_next;
-			break;
-		}
-	c->busy = 0;
 }
 
 /*
  * RM_DUP_OBJECT: both clients the instance's. What it duplicates is looked up
  * here and its charge referenced until gs_post(): a free of the source after
- * this check cannot uncharge memory RM has duplicated by then; and one that
- * was checked before it, and may run in RM first (the handle then naming
- * whatever is made under it next), is waited for.
+ * this check cannot uncharge memory RM has duplicated by then; and a free or
+ * a creation in flight on its handles, which RM may run first (the handle
+ * then naming whatever is made under it next), is waited for.
  */
 static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 {
@@ -492,11 +486,11 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 	if (!gs_is_client(in, p->h_client) || !gs_is_client(in, p->h_client_src))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, 24);
-	if (gs_inflight_frees(in, p->h_client_src, p->h_object_src)) {
-		c->refusal = GS_REFUSE_MALFORMED;
-		gs_put_status(c, 24, NV_ERR_STATE_IN_USE);
-		return GS_REPLY;
-	}
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src) ||
+	    (p->h_object && gs_busy_conflict(in, GS_BUSY_CREATE, p->h_client, p->h_object)))
+		return gs_busy_refuse(c, 24);
+	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src);
+	gs_busy_add(in, c, GS_BUSY_CREATE, p->h_client, p->h_object);
 	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
 	if (!src)
 		return GS_PASS;
@@ -504,6 +498,8 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 	c->src_kind = src->o.obj_kind;
 	c->src_klass = src->o.klass;
 	c->src_gpu = src->o.gpu;
+	c->src_engine = src->o.engine;
+	c->src_flags = src->o.flags;
 	c->src_mem = src->mem;
 	if (c->src_mem)
 		c->src_mem->refs++;
@@ -513,6 +509,7 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 				     const struct gs_io *io, struct gs_evq *q)
 {
+	enum gs_verdict v;
 	enum gs_refusal r;
 
 	if (c->kind == GS_FILE_UVM) {
@@ -548,7 +545,14 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		r = gs_filter_alloc_memory_class(p->h_class);
 		if (r != GS_REFUSE_NONE)
 			return gs_refuse(c, r, 40);
-		return gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), 40);
+		v = gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), 40);
+		if (v != GS_PASS)
+			return v;
+		if (p->h_object_new &&
+		    gs_busy_conflict(in, GS_BUSY_CREATE, p->h_root, p->h_object_new))
+			return gs_busy_refuse(c, 40);
+		gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new);
+		return GS_PASS;
 	}
 	case NV_ESC_RM_MAP_MEMORY:
 		return gs_pre_client_first(in, c, sizeof(struct nvos33_params_with_fd), 40);
@@ -732,7 +736,7 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	memset(c->priv, 0, sizeof(c->priv));
 	c->src_mem = NULL;
 	c->src_found = 0;
-	c->busy = 0;
+	c->nr_busy = 0;
 	if (gs_spares_alloc(c, io)) {
 		c->err = ENOMEM;
 		return GS_FAIL;
@@ -742,6 +746,12 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	gs_lock(&in->lock);
 	in->nr_ioctls++;
 	v = gs_pre_locked(in, c, io, &q);
+	if (v == GS_PASS && c->escape == NV_ESC_RM_ALLOC && c->kind != GS_FILE_UVM) {
+		const struct nvos64_params *a = c->arg;
+
+		if (gs_obj_kind(a->h_class) != GPUSLICE_OBJ_CLIENT)
+			gs_busy_add(in, c, GS_BUSY_CREATE, a->h_root, a->h_object_new);
+	}
 	if (v != GS_PASS)
 		gs_spares_free(c);
 	if (c->refusal != GS_REFUSE_NONE && c->refusal != GS_REFUSE_QUOTA) {
@@ -882,8 +892,11 @@ static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 		o.klass = c->src_klass;
 		o.gpu = c->src_gpu;
 		/* a TSG duplicated is a TSG: channels made under it are gated too */
-		if (c->src_kind == GPUSLICE_OBJ_TSG)
+		if (c->src_kind == GPUSLICE_OBJ_TSG) {
 			o.obj_kind = GPUSLICE_OBJ_TSG;
+			o.engine = c->src_engine;
+			o.flags = c->src_flags & GS_OBJ_SCHEDULED;
+		}
 	}
 	o.file_id = c->file_id;
 	o.pid = c->pid;
@@ -937,7 +950,7 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 		return;
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
-	gs_free_done(in, c);
+	gs_busy_done(in, c);
 	if (ret != 0) {
 		/* the driver did not run the call: only reservations to drop */
 		gs_quota_release(in, c);

@@ -66,6 +66,15 @@ struct gs_io {
 struct gs_obj;
 struct gs_mem;
 struct gs_export;
+struct gs_call;
+
+/* a handle a call in flight creates, frees or takes from (core.c, registry.c) */
+struct gs_busy {
+	struct gs_busy *next;
+	nv_handle client;
+	nv_handle handle;
+	nv_u32 role;		/* GS_BUSY_* (core_int.h) */
+};
 
 struct gs_call {
 	/* filled by the glue */
@@ -115,14 +124,14 @@ struct gs_call {
 	nv_u64 fd_file_id;
 	/*
 	 * Private to the core: what RM_DUP_OBJECT duplicates, as gs_pre()
-	 * found it (its charge referenced from then on); and an RM_FREE's
-	 * place on the instance's list of frees in flight (core.c).
+	 * found it (its charge referenced from then on); and the handles the
+	 * call creates, frees or takes from, on the instance's list of calls in
+	 * flight from gs_pre() to gs_post() (registry.c, gs_busy_conflict()).
 	 */
 	struct gs_mem *src_mem;
-	nv_u32 src_found, src_kind, src_klass, src_gpu;
-	struct gs_call *busy_next;
-	nv_handle busy_client, busy_handle;
-	nv_u8 busy;
+	nv_u32 src_found, src_kind, src_klass, src_gpu, src_engine, src_flags;
+	struct gs_busy busy[2];
+	nv_u8 nr_busy;
 	/*
 	 * The block as gs_pre() checked it. User memory can be rewritten by
 	 * another thread at any time, so gs_post() takes what the caller

@@ -92,7 +92,7 @@ struct gs_inst {
 	nv_u64 nr_refused_filter;
 	nv_u32 nr_objects;
 	nv_u32 nr_channels;
-	struct gs_call *busy;		/* RM_FREEs between gs_pre() and gs_post() */
+	struct gs_busy *busy;		/* handles of the calls between gs_pre() and gs_post() */
 	struct gs_export *exports;	/* export.c */
 	nv_u32 nr_exports;
 	struct gs_obj *hash[GS_HASH_SIZE];
@@ -125,7 +125,14 @@ void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
 void gs_obj_free_all(struct gs_inst *in);
 int gs_is_client(struct gs_inst *in, nv_handle client);
-int gs_inflight_frees(struct gs_inst *in, nv_handle client, nv_handle handle);
+/* what a call in flight does to a handle (struct gs_busy) */
+#define GS_BUSY_CREATE	1	/* RM_ALLOC, RM_ALLOC_MEMORY, a dup's or an import's new handle */
+#define GS_BUSY_FREE	2	/* RM_FREE: the handle and all below it */
+#define GS_BUSY_SOURCE	3	/* a dup's source (exports: their pending records) */
+int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handle handle);
+void gs_busy_add(struct gs_inst *in, struct gs_call *c, nv_u32 role, nv_handle client,
+		 nv_handle handle);
+void gs_busy_done(struct gs_inst *in, struct gs_call *c);
 int gs_ns_pid_has_client(struct gs_inst *in, nv_u32 ns_pid);
 nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32 dflt);
 void gs_obj_init(struct gs_object *o, struct gs_inst *in, const struct gs_call *c,

@@ -310,8 +310,8 @@ static enum gs_refusal gs_export_pre_export(struct gs_inst *in, struct gs_call *
 			*status = NV_ERR_NOT_SUPPORTED;
 			return GS_REFUSE_CLASS;
 		}
-		/* a free of it, or of an ancestor, in flight: RM may export what comes after */
-		if (gs_inflight_frees(in, p->h_client, e->handle)) {
+		/* a free or creation in flight on it: RM may export what comes after */
+		if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client, e->handle)) {
 			*status = NV_ERR_STATE_IN_USE;
 			return GS_REFUSE_MALFORMED;
 		}
@@ -371,10 +371,7 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 		e->handle = h;
 		e->held = NULL;
 	}
-	/*
-	 * Each slot's record, in one walk of the list (a record lives as long
-	 * as its file, which this call holds: e->held stays valid to gs_post()).
-	 */
+	/* each slot's record, in one walk of the list */
 	for (rec = in->exports; rec; rec = rec->next) {
 		if (rec->file_id != c->fd_file_id)
 			continue;
@@ -418,6 +415,10 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 		 */
 		if (!e->handle || gs_obj_find(in, p->h_client, e->handle)) {
 			*status = e->handle ? NV_ERR_INSERT_DUPLICATE_NAME : NV_ERR_INVALID_ARGUMENT;
+			return GS_REFUSE_MALFORMED;
+		}
+		if (gs_busy_conflict(in, GS_BUSY_CREATE, p->h_client, e->handle)) {
+			*status = NV_ERR_STATE_IN_USE;
 			return GS_REFUSE_MALFORMED;
 		}
 		for (e2 = c->spare_exp; e2 != e; e2 = e2->next)
@@ -474,9 +475,18 @@ static void gs_export_post_import(struct gs_inst *in, struct gs_call *c, struct 
 	 */
 	c->reply_lost = 1;
 	for (e = c->spare_exp; e; e = e->next) {
-		const struct gs_export *held = e->held;
+		const struct gs_export *held = NULL, *rec;
 		struct gs_object o;
 
+		if (!e->held)
+			continue;	/* empty at the check (e->held is not read: see below) */
+		/*
+		 * Looked up again: in the user-space build another thread can
+		 * close the export file mid-call, and its records go with it.
+		 */
+		for (rec = in->exports; rec && !held; rec = rec->next)
+			if (rec->file_id == c->fd_file_id && rec->slot == e->slot && !rec->pending)
+				held = rec;
 		if (!held)
 			continue;
 		memset(&o, 0, sizeof(o));

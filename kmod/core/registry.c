@@ -372,36 +372,97 @@ void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 	gs_kill_list(in, kill, q);
 }
 
-/*
- * 1 if an RM_FREE between its gs_pre() and gs_post() frees (client, handle):
- * it names the handle, an ancestor of it, or the client. RM runs the calls
- * in flight in an order of its own, so an object looked up now may be gone
- * when RM acts on its handle, and another made under that handle: a call
- * that takes a reference on what a handle holds (an export, a dup) must not
- * race a free of it.
- */
-int gs_inflight_frees(struct gs_inst *in, nv_handle client, nv_handle handle)
+/* 1 if handle is anc or below it (or anc is the client) */
+static int gs_is_below(struct gs_inst *in, nv_handle client, nv_handle handle, nv_handle anc)
 {
-	const struct gs_call *f;
 	const struct gs_obj *ob;
 	nv_handle h;
 	int depth;
 
-	for (f = in->busy; f; f = f->busy_next) {
-		if (f->busy_client != client)
-			continue;
-		if (f->busy_handle == client)
+	if (anc == client)
+		return 1;
+	for (h = handle, depth = 0; h && depth < GS_MAX_DEPTH; depth++) {
+		if (h == anc)
 			return 1;
-		for (h = handle, depth = 0; h && depth < GS_MAX_DEPTH; depth++) {
-			if (h == f->busy_handle)
-				return 1;
-			ob = gs_obj_find(in, client, h);
-			if (!ob || ob->o.obj_kind == GPUSLICE_OBJ_CLIENT)
-				break;
-			h = ob->o.parent;
-		}
+		ob = gs_obj_find(in, client, h);
+		if (!ob || ob->o.obj_kind == GPUSLICE_OBJ_CLIENT)
+			break;
+		h = ob->o.parent;
 	}
 	return 0;
+}
+
+/*
+ * RM runs the calls in flight in an order of its own, and the core hears of
+ * them, in gs_post(), in another: what a handle names can change between a
+ * call's check and RM's work on it. So among the calls between their
+ * gs_pre() and gs_post(), these do not meet on one handle, the later one
+ * being answered NV_ERR_STATE_IN_USE (a program does this only racing its
+ * own frees):
+ *  - taking from a handle (a dup's source, an export) and freeing it or an
+ *    ancestor of it: RM may free first and make another object there;
+ *  - taking from a handle and creating under it: the same, the other way;
+ *  - creating a handle and freeing it: RM may free first and the core
+ *    register the new object before it forgets the old, then forget both.
+ * Exports pending (export.c) take from their handles.
+ */
+int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handle handle)
+{
+	const struct gs_busy *b;
+	const struct gs_export *e;
+
+	for (b = in->busy; b; b = b->next) {
+		if (b->client != client)
+			continue;
+		switch (role) {
+		case GS_BUSY_SOURCE:
+			if ((b->role == GS_BUSY_FREE && gs_is_below(in, client, handle, b->handle)) ||
+			    (b->role == GS_BUSY_CREATE && b->handle == handle))
+				return 1;
+			break;
+		case GS_BUSY_CREATE:
+			if ((b->role == GS_BUSY_FREE || b->role == GS_BUSY_SOURCE) && b->handle == handle)
+				return 1;
+			break;
+		case GS_BUSY_FREE:
+			if (b->role == GS_BUSY_CREATE && b->handle == handle)
+				return 1;
+			break;
+		}
+	}
+	if (role == GS_BUSY_CREATE)
+		for (e = in->exports; e; e = e->next)
+			if (e->pending && e->client == client && e->handle == handle)
+				return 1;
+	return 0;
+}
+
+void gs_busy_add(struct gs_inst *in, struct gs_call *c, nv_u32 role, nv_handle client,
+		 nv_handle handle)
+{
+	struct gs_busy *b;
+
+	if (!handle || c->nr_busy >= sizeof(c->busy) / sizeof(c->busy[0]))
+		return;
+	b = &c->busy[c->nr_busy++];
+	b->role = role;
+	b->client = client;
+	b->handle = handle;
+	b->next = in->busy;
+	in->busy = b;
+}
+
+void gs_busy_done(struct gs_inst *in, struct gs_call *c)
+{
+	struct gs_busy **pp = &in->busy;
+
+	while (*pp) {
+		if (*pp >= c->busy && *pp < c->busy + c->nr_busy)
+			*pp = (*pp)->next;
+		else
+			pp = &(*pp)->next;
+	}
+	c->nr_busy = 0;
 }
 
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q)
