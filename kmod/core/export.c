@@ -28,15 +28,18 @@
  * charge, as RM_DUP_OBJECT's duplicate does. So that what RM imports is what
  * the core counted:
  *  - the reference is taken in gs_pre(), so a free racing the export cannot
- *    uncharge the memory before the export is recorded;
- *  - only registered objects are exported (anything else would leave the
- *    memory behind it uncounted once its client goes);
+ *    uncharge the memory before the export is recorded; and an export does
+ *    not meet a free or a creation in flight on its handle (registry.c,
+ *    gs_busy_conflict()), which RM may run first, exporting another object;
+ *  - only registered counted memory is exported (anything else would leave
+ *    what it holds uncounted, or come back unknown to the scheduler);
  *  - a slot is written once: an export into a slot the core holds or is
  *    filling is refused, and an import of a slot it does not hold is answered
  *    as RM answers an empty one, without the driver; an import from a file
  *    it holds no slot of is refused (in the user-space build, another
  *    process's export);
- *  - imports carry handles the caller chose;
+ *  - imports carry handles the caller chose that nobody holds, and name
+ *    none for an empty slot (RM's rollback of a failed batch frees it);
  *  - the reply's status is not trusted to undo anything (another thread can
  *    rewrite the reply once the driver has begun writing it, kmod/shadow.c):
  *    an export that fails keeps its slot and its charge until the file goes,
