@@ -1,8 +1,8 @@
 """Issue 15 on a machine with two GPUs, through the user-space build (docs/h200-multigpu.md):
 PyTorch DDP (2 processes, NCCL all-reduce) and a model-parallel matmul under per-GPU
 limits (GPUSLICE_MEM_LIMIT=0=8GiB,1=4GiB), OutOfMemoryError at each GPU's limit, the
-limits nvidia-smi shows, CUDA IPC within and across instances, and all-reduce bandwidth
-with and without the library. Prints a table; raw output to $GPUSLICE_RAW/raw.txt.
+limits nvidia-smi shows, CUDA IPC within and across instances, shareable VMM handles
+(wl_vmm_share.py), and all-reduce bandwidth with and without the library. Prints a table; raw output to $GPUSLICE_RAW/raw.txt.
 
   python3 tests/gpu/bench_multigpu.py --out DIR [--rounds 3]
 """
@@ -80,6 +80,10 @@ def main() -> int:
     res["mp"] = {str(lim): run([WL, "mp"], lim, f"model parallel limit={lim}")[0] for lim in (None, LIMIT)}
     res["ipc"] = {name: run([WL, "ipc", name], LIMIT, f"ipc to {name}", name="ipc-a")[0]
                   for name in ("ipc-a", "ipc-b")}
+    # shareable handles through a POSIX fd: within a process, and to another process (which
+    # the user-space build refuses: one core per process; the module lets it within an instance)
+    res["vmm_share"] = {mode: run([str(HERE / "wl_vmm_share.py"), mode, "64"], LIMIT, f"vmm share {mode}")[0]
+                        for mode in ("same", "fork")}
     res["ddp"] = []
     for r in range(a.rounds):
         for lim in (None, LIMIT):
@@ -97,6 +101,8 @@ def main() -> int:
     for k, m in res["ipc"].items():
         lines.append(f"ipc ipc-a -> {k}: child {m.get('child')} want {m.get('want_sum')} "
                      f"refusals {m.get('child_refusals')}")
+    for k, m in res["vmm_share"].items():
+        lines.append(f"shareable handle ({k}): ok={m.get('ok')} child={m.get('child')} error={m.get('error')}")
     base = {s: [] for s in map(str, sizes)}
     lib = {s: [] for s in map(str, sizes)}
     for d in res["ddp"]:
