@@ -518,3 +518,23 @@ def test_a_duplicated_tsg_gates_its_channels(core):
     assert a.call(DUP_REQ, cs.dup_arg(a.client, DEV, 0x7602, a.client, 0x7601), a.rm.ok(24)).status == 0
     kinds = {o["handle"]: o["kind"] for o in core.objects()}
     assert kinds[0x7602] == kinds[0x7601]
+
+
+def test_a_forged_success_does_not_replace_a_live_charge(core):
+    """Second review: an allocation under a handle that holds memory fails in RM
+    (NV_ERR_INSERT_DUPLICATE_NAME); another thread rewrites its status to NV_OK before the
+    module reads the reply. The live object's charge must stay (before: the core took the
+    old entry as stale, uncharged 512 MiB and charged 64 KiB)."""
+    a = Proc(core, 1, 100)
+    p = cs.mem_params(512 * MiB)
+    a.keep.append(p)
+    assert a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, 0xAB1, abi.NV01_MEMORY_LOCAL_USER,
+                                                    cs.addr(p))).status == abi.NV_OK
+    small = cs.mem_params(64 * 1024)
+    a.keep.append(small)
+    r = a.call(abi.IOCTL_RM_ALLOC, cs.alloc_arg(a.client, DEV, 0xAB1, abi.NV01_MEMORY_LOCAL_USER,
+                                                cs.addr(small)))  # the mock RM answers NV_OK
+    assert r.status == abi.NV_OK
+    assert used(core) >= 512 * MiB
+    core.file_closed(1)
+    assert used(core) == 0

@@ -281,6 +281,20 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	h = p->h_object_new ? p->h_object_new : (c->reply_lost ? 0 : rep->h_object_new);
 	if (!p->h_object_new && h && gs_obj_find(in, p->h_root, h))
 		h = 0;
+	/*
+	 * A handle that holds counted memory already: RM refused the call
+	 * (NV_ERR_INSERT_DUPLICATE_NAME) and another thread rewrote its status,
+	 * or RM freed the old object without the core seeing it. Either way the
+	 * registered charge stays, and this one goes to the client (never less
+	 * than RM holds; replacing would uncharge a live object for a forged
+	 * status).
+	 */
+	if (h) {
+		const struct gs_obj *old = gs_obj_find(in, p->h_root, h);
+
+		if (old && old->mem)
+			h = 0;
+	}
 	/* gs_pre() allocated the record: with a handle, adding cannot fail */
 	mem = c->spare_mem;
 	if (!mem)
