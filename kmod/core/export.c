@@ -492,15 +492,9 @@ static void gs_export_post_import(struct gs_inst *in, struct gs_call *c, struct 
 				held = rec;
 		if (!held)
 			continue;
-		memset(&o, 0, sizeof(o));
-		o.obj_kind = GPUSLICE_OBJ_MEMORY;
-		o.klass = held->klass;
-		o.gpu = held->gpu;
-		o.file_id = c->file_id;
-		o.pid = c->pid;
-		o.client = e->client;
-		o.handle = e->handle;
-		o.parent = e->parent;
+		gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, e->client, e->parent, e->handle,
+			    held->klass);
+		o.gpu = held->gpu;	/* the exported memory's, not the parent's */
 		held->mem->refs++;
 		if (!gs_obj_add(in, c, &o, held->mem, q))
 			gs_mem_put(in, held->mem);
@@ -523,13 +517,13 @@ void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct nvos54_p
 			e->pending = NULL;
 }
 
-/* The driver did not run c (its ioctl failed): the slots it held are free. */
-void gs_export_abort(struct gs_inst *in, struct gs_call *c)
+/* Drops the records of c's pending export (c) or of a file (file_id). */
+static void gs_export_drop_if(struct gs_inst *in, const struct gs_call *c, nv_u64 file_id)
 {
 	struct gs_export **pp = &in->exports, *e;
 
 	while ((e = *pp)) {
-		if (e->pending == c) {
+		if (c ? e->pending == c : e->file_id == file_id) {
 			*pp = e->next;
 			gs_export_drop(in, e);
 		} else {
@@ -538,17 +532,14 @@ void gs_export_abort(struct gs_inst *in, struct gs_call *c)
 	}
 }
 
+/* The driver did not run c (its ioctl failed): the slots it held are free. */
+void gs_export_abort(struct gs_inst *in, struct gs_call *c)
+{
+	gs_export_drop_if(in, c, 0);
+}
+
 /* The file was released and RM freed what it held (gs_file_closed()). */
 void gs_export_free_file(struct gs_inst *in, nv_u64 file_id)
 {
-	struct gs_export **pp = &in->exports, *e;
-
-	while ((e = *pp)) {
-		if (e->file_id == file_id) {
-			*pp = e->next;
-			gs_export_drop(in, e);
-		} else {
-			pp = &e->next;
-		}
-	}
+	gs_export_drop_if(in, NULL, file_id);
 }
