@@ -90,11 +90,15 @@ static int gs_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct gs_file *gf = file->private_data;
 	struct file *real = gf->real;
+	int err;
 
 	if (!real->f_op->mmap)
 		return -ENODEV;
 	vma_set_file(vma, real);
-	return real->f_op->mmap(real, vma);
+	err = real->f_op->mmap(real, vma);
+	if (!err)
+		gs_activity_mmap(gf, vma);
+	return err;
 }
 
 static unsigned long gs_get_unmapped_area(struct file *file, unsigned long addr,

@@ -10,6 +10,8 @@
 #include <linux/list.h>
 #include <linux/types.h>
 
+#include "activity.h"
+
 struct gs_node;
 
 /* private_data of an open gpuslice node */
@@ -20,6 +22,7 @@ struct gs_file {
 	pid_t tgid;		/* process that opened it (PROC_ATTACH/DETACH) */
 	int timeslice_gen;	/* instance timeslice generation applied on this file */
 	struct list_head reap;	/* on the reaper's list once released (reaper.c) */
+	struct gs_act_note act_note;	/* the RM mapping its next mmap() maps (activity.c) */
 };
 
 extern const struct file_operations gs_fops;

@@ -265,6 +265,7 @@ static void gs_instance_release(struct kref *ref)
 	struct gs_proc *proc, *tmp;
 
 	WARN_ON_ONCE(inst->nr_nodes);
+	gs_activity_free(inst);	/* its work item reads the core */
 	if (inst->core)
 		gs_inst_free(inst->core);
 	list_for_each_entry_safe(proc, tmp, &inst->procs, list)
@@ -356,6 +357,9 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 		err = -ENOMEM;
 		goto err_free;
 	}
+	err = gs_activity_new(inst);
+	if (err)
+		goto err_free;
 	if (gs_allow_test_escapes)
 		gs_inst_set_flags(inst->core, GS_INST_ALLOW_TEST_ESCAPES);
 	/* RM's device instances taken as the minors (kmod/uapi/gpuslice.h, GPU_MEM_LIMIT) */

@@ -30,6 +30,7 @@
 #include <linux/types.h>
 #include <linux/uidgid.h>
 
+#include "activity.h"
 #include "core.h"
 #include "netlink.h"
 #include "uapi/gpuslice.h"
@@ -80,6 +81,7 @@ struct gs_instance {
 	pid_t refused_tid;
 	u64 refused_size;
 	struct gs_nl_ratelimit refusal_events;
+	struct gs_activity *act;	/* the USERD sampler (activity.c) */
 };
 
 /* What INSTANCE_NEW / INSTANCE_SET carry; 'set' says which fields are given. */

@@ -354,6 +354,17 @@ static void gs_check_version_reply(const struct gs_call *c)
 		gs_driver_seen_version(v->version_string, sizeof(v->version_string));
 }
 
+/* An RM mapping's next mmap() may hold a channel's USERD (activity.c). */
+static void gs_map_memory_reply(struct gs_instance *inst, const struct gs_call *c)
+{
+	const struct nvos33_params_with_fd *p = c->arg;
+
+	if (c->kind == GS_FILE_CTL && c->escape == NV_ESC_RM_MAP_MEMORY &&
+	    c->arg_size == sizeof(*p) && p->params.status == NV_OK)
+		gs_activity_map_memory(inst, p->fd, p->params.h_client, p->params.h_memory,
+				       p->params.offset, p->params.length);
+}
+
 long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat)
 {
 	struct gs_file *gf = file->private_data;
@@ -439,8 +450,11 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		c.reply_lost = (!ret && fault) || ret == -EFAULT;
 		if (decode)
 			gs_post(inst->core, &c, &io, c.reply_lost ? 0 : ret);
-		if (!ret && !fault)
+		if (!ret && !fault) {
 			gs_check_version_reply(&c);
+			if (decode)
+				gs_map_memory_reply(inst, &c);
+		}
 		if (!fault)
 			gs_nested_out(&c, &u);
 		if (fault || (c.arg_size && copy_to_user(arg, c.arg, c.arg_size)))

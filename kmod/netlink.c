@@ -731,7 +731,8 @@ void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev)
 	struct sk_buff *skb;
 	void *hdr;
 	bool obj = ev->type == GPUSLICE_EV_TSG_NEW || ev->type == GPUSLICE_EV_TSG_DEL ||
-		   ev->type == GPUSLICE_EV_CHANNEL_NEW || ev->type == GPUSLICE_EV_CHANNEL_DEL;
+		   ev->type == GPUSLICE_EV_CHANNEL_NEW || ev->type == GPUSLICE_EV_CHANNEL_DEL ||
+		   ev->type == GPUSLICE_EV_CHANNEL_WORK;
 	bool refusal = ev->type == GPUSLICE_EV_ALLOC_REFUSED ||
 		       ev->type == GPUSLICE_EV_FILTER_REFUSED;
 	u64 suppressed = 0;
@@ -770,6 +771,13 @@ void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev)
 
 err_free:
 	nlmsg_free(skb);
+}
+
+/* Is anybody subscribed to the events group? */
+bool gs_netlink_listening(void)
+{
+	return READ_ONCE(gs_genl_registered) &&
+	       genl_has_listeners(&gs_genl_family, &init_net, 0);
 }
 
 int gs_netlink_init(void)

@@ -27,5 +27,6 @@ int gs_netlink_init(void);
 void gs_netlink_exit(void);
 /* Multicast one event to GPUSLICE_MCGRP_EVENTS (refusals rate-limited); may sleep. */
 void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev);
+bool gs_netlink_listening(void);
 
 #endif /* GPUSLICE_NETLINK_H */

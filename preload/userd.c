@@ -39,7 +39,9 @@
  * The sampler is the reporter thread (report.c), every GPUSLICE_SAMPLE_MS
  * (default 5). It sends CHANNEL_WORK (kmod/uapi/gpuslice.h) when a quiet
  * channel submits, and then at most every GS_WORK_REPEAT_NS while it keeps
- * submitting, never from the process's own threads.
+ * submitting, never from the process's own threads. What a look at USERD
+ * means, and where a channel's USERD lies in a mapping, are the core's
+ * (kmod/core/activity.c), shared with the module's sampler.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -54,9 +56,6 @@
 
 #define GS_UD_CHANS		512
 #define GS_UD_MAPS		256
-#define GS_UD_GPGET		0x88	/* Nvc86fControl.GPGet; GPPut follows at 0x8c */
-#define GS_UD_SIZE		0x90	/* bytes of USERD that must be mapped */
-#define GS_WORK_REPEAT_NS	10000000ull
 
 struct gs_ud_chan {
 	nv_handle client;
@@ -65,8 +64,7 @@ struct gs_ud_chan {
 	nv_u64 off;		/* userdOffset[0] */
 	nv_u32 entries;		/* gpFifoEntries: GPGet and GPPut are below it */
 	const volatile nv_u64 *word;	/* GPGet | GPPut << 32; NULL: not mapped (yet) */
-	nv_u32 last_put;
-	nv_u64 sent_ns;		/* last CHANNEL_WORK; 0: quiet */
+	struct gs_userd_seen seen;	/* kmod/core/activity.c */
 	int used;
 };
 
@@ -335,16 +333,18 @@ static void gs_ud_resolve(struct gs_ud_chan *ch)
 {
 	int i;
 
+	nv_u64 at;
+
 	for (i = 0; i < GS_UD_MAPS; i++) {
 		const struct gs_ud_map *m = &gs_ud_maps[i];
 
 		if (!m->used || !m->addr || m->client != ch->client || m->mem != ch->mem)
 			continue;
-		if (ch->off < m->moff || ch->off - m->moff > m->length ||
-		    m->length - (ch->off - m->moff) < GS_UD_SIZE)
+		if (!gs_userd_locate(ch->off, m->moff, m->length, &at))
 			continue;
-		ch->word = (const volatile nv_u64 *)(m->addr + (ch->off - m->moff) + GS_UD_GPGET);
-		ch->last_put = (nv_u32)(*ch->word >> 32);
+		ch->word = (const volatile nv_u64 *)(m->addr + at);
+		memset(&ch->seen, 0, sizeof(ch->seen));
+		gs_userd_seen(&ch->seen, *ch->word, ch->entries, 0);
 		return;
 	}
 }
@@ -356,28 +356,15 @@ int gs_userd_sample(nv_u64 now, struct gs_event *evs, int max)
 	pthread_mutex_lock(&gs_ud_lock);
 	for (i = 0; i < GS_UD_CHANS; i++) {
 		struct gs_ud_chan *ch = &gs_ud_chans[i];
-		nv_u32 get, put;
-		nv_u64 w;
 
 		if (!ch->used)
 			continue;
 		if (!ch->word) {
 			gs_ud_resolve(ch);
-			continue;	/* its first look sets last_put */
+			continue;	/* its first look sets where GPPut was */
 		}
-		w = *ch->word;
-		get = (nv_u32)w;
-		put = (nv_u32)(w >> 32);
-		if (get >= ch->entries || put >= ch->entries)
-			continue;	/* not a USERD we understand: no evidence */
-		if (put == ch->last_put && get == put) {
-			ch->sent_ns = 0;
+		if (!gs_userd_seen(&ch->seen, *ch->word, ch->entries, now))
 			continue;
-		}
-		ch->last_put = put;
-		if (ch->sent_ns && now - ch->sent_ns < GS_WORK_REPEAT_NS)
-			continue;
-		ch->sent_ns = now;
 		if (n < max) {
 			memset(&evs[n], 0, sizeof(evs[n]));
 			evs[n].type = GPUSLICE_EV_CHANNEL_WORK;

@@ -254,6 +254,25 @@ static int gs_read_u32(const struct gs_io *io, nv_u64 uaddr, nv_u32 *v)
 }
 
 /*
+ * A channel's NV_CHANNEL_ALLOC_PARAMS (nvrm_abi.h nv_channel_alloc_params_head):
+ * engineType, gpFifoEntries and where its USERD is (activity.c): in the
+ * memory object hUserdMemory[0] at userdOffset[0], or RM's own, mapped
+ * through the channel at offset 0 when hUserdMemory[0] is 0.
+ */
+static void gs_post_channel_params(const struct gs_io *io, nv_u64 p, struct gs_object *o)
+{
+	gs_read_u32(io, p + 128, &o->engine);
+	gs_read_u32(io, p + 16, &o->gp_entries);
+	gs_read_u32(io, p + 32, &o->userd_mem);
+	if (o->userd_mem) {
+		if (io->read(io->ctx, p + 64, &o->userd_off, sizeof(o->userd_off)))
+			o->userd_off = 0;
+	} else {
+		o->userd_mem = o->handle;
+	}
+}
+
+/*
  * Allocation parameters that name other clients, which RM resolves without
  * checking that the caller owns them; each must be 0 or one of the instance's:
  *  - NV0080_ALLOC_PARAMETERS.hClientShare: the device attaches to that
@@ -857,7 +876,7 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	if (o.obj_kind == GPUSLICE_OBJ_TSG && req->p_alloc_parms && io)
 		gs_read_u32(io, req->p_alloc_parms + 12, &o.engine);
 	else if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && req->p_alloc_parms && io)
-		gs_read_u32(io, req->p_alloc_parms + 128, &o.engine);
+		gs_post_channel_params(io, req->p_alloc_parms, &o);
 	/* CUDA leaves a channel's engineType 0: it runs on its TSG's engine */
 	if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && !o.engine) {
 		const struct gs_obj *tsg = gs_obj_find(in, o.client, o.parent);

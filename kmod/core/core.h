@@ -212,6 +212,10 @@ struct gs_object {
 	nv_u32 engine;
 	nv_u64 size;		/* bytes of video memory, 0 for the rest */
 	nv_u32 flags;		/* GS_OBJ_* */
+	/* channels: where their USERD is (activity.c), gpFifoEntries; 0 unknown */
+	nv_handle userd_mem;
+	nv_u64 userd_off;
+	nv_u32 gp_entries;
 };
 
 /*
@@ -277,6 +281,30 @@ void gs_file_closed(struct gs_inst *in, nv_u64 file_id);
 /* Registry walk; cb returns non-zero to stop. Under the core lock: cb must not sleep long. */
 int gs_for_each_object(struct gs_inst *in,
 		       int (*cb)(void *ctx, const struct gs_object *o), void *ctx);
+
+/*
+ * A channel's submissions from its USERD (activity.c). GPGet and GPPut are
+ * one 8-byte word (GPGet | GPPut << 32) at GS_USERD_GPGET into the USERD;
+ * GS_USERD_SIZE bytes of it must be mapped. A channel that keeps submitting
+ * is reported at most every GS_WORK_REPEAT_NS.
+ */
+#define GS_USERD_GPGET		0x88
+#define GS_USERD_SIZE		0x90
+#define GS_WORK_REPEAT_NS	10000000ull
+
+struct gs_userd_seen {
+	nv_u32 last_put;
+	nv_u8 primed;		/* 0: not looked at yet */
+	nv_u64 sent_ns;		/* last report; 0: quiet */
+};
+
+/*
+ * 1 and *at (GPGet's offset into the mapping) if the USERD at ch_off of a
+ * memory object lies in a mapping of [map_off, map_off + map_len) of it.
+ */
+int gs_userd_locate(nv_u64 ch_off, nv_u64 map_off, nv_u64 map_len, nv_u64 *at);
+/* 1: report CHANNEL_WORK for this look at the channel's word (now: ns, monotonic) */
+int gs_userd_seen(struct gs_userd_seen *s, nv_u64 word, nv_u32 entries, nv_u64 now);
 
 /* Names for tracing and tools: NULL if unknown. */
 const char *gs_escape_name(nv_u32 escape);

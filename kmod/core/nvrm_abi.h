@@ -86,6 +86,7 @@ typedef uint32_t nv_handle;
 #define NV_ERR_IN_USE				0x17
 #define NV_ERR_INSUFFICIENT_PERMISSIONS		0x1B
 #define NV_ERR_INVALID_ARGUMENT			0x1F
+#define NV_ERR_INVALID_BASE			0x20
 #define NV_ERR_INVALID_CLASS			0x22
 #define NV_ERR_INVALID_CLIENT			0x23
 #define NV_ERR_INVALID_COMMAND			0x24

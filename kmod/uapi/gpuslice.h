@@ -60,11 +60,14 @@
  *            FILTER_REFUSED) are rate-limited per instance, 100/s with a
  *            burst of 100; NR_EVENTS_SUPPRESSED counts those not sent. TSG,
  *            CHANNEL and PROC events are never limited.
- *            CHANNEL_WORK (CLIENT, HANDLE of an announced channel): work was
- *            submitted on it (its USERD's GPPut moved, or GPGet != GPPut).
- *            Sent by the user-space build's sampler (preload/userd.c) when a
- *            quiet channel submits and then at most every 10 ms while it
- *            keeps submitting; the module does not send it yet.
+ *            CHANNEL_WORK (OBJ_KIND, CLIENT, HANDLE of an announced channel):
+ *            work was submitted on it (its USERD's GPPut moved, or GPGet !=
+ *            GPPut; kmod/core/activity.c). Sent when a quiet channel submits
+ *            and then at most every 10 ms while it keeps submitting: by the
+ *            module's sampler (kmod/activity.c, every userd_sample_ms while
+ *            the group has a listener) and by the user-space build's
+ *            (preload/userd.c). OBJ_KIND and the object attributes other
+ *            than CLIENT and HANDLE are 0.
  *
  * The instance's core lock (one mutex per instance, taken by every
  * interposed ioctl, twice by a call that reaches the driver, and by these

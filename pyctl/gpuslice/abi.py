@@ -80,6 +80,7 @@ NV_OK = 0x00
 NV_ERR_IN_USE = 0x17
 NV_ERR_INSUFFICIENT_PERMISSIONS = 0x1B
 NV_ERR_INVALID_ARGUMENT = 0x1F
+NV_ERR_INVALID_BASE = 0x20
 NV_ERR_INVALID_CLASS = 0x22
 NV_ERR_INVALID_CLIENT = 0x23
 NV_ERR_INVALID_COMMAND = 0x24
@@ -245,6 +246,8 @@ NVOS56 = struct.Struct("<III4xQQI4x")  # hClient, hDevice, hMemory, pOldCpuAddre
 FREE_OS_EVENT = struct.Struct("<IIII")
 CHANNEL_GROUP_ALLOC = struct.Struct("<IIIIB3x")  # hObjectError, hObjectEccError, hVASpace, engineType, bIsVgpuPlugin
 CHANNEL_ALLOC_ENGINE_OFFSET = 128  # NV_CHANNEL_ALLOC_PARAMS.engineType
+CHANNEL_ALLOC_GPFIFO_ENTRIES_OFFSET = 16  # .gpFifoEntries
+CHANNEL_ALLOC_HEAD_SIZE = 136  # up to .cid: kmod/core/nvrm_abi.h nv_channel_alloc_params_head
 PHYSICAL_MEMORY_ALLOC = struct.Struct("<QI4xQ")  # memSize (out), format, pageSize
 GPFIFO_SCHEDULE = struct.Struct("<BBB")
 

@@ -804,8 +804,9 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               help="Activity probe for equal/burst: cpu = the instance's processes used >= 25% of a CPU in the "
               "last period (corrected by NVML when present; reacts within a period); nvml = NVML process "
               "utilisation alone (reacts in seconds); submit = work submitted on the instance's channels in "
-              "the last 300 ms, as the LD_PRELOAD library reads it in their USERD (source preload); all = "
-              "every instance with a channel is busy; auto = submit or cpu with source preload, else cpu. "
+              "the last 300 ms, as the LD_PRELOAD library (source preload) or the module (source netlink) reads "
+              "it in their USERD; all = every instance with a channel is busy; auto = submit or cpu with a "
+              "source that reports submissions, else cpu. "
               "MODULE:CLASS: a probe class importable from the daemon's PYTHONPATH, constructed with "
               "no arguments, with active({instance: {Channel}}) -> {active instances} "
               "(pyctl/gpuslice/probes.py).")
@@ -825,7 +826,7 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               help="While offline instances hold a GPU, how often to look for online work (the probe on the "
               "online instances only); the first seen preempts the offline ones at once.")
 @click.option("--online-hold", type=DURATION, default="5ms", show_default=True,
-              help="With a probe that sees submissions (submit, auto with the preload source): an online "
+              help="With a probe that sees submissions (submit, or auto with a source that reports them): an online "
               "instance of a GPU with offline ones counts as busy for this long after its last submission; "
               "when all are quiet the offline ones get the GPU back at once.")
 @click.option("--guard-interval", type=DURATION, default="100ms", show_default=True,
@@ -1119,18 +1120,19 @@ def _make_source(ctx: click.Context, kind: str | type, preload_sock: str) -> Any
 
 
 def _make_probe(kind: str | type, src: Any = None) -> Any:
-    """--probe: cpu (corrected by NVML when NVML is there), nvml, submit (the preload
-    library's USERD reports), all, or a class (MODULE:CLASS); auto: submit or cpu when
-    the source is the preload library's socket, else cpu."""
+    """--probe: cpu (corrected by NVML when NVML is there), nvml, submit (CHANNEL_WORK:
+    the USERD reports of the preload library or of the module), all, or a class
+    (MODULE:CLASS); auto: submit or cpu when the source reports submissions, else cpu."""
     from .probes import AllActive, AnyOf, CpuProbe, NvmlProbe, SubmitProbe
-    from .sources import PreloadSource
+    from .sources import NetlinkSource, PreloadSource, module_reports_work
 
     if isinstance(kind, type):
         return construct(kind, "--probe")
-    submits = isinstance(src, PreloadSource)
+    submits = isinstance(src, PreloadSource) or (isinstance(src, NetlinkSource) and module_reports_work())
     if kind == "submit":
         if not submits:
-            raise GpuctlError("--probe submit needs --source preload (the module does not report submissions yet)")
+            raise GpuctlError("--probe submit needs a source that reports submissions: --source preload, or "
+                              "netlink with the module's USERD sampler on (userd_sample_ms > 0)")
         return SubmitProbe(src)
     nvml = None
     if kind in ("nvml", "cpu", "auto"):

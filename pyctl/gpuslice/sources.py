@@ -132,6 +132,19 @@ class EventTracker:
         return out
 
 
+USERD_SAMPLE_PARAM = "/sys/module/gpuslice/parameters/userd_sample_ms"
+
+
+def module_reports_work(param: str = USERD_SAMPLE_PARAM) -> bool:
+    """Does the loaded module send CHANNEL_WORK (it samples its channels' USERD,
+    kmod/activity.c)? False for a module without the sampler or with it off."""
+    try:
+        with open(param) as f:
+            return int(f.read().strip() or 0) > 0
+    except (OSError, ValueError):
+        return False
+
+
 class NetlinkSource(EventTracker):
     def __init__(self, client: nl.GpusliceNetlink | None = None, resync_s: float = 10.0) -> None:
         super().__init__()
@@ -152,6 +165,11 @@ class NetlinkSource(EventTracker):
             self.apply(ev)
         if time.monotonic() - self._last_dump > self.resync_s:
             self._dump()
+
+    def filenos(self) -> list[int]:
+        """The events socket: the scheduler wakes on a CHANNEL_WORK while it watches
+        online instances (the module's USERD sampler sends them)."""
+        return [self.nl.fileno()]
 
     def close(self) -> None:
         self.nl.close()

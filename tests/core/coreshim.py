@@ -222,11 +222,11 @@ class Core:
         return sorted(out[: min(n, 256)])
 
     def objects(self) -> list[dict]:
-        out = (ctypes.c_uint64 * (11 * 100000))()
+        out = (ctypes.c_uint64 * (14 * 100000))()
         n = self.lib.t_objects(self.inst, out, 100000)
         keys = ("kind", "file_id", "pid", "gpu", "client", "handle", "parent", "klass", "engine", "size",
-                "gateable")
-        return [dict(zip(keys, out[11 * i: 11 * i + 11])) for i in range(n)]
+                "gateable", "userd_mem", "userd_off", "gp_entries")
+        return [dict(zip(keys, out[14 * i: 14 * i + 14])) for i in range(n)]
 
     def events(self) -> list[dict]:
         out = (ctypes.c_uint64 * (12 * 4096))()

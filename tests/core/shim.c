@@ -237,7 +237,7 @@ static int t_dump_cb(void *ctx, const struct gs_object *o)
 
 	if (d->n >= d->max)
 		return 1;
-	r = d->out + 11 * d->n++;
+	r = d->out + 14 * d->n++;
 	r[0] = o->obj_kind;
 	r[1] = o->file_id;
 	r[2] = o->pid;
@@ -249,10 +249,14 @@ static int t_dump_cb(void *ctx, const struct gs_object *o)
 	r[8] = o->engine;
 	r[9] = o->size;
 	r[10] = gs_object_gateable(o);
+	r[11] = o->userd_mem;
+	r[12] = o->userd_off;
+	r[13] = o->gp_entries;
 	return 0;
 }
 
-/* 11 u64 per object: kind, file, pid, gpu, client, handle, parent, class, engine, size, gateable */
+/* 14 u64 per object: kind, file, pid, gpu, client, handle, parent, class, engine, size, gateable,
+   userd_mem, userd_off, gp_entries */
 int t_objects(struct gs_inst *in, uint64_t *out, int max)
 {
 	struct t_dump d = { out, 0, max };
@@ -303,4 +307,20 @@ const char *t_class_name(uint32_t k)
 const char *t_refusal_name(int r)
 {
 	return gs_refusal_name(r);
+}
+
+/* kmod/core/activity.c */
+int t_userd_locate(uint64_t ch_off, uint64_t map_off, uint64_t map_len, uint64_t *at)
+{
+	return gs_userd_locate(ch_off, map_off, map_len, at);
+}
+
+int t_userd_seen(struct gs_userd_seen *s, uint64_t word, uint32_t entries, uint64_t now)
+{
+	return gs_userd_seen(s, word, entries, now);
+}
+
+size_t t_userd_seen_size(void)
+{
+	return sizeof(struct gs_userd_seen);
 }

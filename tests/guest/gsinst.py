@@ -75,6 +75,7 @@ class InstSession(nvstub.Session):
 
     def __init__(self, ctl_path: str, gpu_path: str, gpu: int = 0) -> None:  # noqa: D107
         self.gpu = gpu
+        self.gpu_node = gpu_path
         self.ctl = nvstub.open_node(ctl_path)
         try:
             self.dev_fd = nvstub.open_node(gpu_path)

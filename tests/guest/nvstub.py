@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -319,8 +320,9 @@ class Session:
 
     def __init__(self, gpu: int = 0) -> None:
         self.gpu = gpu
+        self.gpu_node = gpu_path(gpu)
         self.ctl = open_node(CTL_PATH)
-        self.dev_fd = open_node(gpu_path(gpu))
+        self.dev_fd = open_node(self.gpu_node)
         if register_fd(self.dev_fd, self.ctl) != 0:
             raise IoctlError(errno.EINVAL, "REGISTER_FD")
         st, self.client = rm_alloc(self.ctl, 0, 0, 0, abi.NV01_ROOT_CLIENT)
@@ -425,6 +427,56 @@ class Session:
             self._check(schedule(self.ctl, self.client, tsg), "GPFIFO_SCHEDULE")
         return tsg, ch
 
+    def userd_channel(self, entries: int = 1024) -> tuple[int, int, "Userd"]:
+        """A TSG (scheduled) with one channel whose USERD is RM's own (NV_CHANNEL_ALLOC_PARAMS
+        with gpFifoEntries and hUserdMemory[0] = 0), mapped through the channel's handle on a
+        fresh GPU node file, as kchannelMap_IMPL allows: (hTsg, hChannel, Userd)."""
+        tsg, ch, gr = self.handle(), self.handle(), self.handle()
+        self._check(rm_alloc(self.ctl, self.client, self.device, tsg, abi.KEPLER_CHANNEL_GROUP_A)[0], "tsg")
+        cp = ctypes.create_string_buffer(abi.CHANNEL_ALLOC_HEAD_SIZE)
+        struct.pack_into("<I", cp, abi.CHANNEL_ALLOC_GPFIFO_ENTRIES_OFFSET, entries)
+        self._check(rm_alloc(self.ctl, self.client, tsg, ch, abi.HOPPER_CHANNEL_GPFIFO_A, cp)[0], "channel")
+        self._check(rm_alloc(self.ctl, self.client, ch, gr, abi.HOPPER_COMPUTE_A)[0], "compute")
+        self._check(schedule(self.ctl, self.client, tsg), "GPFIFO_SCHEDULE")
+        return tsg, ch, Userd.map(self, ch, entries)
+
     def close(self) -> None:
         os.close(self.dev_fd)
         os.close(self.ctl)
+
+
+class Userd:
+    """A channel's USERD as its process maps it: GPPut written per submission (the
+    stand-in's engine moves GPGet up to it as it fetches, nvstub_engine.c)."""
+
+    GPGET, GPPUT = 0x88, 0x8C
+
+    def __init__(self, fd: int, m: mmap.mmap, entries: int) -> None:
+        self.fd, self.m, self.entries = fd, m, entries
+
+    @classmethod
+    def map(cls, s: "Session", h_channel: int, entries: int) -> "Userd":
+        fd = open_node(s.gpu_node)
+        try:
+            buf = bytearray(abi.NVOS33_WITH_FD.pack(s.client, s.subdevice, h_channel, 0, 512, 0, 0, 0, fd))
+            ret = ioctl(s.ctl, abi.IOCTL_RM_MAP_MEMORY, buf)
+            st = abi.NVOS33_WITH_FD.unpack(buf)[6]
+            if ret != 0 or st != abi.NV_OK:
+                raise IoctlError(errno.EIO, f"RM_MAP_MEMORY of the USERD: {ret} status {st:#x}")
+            m = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, m, entries)
+
+    def words(self) -> tuple[int, int]:
+        """(GPGet, GPPut)"""
+        return struct.unpack_from("<II", self.m, self.GPGET)
+
+    def put(self, n: int = 1) -> None:
+        """n more GPFIFO entries written: GPPut moves on."""
+        struct.pack_into("<I", self.m, self.GPPUT, (self.words()[1] + n) % self.entries)
+
+    def close(self) -> None:
+        self.m.close()
+        os.close(self.fd)

@@ -167,3 +167,63 @@ def test_priority_through_the_module(tmp_path: Path) -> None:
     assert not [r for r in engine().values() if r.get("disabled")]
     for name in (svc, batch):
         assert gpuctl(state, "instance", "delete", name).returncode == 0
+
+
+def test_burst_through_the_module_with_its_own_activity_signal(tmp_path: Path) -> None:
+    """Issue 12 through the module alone: channels from netlink, activity from the
+    module's USERD sampler (--probe submit: CHANNEL_WORK, kmod/activity.c), no test double
+    reading the stand-in. The workloads submit as a GPU process does, GPPut in their mapped
+    USERD then the doorbell (the stand-in's submit escape). Burst, weights 1:3:2: with c
+    idle the busy set is {a, b} and they share 1:3; once c submits it joins the busy set
+    and gets its third; once it stops it leaves the set again."""
+    from gpuslice.policy import Claim, compute_shares
+
+    state = tmp_path / "state.json"
+    a, b, c = (f"{x}{uuid.uuid4().hex[:6]}" for x in "abc")
+    for name, w in ((a, "1"), (b, "3"), (c, "2")):
+        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "666")
+        assert r.returncode == 0, r.stderr
+    assert gpuctl(state, "policy", "set", "burst", "--period", "100ms").returncode == 0
+    loads: list[Workload] = []
+    d = None
+    failures = []
+    try:
+        loads = [Workload.start(n, busy=n != c, dev=f"/dev/gpuslice/{n}", forever=False, depth_ms=100, userd=True)
+                 for n in (a, b, c)]
+        u0 = max(0.05, native_utilisation(loads[:2]))
+        d = Daemon(str(state), str(tmp_path / "status.json"), source="netlink", probe="submit", kernel="yes")
+        d.wait_periods(min_periods=10)
+
+        def active() -> set[str]:
+            insts = d.status()["gpus"]["0"]["instances"]
+            return {n for n in (a, b, c) if insts.get(n, {}).get("active")}
+
+        def settle(want: set[str], timeout: float = 30.0) -> set[str]:
+            end = time.monotonic() + timeout
+            got = active()
+            while got != want and time.monotonic() < end:
+                time.sleep(0.1)
+                got = active()
+            return got
+
+        for busy in ({a, b}, {a, b, c}, {a, b}):
+            loads[2].busy(c in busy)
+            got_active = settle(busy)
+            if got_active != busy:
+                failures.append(("busy set", busy, got_active))
+                continue
+            d.wait_periods(min_periods=d.status()["gpus"]["0"]["periods"] + 3)
+            want = compute_shares("burst", [Claim(a, 1, None), Claim(b, 3, None), Claim(c, 2, None)], busy)
+            got = {n: v / u0 for n, v in measure(d, loads)[0].items()}
+            bad = {n: (round(got[n], 3), round(want[n], 3)) for n in busy if abs(got[n] - want[n]) > 0.08}
+            if bad:
+                failures.append((sorted(busy), bad, got))
+    finally:
+        if d is not None:
+            d.stop()
+        for w in loads:
+            w.stop()
+    assert not [r for r in engine().values() if r.get("disabled")]
+    for name in (a, b, c):
+        assert gpuctl(state, "instance", "delete", name).returncode == 0
+    assert not failures, failures

@@ -54,21 +54,31 @@ def _main() -> None:
         s = gsinst.InstSession(f"{d}/nvidiactl", f"{d}/nvidia0")
     else:
         s = nvstub.Session(0)
-    _tsg, ch = s.tsg_channel()
+    userd = None
+    if "--userd" in sys.argv:  # submissions visible in the channel's USERD, as a GPU's are
+        _tsg, ch, userd = s.userd_channel()
+    else:
+        _tsg, ch = s.tsg_channel()
     print(f"ready {s.client} {ch}", flush=True)
     key = (s.client, ch)
+
+    def submit(work_ns: int) -> None:
+        if userd is not None:
+            userd.put()  # the GPFIFO entry, then the doorbell
+        nvstub.submit(s.ctl, s.client, ch, work_ns)
+
     if "--forever" in sys.argv:
         # one huge submit: never runs dry and costs no CPU (polling starved the guest).
         # Idle = a process that never submits (Workload.start(busy=False)); SIGUSR1 makes it busy.
         while True:
             if busy["on"] and engine()[key]["pending_ns"] < FOREVER_NS // 2:
-                nvstub.submit(s.ctl, s.client, ch, FOREVER_NS)
+                submit(FOREVER_NS)
             signal.pause()
     while True:
         if busy["on"]:
             pending = engine()[key]["pending_ns"]
             if pending < depth_ns:
-                nvstub.submit(s.ctl, s.client, ch, depth_ns - pending)
+                submit(depth_ns - pending)
         time.sleep(depth_ns / 2e9)  # pending drops by at most the wall time elapsed
 
 
@@ -81,12 +91,14 @@ class Workload:
 
     @classmethod
     def start(cls, name: str, busy: bool = True, depth_ms: float = 30, dev: str | None = None,
-              forever: bool = True) -> "Workload":
+              forever: bool = True, userd: bool = False) -> "Workload":
         """forever: one huge submit (idle = stop it and start a non-busy one); else keep
-        --depth ms topped up by polling (SIGUSR2 idles it; costs CPU)."""
+        --depth ms topped up by polling (SIGUSR2 idles it; costs CPU). userd: the channel's
+        USERD is mapped and each submission moves its GPPut (what the module samples)."""
         env = {**os.environ, "GPUSLICE_INSTANCE": name}
         args = [sys.executable, __file__, "--depth", str(depth_ms)] + ([] if busy else ["--idle"])
         args += ["--forever"] if forever else []
+        args += ["--userd"] if userd else []
         args += ["--dev", dev] if dev else []
         p = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
         assert p.stdout is not None

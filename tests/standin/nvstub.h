@@ -56,6 +56,7 @@ struct nvstub_file {
 	bool map_valid;
 	bool map_vid;
 	u64 map_size;
+	struct page *map_userd;		/* a channel's USERD (referenced), else NULL */
 	/*
 	 * Objects exported to this file (nv.h nv_file_private_t: handles,
 	 * maxHandles, deviceInstance, metadata), nvstub_export.c; freed with
@@ -170,6 +171,7 @@ void nvstub_mem_report(struct seq_file *m);
 int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_unmap(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_update_mapping(struct nvstub_file *nf, void *arg, u32 size);
+void nvstub_map_release(struct nvstub_file *nf);
 int nvstub_mmap(struct file *filp, struct vm_area_struct *vma);
 int nvstub_mem_init(void);
 void nvstub_mem_exit(void);
@@ -192,12 +194,15 @@ int nvstub_engine_start(void);
 void nvstub_engine_stop(void);
 int nvstub_tsg_create(struct nvstub_obj *obj);
 void nvstub_tsg_destroy(struct nvstub_obj *obj);
-int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj);
+int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj,
+		       const struct nv_channel_alloc_params_head *params);
 void nvstub_chan_destroy(struct nvstub_obj *obj);
 void nvstub_tsg_schedule(struct nvstub_tsg *tsg, bool enable);
 void nvstub_tsg_set_timeslice(struct nvstub_tsg *tsg, u64 us);
 u64 nvstub_tsg_get_timeslice(struct nvstub_tsg *tsg);
 u32 nvstub_chan_id(struct nvstub_chan *chan);
+/* RM's own USERD of a channel (none when the client allocated it) */
+struct page *nvstub_chan_userd(struct nvstub_chan *chan);
 void nvstub_chan_set_disabled(struct nvstub_chan *chan, bool disabled);
 int nvstub_esc_submit(struct nvstub_file *nf, void *arg, u32 size);
 void nvstub_engine_report(struct seq_file *m);

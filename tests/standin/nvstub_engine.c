@@ -30,6 +30,7 @@
  */
 #include <linux/kthread.h>
 #include <linux/ktime.h>
+#include <linux/mm.h>
 #include <linux/sched.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
@@ -64,6 +65,12 @@ struct nvstub_chan {
 	u64 work_at;		/* ktime its pending work last went from 0 to >0 */
 	u64 enabled_ns;		/* time enabled, up to the last disable */
 	bool disabled;
+	/*
+	 * RM's own USERD (NV_CHANNEL_ALLOC_PARAMS.hUserdMemory[0] == 0): a
+	 * page the client maps through the channel's handle (nvstub_mem.c);
+	 * NULL when the client allocated its USERD (CUDA's way).
+	 */
+	struct page *userd;
 };
 
 static LIST_HEAD(nvstub_tsgs);
@@ -100,12 +107,20 @@ void nvstub_tsg_destroy(struct nvstub_obj *obj)
 	obj->tsg = NULL;
 }
 
-int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj)
+int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj,
+		       const struct nv_channel_alloc_params_head *params)
 {
 	struct nvstub_chan *ch = kzalloc(sizeof(*ch), GFP_KERNEL);
 
 	if (!ch)
 		return -ENOMEM;
+	if (!params || !params->h_userd_memory[0]) {
+		ch->userd = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		if (!ch->userd) {
+			kfree(ch);
+			return -ENOMEM;
+		}
+	}
 	ch->obj = obj;
 	ch->tsg = tsg_obj->tsg;
 	ch->id = nvstub_next_chid++;
@@ -119,6 +134,8 @@ int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj)
 void nvstub_chan_destroy(struct nvstub_obj *obj)
 {
 	list_del(&obj->chan->node);
+	if (obj->chan->userd)
+		put_page(obj->chan->userd);	/* a CPU mapping keeps its own reference */
 	kfree(obj->chan);
 	obj->chan = NULL;
 }
@@ -126,6 +143,30 @@ void nvstub_chan_destroy(struct nvstub_obj *obj)
 u32 nvstub_chan_id(struct nvstub_chan *chan)
 {
 	return chan->id;
+}
+
+struct page *nvstub_chan_userd(struct nvstub_chan *chan)
+{
+	return chan->userd;
+}
+
+/*
+ * The channel's USERD words GPGet (byte 0x88) and GPPut (0x8c) of
+ * Nvc86fControl (class/clc86f.h). The process writes GPPut after its GPFIFO
+ * entries; the PBDMA fetches them while the channel is on the engine, well
+ * before the work finishes (docs/h100-userd.md: GPGet == GPPut in 99.8% of
+ * samples of a busy channel), and moves GPGet up to GPPut. A disabled
+ * channel fetches nothing: what was submitted since stays visible.
+ */
+static u32 *nvstub_userd_word(struct nvstub_chan *ch, unsigned int off)
+{
+	return (u32 *)page_address(ch->userd) + off / 4;
+}
+
+static void nvstub_chan_fetch(struct nvstub_chan *ch)
+{
+	if (ch->userd && !ch->disabled)
+		WRITE_ONCE(*nvstub_userd_word(ch, 0x88), READ_ONCE(*nvstub_userd_word(ch, 0x8c)));
 }
 
 static void nvstub_engine_wake(void)
@@ -205,6 +246,8 @@ static u64 nvstub_tsg_charge(struct nvstub_tsg *tsg, u64 from, u64 to)
 	list_for_each_entry(ch, &tsg->chans, node) {
 		u64 end = to;
 		u64 part;
+
+		nvstub_chan_fetch(ch);
 
 		if (ch->disabled)
 			end = clamp(ch->disabled_at, from, to);
@@ -376,11 +419,16 @@ void nvstub_engine_report(struct seq_file *m)
 
 			if (!ch->disabled)
 				enabled += ktime_get_ns() - ch->enabled_at;
-			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu enabled_ns=%llu\n",
+			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu enabled_ns=%llu",
 				   tsg->obj->client->root.handle, ch->obj->handle,
 				   tsg->obj->handle, ch->pid, ch->executed_ns,
 				   ch->pending_ns, ch->disabled, tsg->timeslice_us,
 				   enabled);
+			if (ch->userd)
+				seq_printf(m, " gp_get=%u gp_put=%u",
+					   READ_ONCE(*nvstub_userd_word(ch, 0x88)),
+					   READ_ONCE(*nvstub_userd_word(ch, 0x8c)));
+			seq_putc(m, '\n');
 		}
 	}
 }

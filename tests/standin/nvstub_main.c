@@ -185,6 +185,7 @@ static int nvstub_release(struct inode *inode, struct file *filp)
 
 	mutex_lock(&nvstub_lock);
 	nvstub_export_file_release(nf);
+	nvstub_map_release(nf);
 	nvstub_file_free_clients(nf);
 	nvstub_os_events_drop(nf, 0);
 	mutex_unlock(&nvstub_lock);

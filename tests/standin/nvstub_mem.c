@@ -76,6 +76,26 @@ static u64 nvstub_map_limit(const struct nvstub_obj *mem)
 	return 1 << 20;	/* register windows and other small objects */
 }
 
+/*
+ * RM_MAP_MEMORY of a channel maps its USERD (kernel_channel.c
+ * kchannelMap_IMPL, 580): only RM's own (NV_ERR_INVALID_REQUEST when the
+ * client allocated it), within userdLength, NV_RAMUSERD_CHAN_SIZE = 512 bytes
+ * (kfifoGetUserdSizeAlign_HAL; published/maxwell/gm107/dev_ram.h). It lives
+ * behind a BAR, so the context goes on the channel's GPU node.
+ */
+#define NVSTUB_USERD_LENGTH	512
+
+static u32 nvstub_userd_map_check(struct nvstub_chan *chan, u64 offset, u64 length)
+{
+	if (!nvstub_chan_userd(chan))
+		return NV_ERR_INVALID_REQUEST;
+	if (offset >= NVSTUB_USERD_LENGTH)
+		return NV_ERR_INVALID_BASE;
+	if (length == 0 || length > NVSTUB_USERD_LENGTH - offset)
+		return NV_ERR_INVALID_LIMIT;
+	return NV_OK;
+}
+
 /* NV_ESC_RM_MAP_MEMORY (escape.c; osapi.c RmCreateMmapContextLocked). */
 int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 {
@@ -84,6 +104,7 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 	struct nvstub_client *cl;
 	struct nvstub_obj *dev, *mem;
 	struct nvstub_file *target;
+	struct page *userd = NULL;
 	struct file *tfilp;
 	bool bar;
 
@@ -108,12 +129,19 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
 		return 0;
 	}
-	if (p->length == 0 || p->offset > nvstub_map_limit(mem) ||
-	    p->length > nvstub_map_limit(mem) - p->offset) {
+	if (mem->chan) {
+		p->status = nvstub_userd_map_check(mem->chan, p->offset, p->length);
+		if (p->status != NV_OK)
+			return 0;
+		userd = nvstub_chan_userd(mem->chan);
+		bar = true;
+	} else if (p->length == 0 || p->offset > nvstub_map_limit(mem) ||
+		   p->length > nvstub_map_limit(mem) - p->offset) {
 		p->status = NV_ERR_INVALID_LIMIT;
 		return 0;
+	} else {
+		bar = nvstub_is_bar_memory(mem->cls);
 	}
-	bar = nvstub_is_bar_memory(mem->cls);
 	/* nv-usermap.c: nv_get_file_private(fd, NV_IS_CTL_DEVICE(nv), ...) */
 	target = nvstub_get_file(pa->fd, !bar, &tfilp);
 	if (!target) {
@@ -128,6 +156,10 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 	} else {
 		target->map_valid = true;
 		target->map_vid = bar;
+		if (userd) {
+			get_page(userd);
+			target->map_userd = userd;
+		}
 		target->map_size = PAGE_ALIGN(p->length + offset_in_page(p->offset));
 		p->p_linear_address = nvstub_next_map_addr + offset_in_page(p->offset);
 		nvstub_next_map_addr += target->map_size;
@@ -193,17 +225,36 @@ int nvstub_mmap(struct file *filp, struct vm_area_struct *vma)
 	nvstub_race_delay_entry();	/* TEST ONLY, nvstub_main.c */
 	if (nvstub_should_fail(READ_ONCE(nvstub_fail_mmap_every), &count))
 		return -ENOMEM;	/* TEST ONLY, nvstub_main.c */
+	struct page *userd = NULL;
+
 	spin_lock(&nf->map_lock);
 	if (!nf->map_valid || vma->vm_pgoff != 0)
 		ret = -EINVAL;
 	else if (nf->map_vid && vma->vm_end - vma->vm_start != nf->map_size)
 		ret = -EINVAL;
+	else
+		userd = nf->map_userd;
 	spin_unlock(&nf->map_lock);
 	if (ret)
 		return ret;
-	vma->vm_ops = &nvstub_vm_ops;
 	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
+	/*
+	 * nv-mmap.c maps BAR memory at mmap() time (nv_io_remap_page_range):
+	 * a USERD is readable without a fault from the start. The mapping
+	 * holds its own page reference; the channel may go first.
+	 */
+	if (userd)
+		return vm_insert_page(vma, vma->vm_start, userd);
+	vma->vm_ops = &nvstub_vm_ops;
 	return 0;
+}
+
+/* the file goes: so does its mapping context's reference */
+void nvstub_map_release(struct nvstub_file *nf)
+{
+	if (nf->map_userd)
+		put_page(nf->map_userd);
+	nf->map_userd = NULL;
 }
 
 int nvstub_mem_init(void)

@@ -54,7 +54,9 @@ static const struct nvstub_class_info nvstub_classes[] = {
 	{ NV50_THIRD_PARTY_P2P, { NV20_SUBDEVICE_0 }, 0 },
 	{ KEPLER_CHANNEL_GROUP_A, { NV01_DEVICE_0 }, 0 },
 	{ FERMI_CONTEXT_SHARE_A, { KEPLER_CHANNEL_GROUP_A }, 0 },
-	{ HOPPER_CHANNEL_GPFIFO_A, { KEPLER_CHANNEL_GROUP_A }, 0 },
+	/* NV_CHANNEL_ALLOC_PARAMS: RM reads all of it; the stand-in its head */
+	{ HOPPER_CHANNEL_GPFIFO_A, { KEPLER_CHANNEL_GROUP_A },
+	  sizeof(struct nv_channel_alloc_params_head) },
 	{ HOPPER_COMPUTE_A, { HOPPER_CHANNEL_GPFIFO_A }, 0 },
 	{ HOPPER_DMA_COPY_A, { HOPPER_CHANNEL_GPFIFO_A }, 0 },
 	{ HOPPER_USERMODE_A, { NV20_SUBDEVICE_0 }, 0 },
@@ -513,7 +515,7 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 	case KEPLER_CHANNEL_GROUP_A:
 		return nvstub_tsg_create(obj) ? NV_ERR_NO_MEMORY : NV_OK;
 	case HOPPER_CHANNEL_GPFIFO_A:
-		return nvstub_chan_create(obj, obj->parent) ? NV_ERR_NO_MEMORY : NV_OK;
+		return nvstub_chan_create(obj, obj->parent, params) ? NV_ERR_NO_MEMORY : NV_OK;
 	default:
 		return NV_OK;
 	}

@@ -1,0 +1,254 @@
+"""The module's activity signal (issue 12): CHANNEL_WORK from its sampler of the channels'
+USERD (kmod/activity.c), against the stand-in, which models RM's own USERD of a channel
+and its mapping through the channel's handle (kernel_channel.c kchannelMap_IMPL; the
+engine moves GPGet up to GPPut as it fetches, tests/standin/nvstub_engine.c).
+
+A process submits by writing GPPut in its mapped USERD, with no ioctl: the module must
+see that, only for announced channels of the instance, and nothing a process does to its
+own mappings may stall the sampler of its instance or anyone else's."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from gpuslice.netlink import EVENTS, GpusliceNetlink
+
+import nvstub
+from gsinst import Instance, dmesg_tail, session
+
+SAMPLE = "/sys/module/gpuslice/parameters/userd_sample_ms"
+WORK = EVENTS["GPUSLICE_EV_CHANNEL_WORK"]
+
+pytestmark = pytest.mark.skipif(not (nvstub.present() and os.path.exists(SAMPLE)),
+                                reason="needs nvstub.ko and gpuslice.ko (with its USERD sampler) loaded")
+
+
+@pytest.fixture(scope="module")
+def nl():
+    with GpusliceNetlink() as sock:
+        yield sock
+
+
+@pytest.fixture()
+def events():
+    """A subscribed netlink socket: the module samples only while somebody listens."""
+    with GpusliceNetlink() as sock:
+        sock.subscribe()
+        yield sock
+
+
+def work_of(evs: list[dict], name: str, key: tuple[int, int] | None = None) -> list[dict]:
+    return [e for e in evs if e.get("event") == WORK and e.get("name") == name
+            and (key is None or (e.get("client"), e.get("handle")) == key)]
+
+
+def collect(sock: GpusliceNetlink, seconds: float) -> list[dict]:
+    out: list[dict] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        out += sock.poll_events(max(0.0, min(0.1, end - time.monotonic())))
+    return out
+
+
+def wait_work(sock: GpusliceNetlink, name: str, key: tuple[int, int], timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if work_of(sock.poll_events(0.1), name, key):
+            return True
+    return False
+
+
+def fetch(u: nvstub.Userd) -> None:
+    """What the PBDMA does when it fetches (the stand-in's engine, when the channel runs):
+    GPGet catches up with GPPut. Here written by the test: this boot's module refuses the
+    stand-in's submit escape through an instance."""
+    struct.pack_into("<I", u.m, nvstub.Userd.GPGET, u.words()[1])
+
+
+def test_submissions_in_userd_become_channel_work(nl, events):
+    """No ioctl: GPPut moving in the process's own mapping is reported for that channel,
+    named by its instance; a quiet channel (GPGet == GPPut, GPPut still) is not; entries
+    not yet fetched (GPGet != GPPut: a disabled channel) are reported while they wait."""
+    with Instance(nl, 64 << 20) as inst, Instance(nl, 64 << 20) as other:
+        s = session(inst)
+        s2 = session(other)
+        try:
+            _tsg, ch, u = s.userd_channel()
+            _t2, ch2, u2 = s2.userd_channel()
+            key, key2 = (s.client, ch), (s2.client, ch2)
+            time.sleep(0.3)
+            evs = collect(events, 0.5)
+            assert not work_of(evs, inst.name) and not work_of(evs, other.name), evs
+            u.put()  # one submission, not fetched yet
+            assert wait_work(events, inst.name, key), "no CHANNEL_WORK for a submission"
+            pending = collect(events, 0.5)
+            assert len(work_of(pending, inst.name, key)) >= 2  # waiting entries stay visible
+            fetch(u)
+            time.sleep(0.2)
+            events.poll_events(0.0)
+            assert not work_of(collect(events, 0.5), inst.name), "a fetched, quiet channel reported"
+            for _ in range(20):  # a channel that keeps submitting: reported, at most every 10 ms
+                u.put()
+                fetch(u)
+                time.sleep(0.01)
+            burst = work_of(collect(events, 0.3), inst.name, key)
+            assert 1 <= len(burst) <= 60
+            assert not work_of(collect(events, 0.2), other.name), "the other instance's quiet channel reported"
+            u.close()
+            u2.close()
+        finally:
+            s.close()
+            s2.close()
+
+
+def test_an_unmapped_userd_is_not_read(nl, events):
+    """Once the process unmaps its USERD the sampler reads nothing there (it reads the
+    process's own page tables, never a kernel mapping of what RM mapped)."""
+    with Instance(nl, 64 << 20) as inst:
+        s = session(inst)
+        try:
+            _tsg, ch, u = s.userd_channel()
+            u.put()
+            assert wait_work(events, inst.name, (s.client, ch))
+            u.m.close()
+            time.sleep(0.2)
+            events.poll_events(0.0)
+            assert not work_of(collect(events, 0.5), inst.name)
+            os.close(u.fd)
+        finally:
+            s.close()
+
+
+TRAP = textwrap.dedent("""
+    import ctypes, mmap, os, struct, sys, time
+    sys.path[:0] = sys.argv[3].split(":")
+    import nvstub
+    from gsinst import InstSession
+    s = InstSession(sys.argv[1], sys.argv[2])
+    _tsg, ch, u = s.userd_channel()
+    u.put()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.syscall.restype = ctypes.c_long
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(u.m))
+    # the USERD's address becomes anonymous memory whose faults a userfaultfd holds forever
+    got = libc.mmap(addr, mmap.PAGESIZE, 3, 0x22 | 0x10, -1, 0)  # RW, PRIVATE|ANON|FIXED
+    assert got == addr, ctypes.get_errno()
+    uffd = libc.syscall(323, os.O_CLOEXEC)  # userfaultfd(2)
+    assert uffd >= 0, ctypes.get_errno()
+    import fcntl
+    api = bytearray(struct.pack("<QQQ", 0xAA, 0, 0))
+    fcntl.ioctl(uffd, 0xC018AA3F, api)  # UFFDIO_API
+    reg = bytearray(struct.pack("<QQQQ", addr, mmap.PAGESIZE, 1, 0))  # MODE_MISSING
+    fcntl.ioctl(uffd, 0xC020AA00, reg)  # UFFDIO_REGISTER
+    print("trapped", s.client, ch, flush=True)
+    time.sleep(3600)
+""")
+
+
+def test_a_trapped_userd_stalls_nobody(nl, events):
+    """A hostile process puts a page whose every fault blocks forever (userfaultfd) where
+    its USERD was. The sampler's read must fail at once instead of waiting in that fault:
+    the same instance's other process still gets its CHANNEL_WORK, another instance too,
+    and the instance can still be deleted (its sampler stopped). A sampler that faulted
+    (copy_from_user, access_process_vm) would hang its work item, and the deletion with it."""
+    with Instance(nl, 64 << 20) as other:
+        inst = Instance(nl, 64 << 20).__enter__()
+        guest = os.path.dirname(os.path.abspath(__file__))
+        pyctl = os.path.join(os.path.dirname(os.path.dirname(guest)), "pyctl")
+        trap = subprocess.Popen([sys.executable, "-c", TRAP, inst.path("nvidiactl"), inst.path("nvidia0"),
+                                 f"{guest}:{pyctl}"], stdout=subprocess.PIPE, text=True)
+        s = s2 = None
+        try:
+            assert trap.stdout is not None
+            line = trap.stdout.readline().split()
+            assert line and line[0] == "trapped", line
+            time.sleep(0.3)  # the sampler has met the trap a few times
+            s = session(inst)
+            _t, ch, u = s.userd_channel()
+            s2 = session(other)
+            _t2, ch2, u2 = s2.userd_channel()
+            u.put()
+            u2.put()
+            assert wait_work(events, inst.name, (s.client, ch)), "the trapped process stalled its instance's sampler"
+            assert wait_work(events, other.name, (s2.client, ch2))
+            u.close()
+            u2.close()
+        finally:
+            for x in (s, s2):
+                if x is not None:
+                    x.close()
+            trap.kill()
+            trap.wait()
+        done = threading.Event()
+
+        def delete() -> None:
+            for _ in range(100):
+                try:
+                    nl.instance_del(inst.name)
+                    break
+                except OSError:
+                    time.sleep(0.1)  # the killed process's files are still being released
+            done.set()
+
+        t = threading.Thread(target=delete, daemon=True)
+        t.start()
+        assert done.wait(30), "deleting the instance hung (its sampler did not stop)"
+        assert not os.path.exists(inst.path("nvidiactl"))
+
+
+def test_processes_killed_while_sampled_leave_nothing(nl, events):
+    """Processes that map their USERD and submit, killed with SIGKILL while the sampler
+    reads them, over and over: the instance still deletes once their files are gone, and
+    the kernel logged no warning."""
+    inst = Instance(nl, 64 << 20).__enter__()
+    guest = os.path.dirname(os.path.abspath(__file__))
+    pyctl = os.path.join(os.path.dirname(os.path.dirname(guest)), "pyctl")
+    code = textwrap.dedent("""
+        import sys, time
+        sys.path[:0] = sys.argv[3].split(":")
+        from gsinst import InstSession
+        s = InstSession(sys.argv[1], sys.argv[2])
+        _t, ch, u = s.userd_channel()
+        print("ready", flush=True)
+        while True:
+            u.put()
+            time.sleep(0.002)
+    """)
+    before = _kernel_complaints()
+    seen = 0
+    for _ in range(6):
+        ps = [subprocess.Popen([sys.executable, "-c", code, inst.path("nvidiactl"), inst.path("nvidia0"),
+                                f"{guest}:{pyctl}"], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+        for p in ps:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        seen += len(work_of(collect(events, 0.1), inst.name))
+        for p in ps:
+            p.kill()
+        for p in ps:
+            p.wait()
+    assert seen > 0  # they were sampled while they ran
+    deleted = False
+    end = time.monotonic() + 20
+    while not deleted and time.monotonic() < end:
+        try:
+            nl.instance_del(inst.name)
+            deleted = True
+        except OSError:
+            time.sleep(0.1)  # the killed processes' files are still being released
+    assert deleted
+    assert _kernel_complaints() == before, dmesg_tail()
+
+
+def _kernel_complaints() -> int:
+    log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+    return sum(log.count(w) for w in ("WARNING:", "BUG:", "general protection"))
