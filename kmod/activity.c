@@ -10,20 +10,27 @@
  * the decision core's (core/activity.c, shared with the user-space build's
  * sampler, preload/userd.c); this file finds the mappings and looks:
  *
- *  - RM_MAP_MEMORY names the file whose next mmap() maps the object (RM keeps
- *    the mmap context on that file, kernel-open/nvidia/nv-mmap.c): when it
- *    succeeds, gs_activity_map_memory() notes (client, object, offset,
- *    length) on that file if it is a gpuslice node of the same instance;
+ *  - RM_MAP_MEMORY names the file whose mmap() maps the object (RM keeps
+ *    the mmap context on that file, kernel-open/nvidia/nv-usermap.c): when
+ *    it succeeds, gs_activity_map_memory() notes (client, object, offset,
+ *    length, as the core checked them, and the in-page part of the address
+ *    RM returned, which user space adds to what mmap() returns) on that file
+ *    if it is a gpuslice node of the same instance;
  *  - gs_mmap() (fops.c) hands the vma to the driver; when that succeeded,
- *    gs_activity_mmap() records the mapping: its mm (mmgrab()), address and
- *    length. nv-mmap.c maps BAR memory at mmap() time
- *    (nv_io_remap_page_range), so a USERD is present from the start;
+ *    gs_activity_mmap() records the mapping: its mm (mmgrab()), the driver's
+ *    file, address and length. nv-mmap.c maps BAR memory at mmap() time
+ *    (nv_io_remap_page_range), so a USERD is present from the start (until
+ *    the driver revokes its mappings for a power transition or a reset:
+ *    then this sees nothing until the process touches the page again);
  *  - every userd_sample_ms (module parameter, default 5; 0: off), while a
  *    netlink listener is subscribed to the events group, the instance's work
- *    item asks the core for its announced channels, finds each one's USERD
- *    in a recorded mapping, and reads the 8 bytes of GPGet | GPPut through
- *    the process's own page tables (kthread_use_mm() and
- *    copy_from_user_nofault()).
+ *    item takes its announced channels from the core (again only when one
+ *    came or went: CHANNEL_NEW / CHANNEL_DEL, or every second), finds each
+ *    one's USERD in a recorded mapping, and reads the 8 bytes of GPGet |
+ *    GPPut with one load through the process's own page tables
+ *    (kthread_use_mm(), __get_user() with page faults disabled), after
+ *    checking under mmap_read_trylock() that the address is still in the
+ *    mapping that was recorded.
  *
  * What a hostile process can do to it, and why that holds:
  *  - the address is read in the process's own mm, never through a kernel
@@ -31,19 +38,23 @@
  *    USERD the sampler reads nothing (-EFAULT) or the process's own memory,
  *    and only that process's channel's report depends on it (it could claim
  *    work anyway, by submitting);
- *  - the read never faults and never takes the mm's mmap_lock (page faults
- *    are disabled in copy_from_user_nofault()): a process that holds its
- *    mmap_lock, or maps at that address something whose fault would block
- *    (userfaultfd, a FUSE file), costs the sampler one failed read, not a
- *    wait; every instance has its own work item;
+ *  - the read never faults and never waits for the mm's mmap_lock (a
+ *    trylock; page faults disabled): a process that holds its mmap_lock, or
+ *    maps at that address something whose fault would block (userfaultfd, a
+ *    FUSE file), costs the sampler one missed look, not a wait; every
+ *    instance has its own work item;
  *  - the mm is pinned with mmgrab() (the struct, not the address space) and
  *    read only after mmget_not_zero(); a mapping whose process has exited is
  *    dropped at the next tick, and mmput_async() leaves the teardown of an
  *    address space to its own worker;
  *  - the tables are bounded: GS_ACT_MAPS mappings per instance (a new one
  *    replaces the oldest that no channel's USERD is in) and GS_ACT_CHANS
- *    channels a tick. A tick compares at most GS_ACT_MAPS * GS_ACT_CHANS
- *    pairs, under this instance's activity lock only.
+ *    channels; a channel's USERD is looked for once per memory object, not
+ *    once per channel;
+ *  - what reaches the controller is bounded: at most one CHANNEL_WORK per
+ *    instance a tick and per GS_WORK_REPEAT_NS (the controller decides per
+ *    instance), so no instance can flood the events socket that carries
+ *    every instance's events.
  *
  * The work item runs in a kernel thread (a workqueue worker), as
  * kthread_use_mm() requires. Its period is rounded up to whole jiffies.
@@ -54,6 +65,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/sched.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -64,10 +76,11 @@
 #include "instance.h"
 #include "netlink.h"
 
-#define GS_ACT_MAPS		128
+#define GS_ACT_MAPS		256
 #define GS_ACT_CHANS		256
 #define GS_ACT_IDLE_MS		100	/* the period while nobody listens */
 #define GS_ACT_MAX_MS		1000
+#define GS_ACT_RESYNC_NS	NSEC_PER_SEC	/* the channels from the core at least this often */
 
 static unsigned int gs_sample_ms = 5;
 module_param_named(userd_sample_ms, gs_sample_ms, uint, 0644);
@@ -76,12 +89,15 @@ MODULE_PARM_DESC(userd_sample_ms,
 
 struct gs_act_map {
 	struct mm_struct *mm;	/* mmgrab()bed */
-	unsigned long addr;	/* where the mapping starts */
-	u64 length;
-	u64 offset;		/* into the memory object, at addr */
+	const struct file *file;	/* the driver's file the vma had (compared, never used) */
+	unsigned long vm_start;
+	unsigned long addr;	/* where offset of the object is */
+	u64 length;		/* bytes of the object from addr */
+	u64 offset;
 	u32 client;
 	u32 mem;
-	bool used;		/* a channel's USERD was found in it */
+	u64 seq;		/* when recorded: the oldest goes first */
+	bool used;		/* a channel's USERD was found in it, last tick */
 };
 
 struct gs_act_chan {
@@ -93,6 +109,8 @@ struct gs_act_chan {
 	struct gs_userd_seen seen;
 	/* this tick's */
 	struct mm_struct *mm;	/* mmgrab()bed; NULL: not mapped (yet) */
+	const struct file *file;
+	unsigned long vm_start;
 	unsigned long uaddr;
 	bool read;		/* looked at (or its process is gone) */
 	bool ok;		/* word was read */
@@ -102,12 +120,17 @@ struct gs_act_chan {
 struct gs_activity {
 	struct gs_instance *inst;
 	struct delayed_work work;
-	struct mutex lock;	/* maps, nr_maps, stopping, the act_note of the instance's files */
+	struct mutex lock;	/* maps, nr_maps, map_seq, stopping, the act_note of the instance's files */
 	struct gs_act_map maps[GS_ACT_MAPS];
 	unsigned int nr_maps;
+	u64 map_seq;
 	bool stopping;
+	atomic_t chan_gen;	/* bumped by CHANNEL_NEW / CHANNEL_DEL */
 	/* the work item's own */
-	struct gs_act_chan *chans;	/* last tick's, with what each had seen */
+	int walked_gen;
+	u64 walked_ns;
+	u64 sent_ns;		/* the instance's last CHANNEL_WORK */
+	struct gs_act_chan *chans;	/* with what each had seen */
 	struct gs_act_chan *next;
 	unsigned int nr_chans;
 	unsigned int nr_next;
@@ -159,12 +182,20 @@ static bool gs_act_same(const struct gs_act_chan *a, const struct gs_act_chan *b
 	       a->off == b->off && a->entries == b->entries;
 }
 
-/* next[] takes over what chans[] had seen (the walk's order rarely changes) */
-static void gs_act_carry_seen(struct gs_activity *act)
+/* The core's announced channels, when they changed; each keeps what it had seen. */
+static void gs_act_walk(struct gs_activity *act)
 {
+	int gen = atomic_read(&act->chan_gen);
+	u64 now = ktime_get_ns();
 	struct gs_act_chan *tmp;
 	unsigned int i, j;
 
+	if (gen == act->walked_gen && now - act->walked_ns < GS_ACT_RESYNC_NS)
+		return;
+	act->walked_gen = gen;
+	act->walked_ns = now;
+	act->nr_next = 0;
+	gs_for_each_object(act->inst->core, gs_act_collect, act);
 	for (i = 0; i < act->nr_next; i++) {
 		struct gs_act_chan *c = &act->next[i];
 
@@ -186,9 +217,29 @@ static void gs_act_carry_seen(struct gs_activity *act)
 	act->nr_next = 0;
 }
 
-/* Under act->lock: where each channel's USERD is mapped; one mmgrab() each. */
+/* Under act->lock: a mapping of (client, mem) that holds USERD at off, or NULL. */
+static struct gs_act_map *gs_act_find(struct gs_activity *act, const struct gs_act_chan *c, u64 *at)
+{
+	unsigned int j;
+
+	for (j = 0; j < act->nr_maps; j++) {
+		struct gs_act_map *m = &act->maps[j];
+
+		if (m->client == c->client && m->mem == c->mem &&
+		    gs_userd_locate(c->off, m->offset, m->length, at))
+			return m;
+	}
+	return NULL;
+}
+
+/*
+ * Under act->lock: where each channel's USERD is mapped; one mmgrab() each.
+ * CUDA's channels of a context share one USERD object: the mapping found for
+ * the channel before serves the next one of the same object.
+ */
 static void gs_act_resolve(struct gs_activity *act)
 {
+	const struct gs_act_map *last = NULL;
 	unsigned int i, j;
 	u64 at;
 
@@ -196,101 +247,133 @@ static void gs_act_resolve(struct gs_activity *act)
 		act->maps[j].used = false;
 	for (i = 0; i < act->nr_chans; i++) {
 		struct gs_act_chan *c = &act->chans[i];
+		struct gs_act_map *m = NULL;
 
-		for (j = 0; j < act->nr_maps; j++) {
-			struct gs_act_map *m = &act->maps[j];
-
-			if (m->client != c->client || m->mem != c->mem ||
-			    !gs_userd_locate(c->off, m->offset, m->length, &at))
-				continue;
-			m->used = true;
-			c->mm = m->mm;
-			c->uaddr = m->addr + at;
-			mmgrab(c->mm);
-			break;
-		}
+		if (last && last->client == c->client && last->mem == c->mem &&
+		    gs_userd_locate(c->off, last->offset, last->length, &at))
+			m = (struct gs_act_map *)last;
+		else
+			m = gs_act_find(act, c, &at);
+		if (!m)
+			continue;
+		last = m;
+		m->used = true;
+		c->mm = m->mm;
+		c->file = m->file;
+		c->vm_start = m->vm_start;
+		c->uaddr = m->addr + at;
+		mmgrab(c->mm);
 	}
 }
 
 /*
- * Reads every resolved channel's word, one mm at a time, in that mm. Never
- * faults, never waits for the mm's locks.
+ * One 8-byte load (GPGet and GPPut together, as a GPU's USERD is read), in
+ * the current mm, if the address is still in the mapping that was recorded.
+ * Caller holds the mm's mmap_lock for reading. Never faults.
  */
+static bool gs_act_load(const struct gs_act_chan *c, u64 *w)
+{
+	const u64 __user *p = (const u64 __user *)c->uaddr;
+	struct vm_area_struct *vma;
+	int err;
+
+	if (!IS_ALIGNED(c->uaddr, sizeof(u64)) || !access_ok(p, sizeof(*w)))
+		return false;
+	vma = find_vma(current->mm, c->uaddr);
+	if (!vma || vma->vm_start > c->uaddr || vma->vm_file != c->file ||
+	    vma->vm_start != c->vm_start || c->uaddr + sizeof(*w) > vma->vm_end)
+		return false;
+	pagefault_disable();
+	err = __get_user(*w, p);
+	pagefault_enable();
+	return !err;
+}
+
+/* Reads every resolved channel's word, one mm at a time, in that mm. */
 static void gs_act_read(struct gs_activity *act)
 {
 	unsigned int i, j;
 
 	for (i = 0; i < act->nr_chans; i++) {
 		struct mm_struct *mm = act->chans[i].mm;
+		bool live;
 
 		if (!mm || act->chans[i].read)
 			continue;
-		if (!mmget_not_zero(mm)) {
-			for (j = i; j < act->nr_chans; j++)
-				if (act->chans[j].mm == mm)
-					act->chans[j].read = true;	/* gone: nothing */
-			continue;
+		live = mmget_not_zero(mm);
+		if (live && !mmap_read_trylock(mm)) {
+			mmput_async(mm);
+			live = false;	/* busy: no look this tick */
 		}
-		kthread_use_mm(mm);
+		if (live)
+			kthread_use_mm(mm);
 		for (j = i; j < act->nr_chans; j++) {
 			struct gs_act_chan *c = &act->chans[j];
-			u64 w;
 
 			if (c->mm != mm || c->read)
 				continue;
 			c->read = true;
-			/* not mapped there any more, or not present: no evidence */
-			c->ok = !copy_from_user_nofault(&w, (const void __user *)c->uaddr, sizeof(w));
-			c->word = c->ok ? w : 0;
+			c->ok = live && gs_act_load(c, &c->word);
 		}
-		kthread_unuse_mm(mm);
-		mmput_async(mm);
+		if (live) {
+			kthread_unuse_mm(mm);
+			mmap_read_unlock(mm);
+			mmput_async(mm);
+		}
+		cond_resched();
 	}
 }
 
+/* At most one CHANNEL_WORK per instance a tick and per GS_WORK_REPEAT_NS. */
 static void gs_act_report(struct gs_activity *act)
 {
 	u64 now = ktime_get_ns();
+	struct gs_act_chan *first = NULL;
 	unsigned int i;
 
 	for (i = 0; i < act->nr_chans; i++) {
 		struct gs_act_chan *c = &act->chans[i];
+
+		/* every channel's look is judged: each keeps its own state */
+		if (c->ok && gs_userd_seen(&c->seen, c->word, c->entries, now) && !first)
+			first = c;
+	}
+	if (first && (!act->sent_ns || now - act->sent_ns >= GS_WORK_REPEAT_NS)) {
 		struct gs_event ev = {
 			.type = GPUSLICE_EV_CHANNEL_WORK,
 			.obj_kind = GPUSLICE_OBJ_CHANNEL,
-			.client = c->client,
-			.handle = c->handle,
+			.client = first->client,
+			.handle = first->handle,
 		};
 
-		if (c->ok && gs_userd_seen(&c->seen, c->word, c->entries, now))
-			gs_netlink_event(act->inst, &ev);
+		act->sent_ns = now;
+		gs_netlink_event(act->inst, &ev);
 	}
 }
 
 static void gs_act_work(struct work_struct *work)
 {
 	struct gs_activity *act = container_of(to_delayed_work(work), struct gs_activity, work);
+	bool listening = READ_ONCE(gs_sample_ms) && gs_netlink_listening();
 	struct mm_struct *gone[8];
 	unsigned int i, nr_gone = 0;
-	bool listening = gs_netlink_listening() && READ_ONCE(gs_sample_ms);
-	bool again;
 
+	gs_act_walk(act);
+	mutex_lock(&act->lock);
+	gs_act_resolve(act);	/* also when nobody listens: which mappings to keep */
+	mutex_unlock(&act->lock);
 	if (listening) {
-		act->nr_next = 0;
-		gs_for_each_object(act->inst->core, gs_act_collect, act);
-		gs_act_carry_seen(act);
-		mutex_lock(&act->lock);
-		gs_act_resolve(act);
-		mutex_unlock(&act->lock);
 		gs_act_read(act);
 		gs_act_report(act);
-		for (i = 0; i < act->nr_chans; i++) {
-			if (act->chans[i].mm)
-				mmdrop(act->chans[i].mm);
-			act->chans[i].mm = NULL;
-			act->chans[i].read = false;
-			act->chans[i].ok = false;
-		}
+	}
+	for (i = 0; i < act->nr_chans; i++) {
+		struct gs_act_chan *c = &act->chans[i];
+
+		if (c->mm)
+			mmdrop(c->mm);
+		c->mm = NULL;
+		c->read = false;
+		c->ok = false;
 	}
 
 	/* mappings of processes that are gone (a few a tick) */
@@ -301,8 +384,7 @@ static void gs_act_work(struct work_struct *work)
 		else
 			i++;
 	}
-	again = act->nr_maps && !act->stopping;
-	if (again)
+	if (act->nr_maps && !act->stopping)
 		queue_delayed_work(system_unbound_wq, &act->work, gs_act_period(listening));
 	mutex_unlock(&act->lock);
 	for (i = 0; i < nr_gone; i++)
@@ -325,6 +407,7 @@ int gs_activity_new(struct gs_instance *inst)
 		return -ENOMEM;
 	}
 	act->inst = inst;
+	act->walked_gen = -1;
 	mutex_init(&act->lock);
 	INIT_DELAYED_WORK(&act->work, gs_act_work);
 	inst->act = act;
@@ -350,8 +433,13 @@ void gs_activity_free(struct gs_instance *inst)
 	inst->act = NULL;
 }
 
-void gs_activity_map_memory(struct gs_instance *inst, int fd, u32 client, u32 mem,
-			    u64 offset, u64 length)
+void gs_activity_channels_changed(struct gs_instance *inst)
+{
+	if (inst->act)
+		atomic_inc(&inst->act->chan_gen);
+}
+
+void gs_activity_map_memory(struct gs_instance *inst, int fd, const struct gs_act_note *note)
 {
 	struct gs_activity *act = inst->act;
 	struct file *f;
@@ -365,14 +453,27 @@ void gs_activity_map_memory(struct gs_instance *inst, int fd, u32 client, u32 me
 	pf = f->f_op == &gs_fops ? f->private_data : NULL;
 	if (pf && pf->node->inst == inst) {
 		mutex_lock(&act->lock);
+		pf->act_note = *note;
 		pf->act_note.valid = true;
-		pf->act_note.client = client;
-		pf->act_note.mem = mem;
-		pf->act_note.offset = offset;
-		pf->act_note.length = length;
 		mutex_unlock(&act->lock);
 	}
 	fput(f);
+}
+
+/* Under act->lock: a free slot, making room by dropping the oldest unused. */
+static struct gs_act_map *gs_act_map_slot(struct gs_activity *act, struct mm_struct **evicted)
+{
+	unsigned int i, old = GS_ACT_MAPS;
+
+	if (act->nr_maps < GS_ACT_MAPS)
+		return &act->maps[act->nr_maps++];
+	for (i = 0; i < act->nr_maps; i++)
+		if (!act->maps[i].used && (old == GS_ACT_MAPS || act->maps[i].seq < act->maps[old].seq))
+			old = i;
+	if (old == GS_ACT_MAPS)
+		return NULL;	/* every one holds a channel's USERD */
+	*evicted = act->maps[old].mm;
+	return &act->maps[old];
 }
 
 void gs_activity_mmap(struct gs_file *gf, struct vm_area_struct *vma)
@@ -381,32 +482,29 @@ void gs_activity_mmap(struct gs_file *gf, struct vm_area_struct *vma)
 	struct mm_struct *evicted = NULL;
 	struct gs_act_note note;
 	struct gs_act_map *m;
-	unsigned int i;
+	u64 len = vma->vm_end - vma->vm_start;
 
 	if (!act)
 		return;
 	mutex_lock(&act->lock);
+	/* RM's context stays on the file: every mmap() of it maps the same object */
 	note = gf->act_note;
-	gf->act_note.valid = false;	/* one mapping per RM_MAP_MEMORY */
-	if (!note.valid || act->stopping)
+	if (!note.valid || act->stopping || note.inpage >= len)
 		goto out;
-	if (act->nr_maps == GS_ACT_MAPS) {
-		for (i = 0; i < act->nr_maps && act->maps[i].used; i++)
-			;
-		if (i == act->nr_maps)
-			goto out;	/* every one holds a channel's USERD */
-		evicted = gs_act_map_remove(act, i);
-	}
-	m = &act->maps[act->nr_maps++];
+	m = gs_act_map_slot(act, &evicted);
+	if (!m)
+		goto out;
 	m->mm = vma->vm_mm;
 	mmgrab(m->mm);
-	m->addr = vma->vm_start;
-	/* nv-mmap.c maps whole pages: the object's offset rounded down is at vm_start */
-	m->offset = note.offset & PAGE_MASK;
-	m->length = min_t(u64, vma->vm_end - vma->vm_start,
-			  PAGE_ALIGN(note.length + offset_in_page(note.offset)));
+	m->file = vma->vm_file;
+	m->vm_start = vma->vm_start;
+	/* the object's offset is where user space finds it: the base plus the in-page part */
+	m->addr = vma->vm_start + note.inpage;
+	m->offset = note.offset;
+	m->length = min_t(u64, len - note.inpage, note.length);
 	m->client = note.client;
 	m->mem = note.mem;
+	m->seq = ++act->map_seq;
 	m->used = false;
 	queue_delayed_work(system_unbound_wq, &act->work, 0);
 out:

@@ -216,6 +216,8 @@ static void gs_core_event(void *ctx, const struct gs_event *ev)
 		inst->refused_size = ev->size;
 		spin_unlock(&inst->refused_lock);
 	}
+	if (ev->type == GPUSLICE_EV_CHANNEL_NEW || ev->type == GPUSLICE_EV_CHANNEL_DEL)
+		gs_activity_channels_changed(inst);
 	gs_netlink_event(inst, ev);
 }
 

@@ -354,15 +354,26 @@ static void gs_check_version_reply(const struct gs_call *c)
 		gs_driver_seen_version(v->version_string, sizeof(v->version_string));
 }
 
-/* An RM mapping's next mmap() may hold a channel's USERD (activity.c). */
+/*
+ * An RM mapping's mmap() may hold a channel's USERD (activity.c). What RM
+ * mapped is the block the core checked (and the driver read); the reply
+ * gives only its status and the address.
+ */
 static void gs_map_memory_reply(struct gs_instance *inst, const struct gs_call *c)
 {
-	const struct nvos33_params_with_fd *p = c->arg;
+	const struct nvos33_params_with_fd *req = (const void *)c->checked;
+	const struct nvos33_params_with_fd *rep = c->arg;
+	struct gs_act_note note = { };
 
-	if (c->kind == GS_FILE_CTL && c->escape == NV_ESC_RM_MAP_MEMORY &&
-	    c->arg_size == sizeof(*p) && p->params.status == NV_OK)
-		gs_activity_map_memory(inst, p->fd, p->params.h_client, p->params.h_memory,
-				       p->params.offset, p->params.length);
+	if (c->kind != GS_FILE_CTL || c->escape != NV_ESC_RM_MAP_MEMORY ||
+	    c->arg_size != sizeof(*rep) || rep->params.status != NV_OK)
+		return;
+	note.client = req->params.h_client;
+	note.mem = req->params.h_memory;
+	note.offset = req->params.offset;
+	note.length = req->params.length;
+	note.inpage = offset_in_page(rep->params.p_linear_address);
+	gs_activity_map_memory(inst, req->fd, &note);
 }
 
 long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat)

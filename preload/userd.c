@@ -73,6 +73,7 @@ struct gs_ud_map {
 	nv_handle mem;
 	nv_u64 moff;		/* the RM_MAP_MEMORY's offset into the object */
 	nv_u64 length;
+	nv_u64 inpage;		/* where moff is in the mapping: the returned address's in-page part */
 	int fd;			/* where the mmap comes from */
 	uintptr_t addr;		/* 0: RM mapped it, the mmap has not come yet */
 	int used;
@@ -189,6 +190,7 @@ static void gs_ud_mapped_by_rm(const struct nvos33_params_with_fd *p)
 		m->mem = p->params.h_memory;
 		m->moff = p->params.offset;
 		m->length = p->params.length;
+		m->inpage = p->params.p_linear_address & (nv_u64)(sysconf(_SC_PAGESIZE) - 1);
 		m->fd = p->fd;
 		m->addr = 0;
 		atomic_fetch_add(&gs_ud_nr_pending, 1);
@@ -256,9 +258,14 @@ static void gs_ud_mmapped(int fd, off_t off, void *addr, size_t len)
 		struct gs_ud_map *m = &gs_ud_maps[i];
 
 		if (m->used && !m->addr && m->fd == fd) {
-			m->addr = (uintptr_t)addr;
-			if (len < m->length)
-				m->length = len;
+			if (m->inpage >= len) {
+				gs_ud_map_drop(m);
+				break;
+			}
+			/* RM packs its own USERDs 512 bytes apart: the object starts at that part */
+			m->addr = (uintptr_t)addr + m->inpage;
+			if (len - m->inpage < m->length)
+				m->length = len - m->inpage;
 			atomic_fetch_sub(&gs_ud_nr_pending, 1);
 			atomic_fetch_add(&gs_ud_nr_mapped, 1);
 			break;

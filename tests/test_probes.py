@@ -242,3 +242,41 @@ def test_make_probe_submit_needs_the_preload_source(tmp_path) -> None:
         assert isinstance(auto, AnyOf) and isinstance(auto.probes[0], SubmitProbe)
     finally:
         src.close()
+
+
+def test_a_work_report_counts_only_for_its_own_instance() -> None:
+    """CHANNEL_WORK names its instance (netlink NAME): a report naming another instance
+    than the channel's is not credited to the channel."""
+    now = [0]
+    a1 = Channel(0, 1, 10, 100)
+    tr = _tracker_with({"a": [a1]}, lambda: now[0])
+    tr.apply({"event": 9, "name": "b", "client": 1, "handle": 10})
+    assert (1, 10) not in tr.work_seen()
+    now[0] = 5
+    tr.apply({"event": 9, "name": "a", "client": 1, "handle": 10})
+    assert tr.work_seen()[(1, 10)] == 5
+
+
+def test_make_probe_submit_with_netlink_needs_the_modules_sampler(tmp_path, monkeypatch) -> None:
+    """--source netlink reports submissions only when the module samples USERD
+    (userd_sample_ms > 0): submit is refused otherwise, auto falls back to cpu."""
+    from gpuslice import cli, sources
+    from gpuslice.cli import GpuctlError
+    from gpuslice.probes import AnyOf, SubmitProbe
+
+    class FakeNetlink(sources.NetlinkSource):
+        def __init__(self) -> None:  # no socket: only its type matters here
+            sources.EventTracker.__init__(self)
+
+    param = tmp_path / "userd_sample_ms"
+    monkeypatch.setattr(sources, "USERD_SAMPLE_PARAM", str(param))
+    monkeypatch.setattr(sources.module_reports_work, "__defaults__", (str(param),))
+    src = FakeNetlink()
+    with pytest.raises(GpuctlError):
+        cli._make_probe("submit", src)  # no module parameter: an older module
+    param.write_text("0\n")
+    assert not isinstance(cli._make_probe("auto", src), AnyOf)
+    param.write_text("5\n")
+    assert isinstance(cli._make_probe("submit", src), SubmitProbe)
+    auto = cli._make_probe("auto", src)
+    assert isinstance(auto, AnyOf) and isinstance(auto.probes[0], SubmitProbe)

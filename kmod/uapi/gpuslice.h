@@ -65,9 +65,10 @@
  *            GPPut; kmod/core/activity.c). Sent when a quiet channel submits
  *            and then at most every 10 ms while it keeps submitting: by the
  *            module's sampler (kmod/activity.c, every userd_sample_ms while
- *            the group has a listener) and by the user-space build's
- *            (preload/userd.c). OBJ_KIND and the object attributes other
- *            than CLIENT and HANDLE are 0.
+ *            the group has a listener; at most one per instance every 10
+ *            ms, naming one of its channels that submitted) and by the
+ *            user-space build's (preload/userd.c, per channel). The object
+ *            attributes other than OBJ_KIND, CLIENT and HANDLE are 0.
  *
  * The instance's core lock (one mutex per instance, taken by every
  * interposed ioctl, twice by a call that reaches the driver, and by these

@@ -319,11 +319,12 @@ class GpusliceNetlink:
         except AttributeError:
             return 0
 
-    def poll_events(self, timeout: float = 0.0) -> list[dict[str, Any]]:
-        """Events received so far (waits up to ``timeout`` s for the first)."""
+    def poll_events(self, timeout: float = 0.0, limit: int = 4096) -> list[dict[str, Any]]:
+        """Events received so far (waits up to ``timeout`` s for the first); about
+        ``limit`` at most, so a caller gets control back under a steady stream."""
         self.subscribe()
         out: list[dict[str, Any]] = []
-        while self._queued() or select.select([self.fileno()], [], [], timeout)[0]:
+        while len(out) < limit and (self._queued() or select.select([self.fileno()], [], [], timeout)[0]):
             for m in self.sock.get():
                 if m.get("cmd") == CMD_EVENT:
                     out.append(to_dict(m))

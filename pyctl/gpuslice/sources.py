@@ -22,6 +22,7 @@ reported a channel:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -113,7 +114,9 @@ class EventTracker:
             self._work.pop((r.get("client", 0), r.get("handle", 0)), None)
         elif e == nl.EVENTS["GPUSLICE_EV_CHANNEL_WORK"]:
             key = (r.get("client", 0), r.get("handle", 0))
-            if key in self._chans:
+            known = self._chans.get(key)
+            # a report counts for the channel of that instance only
+            if known is not None and (not r.get("name") or str(r["name"]) == known[0]):
                 self._work[key] = self._clock()
         elif e == nl.EVENTS["GPUSLICE_EV_TSG_DEL"]:
             pass  # its channels are deleted first (RM frees children before the parent)
@@ -161,7 +164,14 @@ class NetlinkSource(EventTracker):
         self._last_dump = time.monotonic()
 
     def refresh(self) -> None:
-        for ev in self.nl.poll_events(0.0):
+        try:
+            evs = self.nl.poll_events(0.0)
+        except OSError as e:
+            if e.errno != errno.ENOBUFS:
+                raise
+            self._dump()  # events were dropped (the socket overran): start again from a dump
+            return
+        for ev in evs:
             self.apply(ev)
         if time.monotonic() - self._last_dump > self.resync_s:
             self._dump()

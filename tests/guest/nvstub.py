@@ -451,8 +451,9 @@ class Userd:
 
     GPGET, GPPUT = 0x88, 0x8C
 
-    def __init__(self, fd: int, m: mmap.mmap, entries: int) -> None:
+    def __init__(self, fd: int, m: mmap.mmap, entries: int, base: int = 0) -> None:
         self.fd, self.m, self.entries = fd, m, entries
+        self.base = base  # where the USERD starts in the mapping (RM packs them 512 bytes apart)
 
     @classmethod
     def map(cls, s: "Session", h_channel: int, entries: int) -> "Userd":
@@ -460,22 +461,26 @@ class Userd:
         try:
             buf = bytearray(abi.NVOS33_WITH_FD.pack(s.client, s.subdevice, h_channel, 0, 512, 0, 0, 0, fd))
             ret = ioctl(s.ctl, abi.IOCTL_RM_MAP_MEMORY, buf)
-            st = abi.NVOS33_WITH_FD.unpack(buf)[6]
-            if ret != 0 or st != abi.NV_OK:
-                raise IoctlError(errno.EIO, f"RM_MAP_MEMORY of the USERD: {ret} status {st:#x}")
+            f = abi.NVOS33_WITH_FD.unpack(buf)
+            if ret != 0 or f[6] != abi.NV_OK:
+                raise IoctlError(errno.EIO, f"RM_MAP_MEMORY of the USERD: {ret} status {f[6]:#x}")
             m = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
-        return cls(fd, m, entries)
+        # the returned address's in-page part is where the USERD starts in the mapping
+        return cls(fd, m, entries, f[5] & (mmap.PAGESIZE - 1))
 
     def words(self) -> tuple[int, int]:
         """(GPGet, GPPut)"""
-        return struct.unpack_from("<II", self.m, self.GPGET)
+        return struct.unpack_from("<II", self.m, self.base + self.GPGET)
+
+    def set_get(self, value: int) -> None:
+        struct.pack_into("<I", self.m, self.base + self.GPGET, value)
 
     def put(self, n: int = 1) -> None:
         """n more GPFIFO entries written: GPPut moves on."""
-        struct.pack_into("<I", self.m, self.GPPUT, (self.words()[1] + n) % self.entries)
+        struct.pack_into("<I", self.m, self.base + self.GPPUT, (self.words()[1] + n) % self.entries)
 
     def close(self) -> None:
         self.m.close()

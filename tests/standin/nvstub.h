@@ -56,7 +56,7 @@ struct nvstub_file {
 	bool map_valid;
 	bool map_vid;
 	u64 map_size;
-	struct page *map_userd;		/* a channel's USERD (referenced), else NULL */
+	struct page *map_userd;		/* the page of a channel's USERD, else NULL */
 	/*
 	 * Objects exported to this file (nv.h nv_file_private_t: handles,
 	 * maxHandles, deviceInstance, metadata), nvstub_export.c; freed with
@@ -171,7 +171,6 @@ void nvstub_mem_report(struct seq_file *m);
 int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_unmap(struct nvstub_file *nf, void *arg, u32 size);
 int nvstub_esc_update_mapping(struct nvstub_file *nf, void *arg, u32 size);
-void nvstub_map_release(struct nvstub_file *nf);
 int nvstub_mmap(struct file *filp, struct vm_area_struct *vma);
 int nvstub_mem_init(void);
 void nvstub_mem_exit(void);
@@ -201,8 +200,11 @@ void nvstub_tsg_schedule(struct nvstub_tsg *tsg, bool enable);
 void nvstub_tsg_set_timeslice(struct nvstub_tsg *tsg, u64 us);
 u64 nvstub_tsg_get_timeslice(struct nvstub_tsg *tsg);
 u32 nvstub_chan_id(struct nvstub_chan *chan);
-/* RM's own USERD of a channel (none when the client allocated it) */
-struct page *nvstub_chan_userd(struct nvstub_chan *chan);
+/* NV_RAMUSERD_CHAN_SIZE (published/maxwell/gm107/dev_ram.h): one channel's USERD */
+#define NVSTUB_USERD_SIZE	512
+/* the page of RM's own USERD of a channel and its offset in it (NULL: the client allocated it) */
+struct page *nvstub_chan_userd(struct nvstub_chan *chan, u32 *off);
+void nvstub_userd_exit(void);
 void nvstub_chan_set_disabled(struct nvstub_chan *chan, bool disabled);
 int nvstub_esc_submit(struct nvstub_file *nf, void *arg, u32 size);
 void nvstub_engine_report(struct seq_file *m);

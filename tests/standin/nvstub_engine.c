@@ -66,11 +66,11 @@ struct nvstub_chan {
 	u64 enabled_ns;		/* time enabled, up to the last disable */
 	bool disabled;
 	/*
-	 * RM's own USERD (NV_CHANNEL_ALLOC_PARAMS.hUserdMemory[0] == 0): a
-	 * page the client maps through the channel's handle (nvstub_mem.c);
-	 * NULL when the client allocated its USERD (CUDA's way).
+	 * RM's own USERD (NV_CHANNEL_ALLOC_PARAMS.hUserdMemory[0] == 0), which
+	 * the client maps through the channel's handle (nvstub_mem.c); false
+	 * when the client allocated its USERD (CUDA's way).
 	 */
-	struct page *userd;
+	bool rm_userd;
 };
 
 static LIST_HEAD(nvstub_tsgs);
@@ -80,6 +80,8 @@ static DECLARE_WAIT_QUEUE_HEAD(nvstub_engine_wq);
 static bool nvstub_engine_kick;
 static bool nvstub_engine_preempt;	/* a channel of nvstub_running was disabled */
 static u32 nvstub_next_chid;
+
+static struct page *nvstub_userd_page(u32 chid);
 
 int nvstub_tsg_create(struct nvstub_obj *obj)
 {
@@ -115,11 +117,11 @@ int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj,
 	if (!ch)
 		return -ENOMEM;
 	if (!params || !params->h_userd_memory[0]) {
-		ch->userd = alloc_page(GFP_KERNEL | __GFP_ZERO);
-		if (!ch->userd) {
+		if (!nvstub_userd_page(nvstub_next_chid)) {
 			kfree(ch);
 			return -ENOMEM;
 		}
+		ch->rm_userd = true;
 	}
 	ch->obj = obj;
 	ch->tsg = tsg_obj->tsg;
@@ -134,8 +136,6 @@ int nvstub_chan_create(struct nvstub_obj *obj, struct nvstub_obj *tsg_obj,
 void nvstub_chan_destroy(struct nvstub_obj *obj)
 {
 	list_del(&obj->chan->node);
-	if (obj->chan->userd)
-		put_page(obj->chan->userd);	/* a CPU mapping keeps its own reference */
 	kfree(obj->chan);
 	obj->chan = NULL;
 }
@@ -145,9 +145,48 @@ u32 nvstub_chan_id(struct nvstub_chan *chan)
 	return chan->id;
 }
 
-struct page *nvstub_chan_userd(struct nvstub_chan *chan)
+/*
+ * RM's USERDs are NV_RAMUSERD_CHAN_SIZE (512) bytes apart, by channel id
+ * (kernel_fifo_gm107.c kchannelGetUserdBar1MapOffset_GM107: ChID * 512 into
+ * the USERD area): a page holds 8 channels', of any client. Pages are made
+ * as channel ids reach them and kept until the module goes (a CPU mapping
+ * of one holds the module: nvstub_mem.c maps it with remap_pfn_range()).
+ */
+static DEFINE_XARRAY(nvstub_userd_pages);
+
+static struct page *nvstub_userd_page(u32 chid)
 {
-	return chan->userd;
+	unsigned long idx = chid / (PAGE_SIZE / NVSTUB_USERD_SIZE);
+	struct page *page = xa_load(&nvstub_userd_pages, idx);
+
+	if (page)
+		return page;
+	page = alloc_page(GFP_KERNEL | __GFP_ZERO);
+	if (!page)
+		return NULL;
+	if (xa_err(xa_store(&nvstub_userd_pages, idx, page, GFP_KERNEL))) {
+		__free_page(page);
+		return NULL;
+	}
+	return page;
+}
+
+void nvstub_userd_exit(void)
+{
+	struct page *page;
+	unsigned long idx;
+
+	xa_for_each(&nvstub_userd_pages, idx, page)
+		__free_page(page);
+	xa_destroy(&nvstub_userd_pages);
+}
+
+struct page *nvstub_chan_userd(struct nvstub_chan *chan, u32 *off)
+{
+	if (!chan->rm_userd)
+		return NULL;
+	*off = (chan->id % (PAGE_SIZE / NVSTUB_USERD_SIZE)) * NVSTUB_USERD_SIZE;
+	return xa_load(&nvstub_userd_pages, chan->id / (PAGE_SIZE / NVSTUB_USERD_SIZE));
 }
 
 /*
@@ -160,12 +199,15 @@ struct page *nvstub_chan_userd(struct nvstub_chan *chan)
  */
 static u32 *nvstub_userd_word(struct nvstub_chan *ch, unsigned int off)
 {
-	return (u32 *)page_address(ch->userd) + off / 4;
+	u32 base;
+	struct page *page = nvstub_chan_userd(ch, &base);
+
+	return (u32 *)(page_address(page) + base + off);
 }
 
 static void nvstub_chan_fetch(struct nvstub_chan *ch)
 {
-	if (ch->userd && !ch->disabled)
+	if (ch->rm_userd && !ch->disabled)
 		WRITE_ONCE(*nvstub_userd_word(ch, 0x88), READ_ONCE(*nvstub_userd_word(ch, 0x8c)));
 }
 
@@ -424,7 +466,7 @@ void nvstub_engine_report(struct seq_file *m)
 				   tsg->obj->handle, ch->pid, ch->executed_ns,
 				   ch->pending_ns, ch->disabled, tsg->timeslice_us,
 				   enabled);
-			if (ch->userd)
+			if (ch->rm_userd)
 				seq_printf(m, " gp_get=%u gp_put=%u",
 					   READ_ONCE(*nvstub_userd_word(ch, 0x88)),
 					   READ_ONCE(*nvstub_userd_word(ch, 0x8c)));

@@ -185,7 +185,6 @@ static int nvstub_release(struct inode *inode, struct file *filp)
 
 	mutex_lock(&nvstub_lock);
 	nvstub_export_file_release(nf);
-	nvstub_map_release(nf);
 	nvstub_file_free_clients(nf);
 	nvstub_os_events_drop(nf, 0);
 	mutex_unlock(&nvstub_lock);
@@ -645,6 +644,7 @@ err_nodes:
 	nvstub_destroy_nodes();
 err_mem:
 	nvstub_mem_exit();
+	nvstub_userd_exit();
 err_rm:
 	nvstub_rm_exit();
 err_class:
@@ -663,6 +663,7 @@ static void __exit nvstub_exit(void)
 	nvstub_uvm_exit();
 	nvstub_destroy_nodes();
 	nvstub_mem_exit();
+	nvstub_userd_exit();
 	nvstub_rm_exit();
 	class_destroy(nvstub_class);
 	cdev_del(&nvstub_cdev);

@@ -79,19 +79,19 @@ static u64 nvstub_map_limit(const struct nvstub_obj *mem)
 /*
  * RM_MAP_MEMORY of a channel maps its USERD (kernel_channel.c
  * kchannelMap_IMPL, 580): only RM's own (NV_ERR_INVALID_REQUEST when the
- * client allocated it), within userdLength, NV_RAMUSERD_CHAN_SIZE = 512 bytes
- * (kfifoGetUserdSizeAlign_HAL; published/maxwell/gm107/dev_ram.h). It lives
- * behind a BAR, so the context goes on the channel's GPU node.
+ * client allocated it), within userdLength (kfifoGetUserdSizeAlign_HAL:
+ * NVSTUB_USERD_SIZE). It lives behind a BAR, so the context goes on the
+ * channel's GPU node.
  */
-#define NVSTUB_USERD_LENGTH	512
-
 static u32 nvstub_userd_map_check(struct nvstub_chan *chan, u64 offset, u64 length)
 {
-	if (!nvstub_chan_userd(chan))
+	u32 off;
+
+	if (!nvstub_chan_userd(chan, &off))
 		return NV_ERR_INVALID_REQUEST;
-	if (offset >= NVSTUB_USERD_LENGTH)
+	if (offset >= NVSTUB_USERD_SIZE)
 		return NV_ERR_INVALID_BASE;
-	if (length == 0 || length > NVSTUB_USERD_LENGTH - offset)
+	if (length == 0 || length > NVSTUB_USERD_SIZE - offset)
 		return NV_ERR_INVALID_LIMIT;
 	return NV_OK;
 }
@@ -105,6 +105,7 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 	struct nvstub_obj *dev, *mem;
 	struct nvstub_file *target;
 	struct page *userd = NULL;
+	u32 userd_off = 0;
 	struct file *tfilp;
 	bool bar;
 
@@ -133,7 +134,7 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = nvstub_userd_map_check(mem->chan, p->offset, p->length);
 		if (p->status != NV_OK)
 			return 0;
-		userd = nvstub_chan_userd(mem->chan);
+		userd = nvstub_chan_userd(mem->chan, &userd_off);
 		bar = true;
 	} else if (p->length == 0 || p->offset > nvstub_map_limit(mem) ||
 		   p->length > nvstub_map_limit(mem) - p->offset) {
@@ -156,12 +157,14 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 	} else {
 		target->map_valid = true;
 		target->map_vid = bar;
-		if (userd) {
-			get_page(userd);
-			target->map_userd = userd;
-		}
-		target->map_size = PAGE_ALIGN(p->length + offset_in_page(p->offset));
-		p->p_linear_address = nvstub_next_map_addr + offset_in_page(p->offset);
+		target->map_userd = userd;
+		/*
+		 * The address RM returns keeps the in-page part of where the
+		 * mapping starts (osMapPciMemoryAreaUser: aligned start plus
+		 * the difference); user space adds it to what mmap() returns.
+		 */
+		target->map_size = PAGE_ALIGN(p->length + offset_in_page(userd_off + p->offset));
+		p->p_linear_address = nvstub_next_map_addr + offset_in_page(userd_off + p->offset);
 		nvstub_next_map_addr += target->map_size;
 		p->status = NV_OK;
 	}
@@ -220,13 +223,12 @@ int nvstub_mmap(struct file *filp, struct vm_area_struct *vma)
 {
 	static atomic_t count = ATOMIC_INIT(0);
 	struct nvstub_file *nf = filp->private_data;
+	struct page *userd = NULL;
 	int ret = 0;
 
 	nvstub_race_delay_entry();	/* TEST ONLY, nvstub_main.c */
 	if (nvstub_should_fail(READ_ONCE(nvstub_fail_mmap_every), &count))
 		return -ENOMEM;	/* TEST ONLY, nvstub_main.c */
-	struct page *userd = NULL;
-
 	spin_lock(&nf->map_lock);
 	if (!nf->map_valid || vma->vm_pgoff != 0)
 		ret = -EINVAL;
@@ -239,22 +241,15 @@ int nvstub_mmap(struct file *filp, struct vm_area_struct *vma)
 		return ret;
 	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
 	/*
-	 * nv-mmap.c maps BAR memory at mmap() time (nv_io_remap_page_range):
-	 * a USERD is readable without a fault from the start. The mapping
-	 * holds its own page reference; the channel may go first.
+	 * nv-mmap.c maps BAR memory at mmap() time, VM_IO | VM_PFNMAP
+	 * (nv_io_remap_page_range): a USERD is there without a fault. The
+	 * page outlives the mapping (nvstub_userd_exit()).
 	 */
 	if (userd)
-		return vm_insert_page(vma, vma->vm_start, userd);
+		return remap_pfn_range(vma, vma->vm_start, page_to_pfn(userd), PAGE_SIZE,
+				       vma->vm_page_prot);
 	vma->vm_ops = &nvstub_vm_ops;
 	return 0;
-}
-
-/* the file goes: so does its mapping context's reference */
-void nvstub_map_release(struct nvstub_file *nf)
-{
-	if (nf->map_userd)
-		put_page(nf->map_userd);
-	nf->map_userd = NULL;
 }
 
 int nvstub_mem_init(void)
