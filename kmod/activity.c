@@ -52,7 +52,7 @@
  *    channels; a channel's USERD is looked for once per memory object, not
  *    once per channel;
  *  - what reaches the controller is bounded: at most one CHANNEL_WORK per
- *    instance a tick and per GS_WORK_REPEAT_NS (the controller decides per
+ *    instance a tick and per GS_ACT_REPEAT_NS (the controller decides per
  *    instance), so no instance can flood the events socket that carries
  *    every instance's events.
  *
@@ -81,6 +81,12 @@
 #define GS_ACT_IDLE_MS		100	/* the period while nobody listens */
 #define GS_ACT_MAX_MS		1000
 #define GS_ACT_RESYNC_NS	NSEC_PER_SEC	/* the channels from the core at least this often */
+/*
+ * An instance's CHANNEL_WORK at most this often: the controller holds an
+ * instance busy for 300 ms after a report, and every listener parses every
+ * report of every instance.
+ */
+#define GS_ACT_REPEAT_NS	(50 * NSEC_PER_MSEC)
 
 static unsigned int gs_sample_ms = 5;
 module_param_named(userd_sample_ms, gs_sample_ms, uint, 0644);
@@ -98,6 +104,7 @@ struct gs_act_map {
 	u32 mem;
 	u64 seq;		/* when recorded: the oldest goes first */
 	bool used;		/* a channel's USERD was found in it, last tick */
+	bool stale;		/* not in its process any more: goes at the tick's end */
 };
 
 struct gs_act_chan {
@@ -109,6 +116,8 @@ struct gs_act_chan {
 	struct gs_userd_seen seen;
 	/* this tick's */
 	struct mm_struct *mm;	/* mmgrab()bed; NULL: not mapped (yet) */
+	u64 map_seq;		/* the mapping it was found in */
+	bool stale;		/* that mapping is not there any more */
 	const struct file *file;
 	unsigned long vm_start;
 	unsigned long uaddr;
@@ -220,16 +229,22 @@ static void gs_act_walk(struct gs_activity *act)
 /* Under act->lock: a mapping of (client, mem) that holds USERD at off, or NULL. */
 static struct gs_act_map *gs_act_find(struct gs_activity *act, const struct gs_act_chan *c, u64 *at)
 {
+	struct gs_act_map *found = NULL;
 	unsigned int j;
+	u64 where;
 
+	/* the newest: a process that mapped it again reads its live mapping */
 	for (j = 0; j < act->nr_maps; j++) {
 		struct gs_act_map *m = &act->maps[j];
 
 		if (m->client == c->client && m->mem == c->mem &&
-		    gs_userd_locate(c->off, m->offset, m->length, at))
-			return m;
+		    gs_userd_locate(c->off, m->offset, m->length, &where) &&
+		    (!found || m->seq > found->seq)) {
+			found = m;
+			*at = where;
+		}
 	}
-	return NULL;
+	return found;
 }
 
 /*
@@ -258,6 +273,7 @@ static void gs_act_resolve(struct gs_activity *act)
 			continue;
 		last = m;
 		m->used = true;
+		c->map_seq = m->seq;
 		c->mm = m->mm;
 		c->file = m->file;
 		c->vm_start = m->vm_start;
@@ -271,18 +287,22 @@ static void gs_act_resolve(struct gs_activity *act)
  * the current mm, if the address is still in the mapping that was recorded.
  * Caller holds the mm's mmap_lock for reading. Never faults.
  */
-static bool gs_act_load(const struct gs_act_chan *c, u64 *w)
+static bool gs_act_load(struct gs_act_chan *c, u64 *w)
 {
 	const u64 __user *p = (const u64 __user *)c->uaddr;
 	struct vm_area_struct *vma;
 	int err;
 
-	if (!IS_ALIGNED(c->uaddr, sizeof(u64)) || !access_ok(p, sizeof(*w)))
+	if (!IS_ALIGNED(c->uaddr, sizeof(u64)) || !access_ok(p, sizeof(*w))) {
+		c->stale = true;
 		return false;
+	}
 	vma = find_vma(current->mm, c->uaddr);
 	if (!vma || vma->vm_start > c->uaddr || vma->vm_file != c->file ||
-	    vma->vm_start != c->vm_start || c->uaddr + sizeof(*w) > vma->vm_end)
+	    vma->vm_start != c->vm_start || c->uaddr + sizeof(*w) > vma->vm_end) {
+		c->stale = true;	/* unmapped or replaced: the record goes */
 		return false;
+	}
 	pagefault_disable();
 	err = __get_user(*w, p);
 	pagefault_enable();
@@ -324,7 +344,7 @@ static void gs_act_read(struct gs_activity *act)
 	}
 }
 
-/* At most one CHANNEL_WORK per instance a tick and per GS_WORK_REPEAT_NS. */
+/* At most one CHANNEL_WORK per instance a tick and per GS_ACT_REPEAT_NS. */
 static void gs_act_report(struct gs_activity *act)
 {
 	u64 now = ktime_get_ns();
@@ -338,7 +358,7 @@ static void gs_act_report(struct gs_activity *act)
 		if (c->ok && gs_userd_seen(&c->seen, c->word, c->entries, now) && !first)
 			first = c;
 	}
-	if (first && (!act->sent_ns || now - act->sent_ns >= GS_WORK_REPEAT_NS)) {
+	if (first && (!act->sent_ns || now - act->sent_ns >= GS_ACT_REPEAT_NS)) {
 		struct gs_event ev = {
 			.type = GPUSLICE_EV_CHANNEL_WORK,
 			.obj_kind = GPUSLICE_OBJ_CHANNEL,
@@ -349,6 +369,16 @@ static void gs_act_report(struct gs_activity *act)
 		act->sent_ns = now;
 		gs_netlink_event(act->inst, &ev);
 	}
+}
+
+/* Under act->lock: the mapping recorded as seq is not in its process any more. */
+static void gs_act_mark_stale(struct gs_activity *act, u64 seq)
+{
+	unsigned int j;
+
+	for (j = 0; j < act->nr_maps; j++)
+		if (act->maps[j].seq == seq)
+			act->maps[j].stale = true;
 }
 
 static void gs_act_work(struct work_struct *work)
@@ -366,6 +396,20 @@ static void gs_act_work(struct work_struct *work)
 		gs_act_read(act);
 		gs_act_report(act);
 	}
+	mutex_lock(&act->lock);
+	for (i = 0; i < act->nr_chans; i++)
+		if (act->chans[i].stale)
+			gs_act_mark_stale(act, act->chans[i].map_seq);
+	/* mappings gone from their process, or whose process is gone (a few a tick) */
+	for (i = 0; i < act->nr_maps && nr_gone < ARRAY_SIZE(gone);) {
+		if (act->maps[i].stale || !atomic_read(&act->maps[i].mm->mm_users))
+			gone[nr_gone++] = gs_act_map_remove(act, i);
+		else
+			i++;
+	}
+	if (act->nr_maps && !act->stopping)
+		queue_delayed_work(system_unbound_wq, &act->work, gs_act_period(listening));
+	mutex_unlock(&act->lock);
 	for (i = 0; i < act->nr_chans; i++) {
 		struct gs_act_chan *c = &act->chans[i];
 
@@ -374,19 +418,8 @@ static void gs_act_work(struct work_struct *work)
 		c->mm = NULL;
 		c->read = false;
 		c->ok = false;
+		c->stale = false;
 	}
-
-	/* mappings of processes that are gone (a few a tick) */
-	mutex_lock(&act->lock);
-	for (i = 0; i < act->nr_maps && nr_gone < ARRAY_SIZE(gone);) {
-		if (!atomic_read(&act->maps[i].mm->mm_users))
-			gone[nr_gone++] = gs_act_map_remove(act, i);
-		else
-			i++;
-	}
-	if (act->nr_maps && !act->stopping)
-		queue_delayed_work(system_unbound_wq, &act->work, gs_act_period(listening));
-	mutex_unlock(&act->lock);
 	for (i = 0; i < nr_gone; i++)
 		mmdrop(gone[i]);
 }
@@ -483,6 +516,7 @@ void gs_activity_mmap(struct gs_file *gf, struct vm_area_struct *vma)
 	struct gs_act_note note;
 	struct gs_act_map *m;
 	u64 len = vma->vm_end - vma->vm_start;
+	bool first;
 
 	if (!act)
 		return;
@@ -491,6 +525,7 @@ void gs_activity_mmap(struct gs_file *gf, struct vm_area_struct *vma)
 	note = gf->act_note;
 	if (!note.valid || act->stopping || note.inpage >= len)
 		goto out;
+	first = !act->nr_maps;
 	m = gs_act_map_slot(act, &evicted);
 	if (!m)
 		goto out;
@@ -506,7 +541,14 @@ void gs_activity_mmap(struct gs_file *gf, struct vm_area_struct *vma)
 	m->mem = note.mem;
 	m->seq = ++act->map_seq;
 	m->used = false;
-	queue_delayed_work(system_unbound_wq, &act->work, 0);
+	m->stale = false;
+	/*
+	 * The work item runs while there are mappings and queues itself: only
+	 * the first one starts it (a kick per mmap() would let a process keep
+	 * it running back to back).
+	 */
+	if (first)
+		queue_delayed_work(system_unbound_wq, &act->work, 0);
 out:
 	mutex_unlock(&act->lock);
 	if (evicted)

@@ -726,6 +726,14 @@ static bool gs_nl_ratelimit_take(struct gs_nl_ratelimit *rl, u64 *suppressed)
 	return ok;
 }
 
+/*
+ * An event's payload: NAME and at most 14 more attributes of up to 8 bytes.
+ * Sized to fit, not NLMSG_DEFAULT_SIZE: a listener's receive buffer counts
+ * each message's allocation, and a page per event would let a few hundred
+ * CHANNEL_WORK fill it.
+ */
+#define GS_NL_EVENT_SIZE	(nla_total_size(GPUSLICE_NAME_MAX) + 14 * nla_total_size(sizeof(u64)))
+
 void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev)
 {
 	struct sk_buff *skb;
@@ -741,7 +749,7 @@ void gs_netlink_event(struct gs_instance *inst, const struct gs_event *ev)
 		return;
 	if (refusal && !gs_nl_ratelimit_take(&inst->refusal_events, &suppressed))
 		return;
-	skb = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
+	skb = genlmsg_new(GS_NL_EVENT_SIZE, GFP_KERNEL);
 	if (!skb)
 		return;
 	hdr = genlmsg_put(skb, 0, 0, &gs_genl_family, 0, GPUSLICE_CMD_EVENT);

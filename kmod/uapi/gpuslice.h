@@ -65,7 +65,7 @@
  *            GPPut; kmod/core/activity.c). Sent when a quiet channel submits
  *            and then at most every 10 ms while it keeps submitting: by the
  *            module's sampler (kmod/activity.c, every userd_sample_ms while
- *            the group has a listener; at most one per instance every 10
+ *            the group has a listener; at most one per instance every 50
  *            ms, naming one of its channels that submitted) and by the
  *            user-space build's (preload/userd.c, per channel). The object
  *            attributes other than OBJ_KIND, CLIENT and HANDLE are 0.

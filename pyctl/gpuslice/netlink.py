@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import select
+import socket
 from typing import Any, Iterable, Mapping
 
 # pyroute2 is imported lazily (msg_class()): it is a large package, and the constants
@@ -19,6 +20,7 @@ from typing import Any, Iterable, Mapping
 FAMILY = "gpuslice"
 VERSION = 2  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
 MCGRP_EVENTS = "events"
+EVENTS_RCVBUF = 8 << 20  # bytes: about 60 s of one instance's CHANNEL_WORK at its most
 NAME_MAX = 32
 SHARE_FULL = 10000
 WEIGHT_MAX = 10000
@@ -302,8 +304,23 @@ class GpusliceNetlink:
     def objects(self, name: str | None = None) -> list[dict[str, Any]]:
         return self._request(CMD_OBJECT_GET, {"name": name}, dump=True)
 
-    def subscribe(self) -> None:
+    def subscribe(self, rcvbuf: int = EVENTS_RCVBUF) -> None:
+        """Join the events group, with a receive buffer of ``rcvbuf`` bytes (forced past
+        net.core.rmem_max where CAP_NET_ADMIN allows): the module sends CHANNEL_WORK up
+        to 100 times a second per instance."""
         if not self._subscribed:
+            try:
+                s = socket.fromfd(self.sock.fileno(), socket.AF_NETLINK, socket.SOCK_RAW)
+            except (OSError, AttributeError, TypeError, ValueError):
+                s = None  # a test's stand-in socket
+            if s is not None:
+                with s:  # a duplicate of the fd: the options land on the same socket
+                    for opt in (33, socket.SO_RCVBUF):  # SO_RCVBUFFORCE, then the capped one
+                        try:
+                            s.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+                            break
+                        except OSError:
+                            continue
             self.sock.add_membership(MCGRP_EVENTS)
             self._subscribed = True
 

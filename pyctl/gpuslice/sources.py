@@ -149,9 +149,15 @@ def module_reports_work(param: str = USERD_SAMPLE_PARAM) -> bool:
 
 
 class NetlinkSource(EventTracker):
+    """Channels from the module: an object dump, then its events. The dumps go through a
+    socket of their own, so a burst of events cannot overrun a dump's reply."""
+
+    poll_limit = 256  # events a refresh reads: the scheduler's loop gets control back
+
     def __init__(self, client: nl.GpusliceNetlink | None = None, resync_s: float = 10.0) -> None:
         super().__init__()
         self.nl = client or nl.GpusliceNetlink()
+        self.dumps = nl.GpusliceNetlink()
         self.resync_s = resync_s
         self._last_dump = 0.0
         self.nl.subscribe()  # before the dump: no event falls between the two
@@ -159,13 +165,13 @@ class NetlinkSource(EventTracker):
 
     def _dump(self) -> None:
         self.clear()
-        for rec in self.nl.objects():
+        for rec in self.dumps.objects():
             self.add_object(rec)
         self._last_dump = time.monotonic()
 
     def refresh(self) -> None:
         try:
-            evs = self.nl.poll_events(0.0)
+            evs = self.nl.poll_events(0.0, limit=self.poll_limit)  # the rest at the next refresh
         except OSError as e:
             if e.errno != errno.ENOBUFS:
                 raise
@@ -183,6 +189,7 @@ class NetlinkSource(EventTracker):
 
     def close(self) -> None:
         self.nl.close()
+        self.dumps.close()
 
 
 class PreloadSource(EventTracker):

@@ -74,6 +74,13 @@ def _main() -> None:
             if busy["on"] and engine()[key]["pending_ns"] < FOREVER_NS // 2:
                 submit(FOREVER_NS)
             signal.pause()
+    if "--steady" in sys.argv:
+        # half the depth submitted every half depth while busy, without reading the engine
+        # (cheap: the guest's CPUs stay with the engine and the daemon); what is gated piles up
+        while True:
+            if busy["on"]:
+                submit(depth_ns // 2)
+            time.sleep(depth_ns / 2e9)
     while True:
         if busy["on"]:
             pending = engine()[key]["pending_ns"]
@@ -91,14 +98,16 @@ class Workload:
 
     @classmethod
     def start(cls, name: str, busy: bool = True, depth_ms: float = 30, dev: str | None = None,
-              forever: bool = True, userd: bool = False) -> "Workload":
+              forever: bool = True, userd: bool = False, steady: bool = False) -> "Workload":
         """forever: one huge submit (idle = stop it and start a non-busy one); else keep
-        --depth ms topped up by polling (SIGUSR2 idles it; costs CPU). userd: the channel's
-        USERD is mapped and each submission moves its GPPut (what the module samples)."""
+        --depth ms topped up by polling (SIGUSR2 idles it; costs CPU); steady: half the depth
+        submitted every half depth, no polling. userd: the channel's USERD is mapped and each
+        submission moves its GPPut (what the module samples)."""
         env = {**os.environ, "GPUSLICE_INSTANCE": name}
         args = [sys.executable, __file__, "--depth", str(depth_ms)] + ([] if busy else ["--idle"])
         args += ["--forever"] if forever else []
         args += ["--userd"] if userd else []
+        args += ["--steady"] if steady else []
         args += ["--dev", dev] if dev else []
         p = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
         assert p.stdout is not None
