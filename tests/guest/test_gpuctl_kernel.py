@@ -34,6 +34,22 @@ def gpuctl(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(REPO / "pyctl")})
 
 
+def stop_all(d: Daemon | None, loads: list[Workload]) -> None:
+    if d is not None:
+        d.stop()
+    for w in loads:
+        w.stop()
+
+
+def delete_all(state: Path, names: tuple[str, ...]) -> None:
+    """After the daemon stopped: nothing left disabled; the instances deleted, nodes gone."""
+    assert not [r for r in engine().values() if r.get("disabled")]
+    for name in names:
+        r = gpuctl(state, "instance", "delete", name)
+        assert r.returncode == 0, r.stderr
+        assert not os.path.exists(f"/dev/gpuslice/{name}")
+
+
 def test_cli_drives_the_module_and_every_policy_through_netlink(tmp_path: Path) -> None:
     """The CLI makes the instances through the module; the daemon takes their channels
     from it (NetlinkSource), and gates two busy instances and an idle third by each
@@ -99,15 +115,8 @@ def test_cli_drives_the_module_and_every_policy_through_netlink(tmp_path: Path) 
             time.sleep(0.1)
         assert d.status()["gpus"]["0"]["instances"][a]["channels"] == 2
     finally:
-        if d is not None:
-            d.stop()
-        for w in loads:
-            w.stop()
-    assert not [r for r in engine().values() if r.get("disabled")]
-    for name in (a, b, c):
-        r = gpuctl(state, "instance", "delete", name)
-        assert r.returncode == 0, r.stderr
-        assert not os.path.exists(f"/dev/gpuslice/{name}")
+        stop_all(d, loads)
+    delete_all(state, (a, b, c))
     # gated by policy: ungated, the two busy ones would share 50/50, at least 17 points off each
     assert not failures, failures
 
@@ -160,13 +169,8 @@ def test_priority_through_the_module(tmp_path: Path) -> None:
         back = (off.executed() - e0b) / (time.monotonic_ns() - t0) / u0
         assert back >= 0.92, back
     finally:
-        if d is not None:
-            d.stop()
-        for w in loads:
-            w.stop()
-    assert not [r for r in engine().values() if r.get("disabled")]
-    for name in (svc, batch):
-        assert gpuctl(state, "instance", "delete", name).returncode == 0
+        stop_all(d, loads)
+    delete_all(state, (svc, batch))
 
 
 def test_burst_through_the_module_with_its_own_activity_signal(tmp_path: Path) -> None:
@@ -237,11 +241,6 @@ def test_burst_through_the_module_with_its_own_activity_signal(tmp_path: Path) -
                                  [(r.get("client"), r.get("channel"), r.get("disabled"), r.get("pending_ns"))
                                   for r in engine().values()], d.log_tail(30)))
     finally:
-        if d is not None:
-            d.stop()
-        for w in loads:
-            w.stop()
-    assert not [r for r in engine().values() if r.get("disabled")]
-    for name in (a, b, c):
-        assert gpuctl(state, "instance", "delete", name).returncode == 0
+        stop_all(d, loads)
+    delete_all(state, (a, b, c))
     assert not failures, failures
