@@ -158,6 +158,7 @@ static void gs_atfork_child(void)
 	gs_pl.next_try_ns = 0;
 	gs_pl.reporter = 0;	/* threads do not survive fork: the child starts its own */
 	gs_userd_atfork_child();
+	gs_sibling_atfork_child();
 	gs_pl.inst = gs_new_inst(&ops);
 	gs_pl.owner = getpid();
 }
@@ -236,6 +237,7 @@ __attribute__((destructor)) static void gs_dtor(void)
 {
 	if (gs_pl.inst)
 		gs_report_stats();
+	gs_sibling_exit();
 }
 
 /* ---- the fd table ---- */
@@ -320,6 +322,8 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	struct gs_call c;
 	enum gs_verdict v;
 	void *buf = stackbuf;
+	nv_u32 cmd = 0;		/* an export or import control's */
+	nv_s32 pfd = -1;
 	int ret, err;
 
 	if (size > sizeof(stackbuf)) {
@@ -343,15 +347,20 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	c.arg_size = size;
 	c.file_id = st >> 16;
 	c.pid = getpid();
-	/* an export or import control's fd: one of this process's nvidiactl files */
-	{
-		nv_s32 pfd;
-		nv_u64 pst;
+	/*
+	 * An export or import control's fd: one of this process's nvidiactl
+	 * files; for an import, one another process of the instance exported
+	 * into, or not (siblings.c).
+	 */
+	if (gs_call_fd(&c, &gs_pl_io, &pfd)) {
+		nv_u64 pst = gs_fd_state(pfd);
 
-		if (gs_call_fd(&c, &gs_pl_io, &pfd)) {
-			pst = gs_fd_state(pfd);
-			if ((pst & 0xff) == GS_TAG_CTL)
-				c.fd_file_id = pst >> 16;
+		if ((pst & 0xff) == GS_TAG_CTL) {
+			c.fd_file_id = pst >> 16;
+			cmd = ((const struct nvos54_params *)buf)->cmd;
+			if (cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD ||
+			    cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD)
+				c.fd_sibling = gs_sibling_file(pfd);
 		}
 	}
 	v = gs_pre(gs_pl.inst, &c, &gs_pl_io);
@@ -371,6 +380,11 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	err = errno;
 	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
 	gs_userd_ioctl(&c, buf, ret);
+	/* an export RM made: its file may be handed to another process */
+	if (ret == 0 && c.fd_file_id && ((const struct nvos54_params *)buf)->status == NV_OK &&
+	    (cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ||
+	     cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD))
+		gs_sibling_exported(pfd);
 	if (ret == 0 && gs_copy(uarg, buf, size, 1)) {
 		ret = -1;
 		err = EFAULT;

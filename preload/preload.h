@@ -45,4 +45,10 @@ int gs_userd_sample(nv_u64 now, struct gs_event *evs, int max);
 int gs_userd_channels(void);
 void gs_userd_atfork_child(void);
 
+/* siblings.c: exports between processes of one instance */
+void gs_sibling_exported(int fd);
+int gs_sibling_file(int fd);
+void gs_sibling_exit(void);
+void gs_sibling_atfork_child(void);
+
 #endif /* GPUSLICE_PRELOAD_H */

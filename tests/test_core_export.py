@@ -538,3 +538,59 @@ def test_a_forged_success_does_not_replace_a_live_charge(core):
     assert used(core) >= 512 * MiB
     core.file_closed(1)
     assert used(core) == 0
+
+
+def sibling_import(p: Proc, handles: list[int], types: list[int], *, status: int = abi.NV_OK,
+                   sibling: bool = True):
+    """p imports slots 0.. of a file another process's core exported into (the user-space
+    build: one core per process); RM answers each slot's object type (os.c)."""
+    objs = handles + [0] * (128 - len(handles))
+    params = abi.IMPORT_OBJECTS_FROM_FD.pack(5, DEV, *objs, b"", len(handles), 0)
+    buf = ctypes.create_string_buffer(params, len(params))
+    p.keep.append(buf)
+    arg = cs.control_arg(p.client, p.client, abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD,
+                         cs.addr(buf), len(params))
+
+    def rm(a: bytearray) -> int:
+        ctypes.memmove(cs.addr(buf) + 520, bytes(types), len(types))
+        struct.pack_into("<I", a, 28, status)
+        return 0
+
+    return p.core.call(CONTROL, arg, rm, file_id=p.file_id, pid=p.pid, fd_file_id=EXPORT_FILE,
+                       fd_sibling=sibling)
+
+
+def test_an_import_from_a_sibling_process_is_registered_uncharged(so):
+    """The user-space build: the exporter's core charges and keeps the charge; the
+    importer's registers what RM says it imported, charging nothing twice."""
+    ca, cb = cs.Core(so, 1 * GiB), cs.Core(so, 1 * GiB)
+    try:
+        a, b = Proc(ca, 1, 100), Proc(cb, 2, 200)
+        hs = [a.mem(64 * MiB), a.mem(8 * MiB)]
+        assert a.export_many(hs).status == abi.NV_OK
+        # without the glue's word the file is foreign to b's core, as before
+        r = sibling_import(b, [0xB1, 0xB2], [1, 1], sibling=False)
+        assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_FOREIGN)
+        VID, NONE, SYS = (abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM,
+                          abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE,
+                          abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_SYSMEM)
+        r = sibling_import(b, [0xB1, 0xB2, 0xB3], [VID, NONE, SYS])
+        assert (r.verdict, r.status) == (cs.GS_PASS, abi.NV_OK)
+        mine = {o["handle"]: o for o in cb.objects() if o["client"] == b.client}
+        assert 0xB2 not in mine  # an empty slot: RM made nothing
+        assert (mine[0xB1]["klass"], mine[0xB1]["size"]) == (abi.NV01_MEMORY_LOCAL_USER, 0)
+        assert mine[0xB3]["klass"] == abi.NV01_MEMORY_SYSTEM
+        assert (used(ca), used(cb)) == (72 * MiB, 0)
+        # a handle it holds, or one named twice, is refused as for any import
+        for hs2 in ([0xB1], [0xB4, 0xB4]):
+            r = sibling_import(b, hs2, [VID] * len(hs2))
+            assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_MALFORMED)
+        # a failed import registers nothing
+        assert sibling_import(b, [0xB5], [VID], status=abi.NV_ERR_INVALID_ARGUMENT).verdict == cs.GS_PASS
+        assert 0xB5 not in {o["handle"] for o in cb.objects()}
+        b.free(0xB1)
+        assert 0xB1 not in {o["handle"] for o in cb.objects()}
+        assert used(ca) == 72 * MiB
+    finally:
+        ca.close()
+        cb.close()

@@ -361,3 +361,55 @@ def test_preload_reports_work_submitted_in_userd(built, tmp_path, others):
     # an entry not fetched for 600 ms counts all along, not only when GPPut moved
     assert len(between("pending", "fetched")) >= 2
     assert not [x for x in at if x >= (t["unmapped"] + t["done"]) // 2]
+
+
+def share(built, tmp_path, exporter: str, importer: str) -> tuple[dict, dict, list[str]]:
+    """One process exports 64 MiB into a nvidiactl file and hands the fd to another over a
+    unix socket, as NCCL's cuMem transport does (preload/siblings.c); each runs with
+    GPUSLICE_INSTANCE as given. Returns the importer's lines, its stats, what RM saw."""
+    fifo = built / "dev" / "fifo"
+    fifo.mkdir(exist_ok=True)
+    if not (fifo / "nvidiactl").exists():
+        os.mkfifo(fifo / "nvidiactl")  # pollable, as the driver's file is; a regular file is not
+    sock = tmp_path / f"share-{exporter}-{importer}.sock"
+
+    def env(name: str, who: str) -> dict:
+        e = dict(os.environ)
+        e.update({"LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+                  "GPUSLICE_MEM_LIMIT": "1GiB", "GPUSLICE_INSTANCE": name,
+                  "GPUSLICE_EXPORTS": str(tmp_path / "exports"), "GPUSLICE_SOCKET": str(tmp_path / "nosock"),
+                  "GPUSLICE_STATS": str(tmp_path / f"stats-{who}"), "MOCKRM_LOG": str(tmp_path / f"rmlog-{who}")})
+        return e
+
+    exp = subprocess.Popen([str(built / "client"), str(built / "dev"), "export", str(sock)],
+                           env=env(exporter, f"exp-{importer}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or lines[-1] != "listening 1":
+            line = exp.stdout.readline()
+            assert line, exp.stderr.read()
+            lines.append(line.strip())
+        assert "export_status 0" in lines
+        imp = subprocess.run([str(built / "client"), str(built / "dev"), "import", str(sock)],
+                             env=env(importer, f"imp-{importer}"), capture_output=True, text=True, timeout=60)
+        assert imp.returncode == 0, imp.stderr
+    finally:
+        assert exp.wait(timeout=60) == 0, exp.stderr.read()
+    out = dict((w[0], int(w[1])) for w in (x.split() for x in imp.stdout.splitlines()) if len(w) == 2)
+    stats = json.loads((tmp_path / f"stats-imp-{importer}").read_text().splitlines()[-1])
+    return out, stats, (tmp_path / f"rmlog-imp-{importer}").read_text().split("\n")
+
+
+def test_an_export_reaches_the_instances_other_processes_only(built, tmp_path):
+    """Within an instance the import reaches RM and costs the importer nothing (the
+    exporter's core holds the charge); from another instance it is refused before RM.
+    Before siblings.c the first was refused as well (one core per process)."""
+    out, stats, rmlog = share(built, tmp_path, "box1", "box1")
+    assert (out["import_status"], out["import_type"]) == (0, 1)
+    assert out["import_again"] == 0x19  # NV_ERR_INSERT_DUPLICATE_NAME: the import registered it
+    assert rmlog.count("2a 3d0c") == 1 and stats["refused_filter"] == 1 and stats["used"] == 0
+    out, stats, rmlog = share(built, tmp_path, "box1", "box2")
+    assert out["import_status"] == 0x1B  # NV_ERR_INSUFFICIENT_PERMISSIONS
+    assert "2a 3d0c" not in rmlog and stats["refused_filter"] == 2
+    # nothing left behind by processes that exited
+    assert not any((tmp_path / "exports").glob("*/*"))

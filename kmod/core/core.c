@@ -992,7 +992,7 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 			gs_virt_control_post(in, c, io, (const void *)c->checked);
 		gs_post_schedule(in, c, &q);
 		if (gs_export_control(((const struct nvos54_params *)c->checked)->cmd))
-			gs_export_post(in, c, (const void *)c->checked, c->status, &q);
+			gs_export_post(in, c, io, (const void *)c->checked, c->status, &q);
 		break;
 	}
 	case NV_ESC_RM_FREE: {

@@ -123,6 +123,15 @@ struct gs_call {
 	 */
 	nv_u64 fd_file_id;
 	/*
+	 * Set by the user-space build's glue only (one core per process): the
+	 * file fd_file_id names holds exports that another process of the same
+	 * instance made (preload/siblings.c), which this core did not record.
+	 * An import from it is let through and registers what it made
+	 * uncharged: the exporting process's core holds the charge. The module
+	 * has one core per instance and never sets it.
+	 */
+	nv_u8 fd_sibling;
+	/*
 	 * Private to the core: what RM_DUP_OBJECT duplicates, as gs_pre()
 	 * found it (its charge referenced from then on); and the handles the
 	 * call creates, frees or takes from, on the instance's list of calls in

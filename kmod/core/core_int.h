@@ -58,6 +58,7 @@ struct gs_export {
 	nv_u32 gpu;
 	struct gs_mem *mem;	/* the exported memory's charge */
 	const struct gs_export *held;	/* an import's: the record of its slot */
+	nv_u8 sibling;		/* an import's: from another core's file (gs_call.fd_sibling) */
 };
 
 struct gs_obj {
@@ -168,7 +169,8 @@ int gs_export_spares_alloc(struct gs_call *c, const struct gs_io *io);
 void gs_export_spares_free(struct gs_call *c);
 enum gs_refusal gs_export_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			      const struct nvos54_params *p, nv_u32 *status);
-void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct nvos54_params *p,
+void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		    const struct nvos54_params *p,
 		    nv_u32 status, struct gs_evq *q);
 void gs_export_abort(struct gs_inst *in, struct gs_call *c);
 void gs_export_free_file(struct gs_inst *in, nv_u64 file_id);

@@ -54,6 +54,7 @@
 #define GS_EXPN_NUM	2124
 #define GS_IMPN_PARENT	4
 #define GS_IMPN_OBJECTS	8
+#define GS_IMPN_TYPES	520	/* object_types[] */
 #define GS_IMPN_NUM	648
 #define GS_EXPN_MAX	8	/* nv0000_export_objects_to_fd_params.max_objects */
 
@@ -392,19 +393,28 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 	}
 	/*
 	 * A file this core recorded no export on holds none that the instance
-	 * made through it: the user-space build (one core per process) meets
-	 * another process's exports so, which it cannot count.
+	 * made through it, unless the glue found it another process's of the
+	 * instance (the user-space build: one core per process).
 	 */
-	if (!any) {
+	if (!any && !c->fd_sibling) {
 		*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
 		return GS_REFUSE_FOREIGN;
 	}
 	for (e = c->spare_exp; e; e = e->next) {
 		/*
+		 * Another core's slots: which are filled is RM's to say (the
+		 * reply's object types); each handle named is checked as a held
+		 * slot's is, and what the import made is registered uncharged.
+		 */
+		if (!any && e->handle) {
+			e->sibling = 1;
+			e->held = NULL;
+		}
+		/*
 		 * RM skips an empty slot, but if a later one fails it frees the
 		 * handle named for it all the same (os.c): name none there.
 		 */
-		if (!e->held) {
+		if (!e->held && !e->sibling) {
 			if (e->handle && p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD) {
 				*status = NV_ERR_INVALID_ARGUMENT;
 				return GS_REFUSE_MALFORMED;
@@ -425,7 +435,7 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 			return GS_REFUSE_MALFORMED;
 		}
 		for (e2 = c->spare_exp; e2 != e; e2 = e2->next)
-			if (e2->held && e2->handle == e->handle) {
+			if ((e2->held || e2->sibling) && e2->handle == e->handle) {
 				*status = NV_ERR_INSERT_DUPLICATE_NAME;
 				return GS_REFUSE_MALFORMED;
 			}
@@ -465,6 +475,47 @@ enum gs_refusal gs_export_pre(struct gs_inst *in, struct gs_call *c, const struc
 	return gs_export_pre_export(in, c, io, p, first, n, status);
 }
 
+/*
+ * What an import from another process's file made, as RM's reply says: for a
+ * batch, each slot's object type (os.c, RmImportObjects(): NONE for an empty
+ * slot, which RM skips); for one object, the call's status. Registered with
+ * no charge of its own: the exporting process's core charged the memory and
+ * holds the charge while its export lives (the user-space build's limit is a
+ * process's). The reply is the caller's memory, so a thread can rewrite it:
+ * this costs no charge either way, only what the core knows of the handle.
+ */
+static void gs_export_post_sibling(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				   const struct nvos54_params *p, struct gs_evq *q)
+{
+	const struct gs_export *e;
+	nv_u32 i = 0;
+
+	for (e = c->spare_exp; e; e = e->next, i++) {
+		nv_u32 klass = NV01_MEMORY_LOCAL_USER;
+		struct gs_object o;
+		nv_u8 type = NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM;
+
+		if (!e->sibling)
+			continue;
+		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD) {
+			type = NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE;
+			if (c->status != NV_OK || c->reply_lost ||
+			    gs_export_read(io, p, GS_IMPN_TYPES + i, &type, sizeof(type)))
+				continue;
+		} else if (c->status != NV_OK) {
+			continue;
+		}
+		if (type == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE)
+			continue;
+		if (type == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_SYSMEM)
+			klass = NV01_MEMORY_SYSTEM;
+		if (gs_obj_find(in, e->client, e->handle))
+			continue;	/* registered since by a racing call RM let through */
+		gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, e->client, e->parent, e->handle, klass);
+		gs_obj_add(in, c, &o, NULL, q);
+	}
+}
+
 /* What the import made: registered, sharing the exported charge. */
 static void gs_export_post_import(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 {
@@ -502,14 +553,15 @@ static void gs_export_post_import(struct gs_inst *in, struct gs_call *c, struct 
 	c->reply_lost = was_lost;
 }
 
-void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct nvos54_params *p,
-		    nv_u32 status, struct gs_evq *q)
+void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		    const struct nvos54_params *p, nv_u32 status, struct gs_evq *q)
 {
 	struct gs_export *e;
 
 	(void)status;	/* see the top of this file: a failure undoes nothing */
 	if (gs_is_import(p->cmd)) {
 		gs_export_post_import(in, c, q);
+		gs_export_post_sibling(in, c, io, p, q);
 		return;
 	}
 	for (e = in->exports; e; e = e->next)

@@ -116,7 +116,7 @@ class Core:
         lib.t_set_bad.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
         lib.t_set_ns_pid.argtypes = [ctypes.c_uint32]
         lib.t_set_ns_pid(0)
-        lib.t_set_fd_file_id.argtypes = [ctypes.c_uint64]
+        lib.t_set_fd_file_id.argtypes = [ctypes.c_uint64, ctypes.c_uint8]
         lib.t_call_fd.restype = ctypes.c_int32
         lib.t_call_fd.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint32]
         for f in ("t_escape_name", "t_class_name", "t_refusal_name"):
@@ -161,11 +161,13 @@ class Core:
         self.lib.t_set_flags(self.inst, flags)
 
     def call(self, req: int, arg: bytearray, driver=None, *, kind=GS_FILE_CTL, minor=0,
-             file_id=1, pid=100, ret=0, arg_size=None, ns_pid=0, fd_file_id=0) -> Result:
+             file_id=1, pid=100, ret=0, arg_size=None, ns_pid=0, fd_file_id=0,
+             fd_sibling=False) -> Result:
         """gs_pre; if PASS, driver(arg) plays RM (mutates arg, returns ret), then gs_post.
-        fd_file_id: what the glue resolved the fd a call names to (gs_call.fd_file_id)."""
+        fd_file_id: what the glue resolved the fd a call names to (gs_call.fd_file_id);
+        fd_sibling: the user-space glue found it another process's of the instance."""
         self.lib.t_set_ns_pid(ns_pid)
-        self.lib.t_set_fd_file_id(fd_file_id)
+        self.lib.t_set_fd_file_id(fd_file_id, int(fd_sibling))
         n = len(arg)
         buf = (ctypes.c_char * max(n, 1)).from_buffer(arg) if n else None
         out = (ctypes.c_int32 * 4)()

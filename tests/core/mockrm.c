@@ -6,7 +6,7 @@
  * files whose name ends in "nvidiactl" or "nvidia<N>" look like major-195
  * character devices, and their 'F' ioctls are answered like RM would:
  * client handles handed out, every status NV_OK, FB_GET_INFO_V2 from an
- * 80 GiB GPU with 70 GiB free. MOCKRM_LOG=path records every call the driver
+ * 80 GiB GPU with 70 GiB free, each named slot of an import vidmem. MOCKRM_LOG=path records every call the driver
  * really saw ("nr class-or-cmd"), so tests can tell refused calls never got here.
  */
 #define _GNU_SOURCE
@@ -102,6 +102,15 @@ static int rm(nv_u32 nr, void *arg)
 				fp->fb_info_list[i].data =
 					fp->fb_info_list[i].index == NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE ?
 					70u << 20 : 80u << 20;
+		}
+		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD) {
+			struct nv0000_import_objects_from_fd_params *ip = (void *)(uintptr_t)p->params;
+			nv_u32 i;
+
+			for (i = 0; i < ip->num_objects && i < NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS; i++)
+				ip->object_types[i] = ip->objects[i] ?
+					NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM :
+					NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE;
 		}
 		p->status = NV_OK;
 		return 0;

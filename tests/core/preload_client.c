@@ -14,6 +14,13 @@
  *                              write its GPGet/GPPut as a GPU's PBDMA and a
  *                              submitting process would; "phase NAME t_ns" lines
  *   preload_client DIR userd N the same after N other mappings of RM memory
+ *   preload_client DIR export SOCK   NCCL's cuMem P2P sharing: 64 MiB exported
+ *                              into DIR/fifo/nvidiactl (a file epoll can watch,
+ *                              as the driver's), its fd sent over the unix socket
+ *                              SOCK (listening), the fd closed; exits when the
+ *                              peer hangs up
+ *   preload_client DIR import SOCK   connects to SOCK, imports from the fd it
+ *                              receives: "import_status S" and "import_again S"
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,6 +33,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -308,6 +317,90 @@ static int userd(const char *dir, int others)
 	return 0;
 }
 
+static int unix_sock(const char *path, int listen_too)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_STREAM, 0), c;
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	if (!listen_too)
+		return connect(s, (struct sockaddr *)&a, sizeof(a)) ? -1 : s;
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) || listen(s, 1))
+		return -1;
+	printf("listening 1\n");
+	fflush(stdout);
+	c = accept(s, NULL, NULL);
+	close(s);
+	return c;
+}
+
+static int share_export(const char *dir, const char *sock)
+{
+	struct nv0000_export_objects_to_fd_params ep;
+	char path[512], byte = 'x', cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { &byte, 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	nv_handle h;
+	int efd, c, ret;
+
+	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	printf("alloc %u\n", mem_alloc(64 * MiB, &h));
+	snprintf(path, sizeof(path), "%s/fifo/nvidiactl", dir);
+	efd = open(path, O_RDWR);
+	memset(&ep, 0, sizeof(ep));
+	ep.fd = efd;
+	ep.h_device = DEV;
+	ep.max_objects = 1;
+	ep.objects[0] = h;
+	ep.num_objects = 1;
+	printf("export_status %u\n", control(client, client, NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
+					      &ep, sizeof(ep)));
+	c = unix_sock(sock, 1);
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &efd, sizeof(int));
+	if (c < 0 || sendmsg(c, &m, 0) != 1)
+		return 4;
+	close(efd);	/* as NCCL does once the fd is sent */
+	while (read(c, &byte, 1) > 0)
+		;
+	return 0;
+}
+
+static int share_import(const char *sock)
+{
+	struct nv0000_import_objects_from_fd_params ip;
+	char byte, cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { &byte, 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf) };
+	int c = unix_sock(sock, 0), fd = -1, ret, i;
+
+	if (c < 0 || recvmsg(c, &m, 0) != 1 || !CMSG_FIRSTHDR(&m))
+		return 4;
+	memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
+	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	for (i = 0; i < 2; i++) {
+		memset(&ip, 0, sizeof(ip));
+		ip.fd = fd;
+		ip.h_parent = DEV;
+		ip.objects[0] = 0x5c00a000u;	/* the same handle twice */
+		ip.num_objects = 1;
+		printf("%s %u\n", i ? "import_again" : "import_status",
+		       control(client, client, NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD, &ip, sizeof(ip)));
+		if (!i)
+			printf("import_type %u\n", ip.object_types[0]);
+	}
+	close(c);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	char path[512];
@@ -328,6 +421,10 @@ int main(int argc, char **argv)
 		return serve(1);
 	if (argc > 2 && !strcmp(argv[2], "serve"))
 		return serve(0);
+	if (argc > 3 && !strcmp(argv[2], "export"))
+		return share_export(argv[1], argv[3]);
+	if (argc > 3 && !strcmp(argv[2], "import"))
+		return share_import(argv[3]);
 	if (argc > 2 && !strcmp(argv[2], "userd"))
 		return userd(argv[1], argc > 3 ? atoi(argv[3]) : 0);
 

@@ -19,6 +19,7 @@ static pthread_mutex_t t_ev_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t t_bad_lo, t_bad_hi;
 static uint32_t t_ns_pid;	/* gs_call.ns_pid of the next calls */
 static uint64_t t_fd_file_id;	/* gs_call.fd_file_id of the next calls */
+static uint8_t t_fd_sibling;	/* gs_call.fd_sibling of the next calls */
 
 static void t_event(void *ctx, const struct gs_event *ev)
 {
@@ -58,9 +59,10 @@ void t_set_ns_pid(uint32_t ns_pid)
 	t_ns_pid = ns_pid;
 }
 
-void t_set_fd_file_id(uint64_t id)
+void t_set_fd_file_id(uint64_t id, uint8_t sibling)
 {
 	t_fd_file_id = id;
+	t_fd_sibling = sibling;
 }
 
 /* gs_call_fd() of a control block: the fd it names, or -1000 */
@@ -136,6 +138,7 @@ struct gs_call *t_pre(struct gs_inst *in, int kind, uint32_t minor, uint32_t req
 	c->pid = pid;
 	c->ns_pid = t_ns_pid;
 	c->fd_file_id = t_fd_file_id;
+	c->fd_sibling = t_fd_sibling;
 	out[0] = gs_pre(in, c, &t_io);
 	out[1] = (int32_t)c->status;
 	out[2] = c->err;

@@ -37,12 +37,12 @@ def ddp(limit: str | None, port: int, sizes: list[int]) -> dict:
     out: dict = {"limit": limit, "ranks": []}
     for rank, (p, st) in enumerate(zip(procs, stats)):
         try:
-            so, se = p.communicate(timeout=300)
+            so, se = p.communicate(timeout=150)
         except subprocess.TimeoutExpired:
             p.kill()
             so, se = p.communicate()
         res = next((json.loads(x) for x in reversed(so.splitlines()) if x.startswith("{")), {})
-        transports = sorted({x.split(" via ", 1)[1].strip() for x in se.splitlines()
+        transports = sorted({x.split(" via ", 1)[1].strip() for x in (so + se).splitlines()  # NCCL logs to stdout
                              if "NCCL INFO Channel" in x and " via " in x})
         refused = [x for x in se.splitlines() if "gpuslice: refused" in x]
         counters = json.loads(st.read_text().splitlines()[-1]) if st.exists() and st.read_text() else {}
@@ -80,10 +80,10 @@ def main() -> int:
     res["mp"] = {str(lim): run([WL, "mp"], lim, f"model parallel limit={lim}")[0] for lim in (None, LIMIT)}
     res["ipc"] = {name: run([WL, "ipc", name], LIMIT, f"ipc to {name}", name="ipc-a")[0]
                   for name in ("ipc-a", "ipc-b")}
-    # shareable handles through a POSIX fd: within a process, and to another process (which
-    # the user-space build refuses: one core per process; the module lets it within an instance)
+    # shareable handles through a POSIX fd: within a process, to another process of the
+    # instance (preload/siblings.c), and to a process of another instance (refused)
     res["vmm_share"] = {mode: run([str(HERE / "wl_vmm_share.py"), mode, "64"], LIMIT, f"vmm share {mode}")[0]
-                        for mode in ("same", "fork")}
+                        for mode in ("same", "fork", "other")}
     res["ddp"] = []
     for r in range(a.rounds):
         for lim in (None, LIMIT):

@@ -95,7 +95,12 @@ def run(args: list[str], limit: str | None, title: str, timeout: float = 240, **
     env = env_for(limit, stats=stats, **kw)
     cmd = [sys.executable, *args] if args[0].endswith(".py") else args
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        def text(b: bytes | str | None) -> str:
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        p = subprocess.CompletedProcess(cmd, 124, text(e.stdout), text(e.stderr) + f"\n(timed out after {timeout}s)")
     wall = time.perf_counter() - t0
     pre = f"LD_PRELOAD={env.get('LD_PRELOAD', '')} GPUSLICE_MEM_LIMIT={env.get('GPUSLICE_MEM_LIMIT', '')} "
     extra = " ".join(f"{k}={v}" for k, v in (kw.get("extra") or {}).items())

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import pickle
@@ -31,7 +32,7 @@ def ddp(rank: int, world: int, port: int, sizes: list[int]) -> dict:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world)
+    dist.init_process_group("nccl", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90))
     t = torch.full((1 << 20,), float(rank + 1), device="cuda")
     dist.all_reduce(t)
     torch.cuda.synchronize()

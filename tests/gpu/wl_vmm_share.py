@@ -5,12 +5,13 @@ ctypes; prints one JSON line (issue 15).
                                    same process; both mappings must see the same bytes
   wl_vmm_share.py fork [MIB]       export, then a child process (fd passed, same environment)
                                    imports it and reads what the parent wrote
+  wl_vmm_share.py other [MIB]      the same with the child in another instance
+                                   (GPUSLICE_INSTANCE + "-other")
   wl_vmm_share.py child FD MIB     (the child)
 
 Run it plain and with LD_PRELOAD=preload/libgpuslice.so GPUSLICE_DEBUG=1: the library
-refuses nothing it decides on in "same"; in "fork" the child's library has no record of the
-parent's export (one core per process), so its import is answered as RM answers an empty
-export file.
+refuses nothing it decides on in "same" and "fork" (the child's library finds the file
+among its instance's exports, preload/siblings.c); in "other" the child's import is refused.
 """
 
 from __future__ import annotations
@@ -115,17 +116,20 @@ def same(mib: int) -> dict:
     return {"mode": "same", "mib": mib, "ok": ok, "fd": fd}
 
 
-def fork(mib: int) -> dict:
+def fork(mib: int, other: bool = False) -> dict:
     cu = Cuda()
     size = mib * MIB
     h = cu.create(size)
     p1 = cu.map(h, size)
     cu.fill(p1, 0x3C, size)
     fd = cu.export(h)
+    env = dict(os.environ)
+    if other:
+        env["GPUSLICE_INSTANCE"] = env.get("GPUSLICE_INSTANCE", "default") + "-other"
     r = subprocess.run([sys.executable, __file__, "child", str(fd), str(mib)], pass_fds=(fd,),
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, env=env)
     child = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {"error": r.stderr[-400:]}
-    return {"mode": "fork", "mib": mib, "child": child, "child_stderr": r.stderr.strip().splitlines()[-5:]}
+    return {"mode": "other" if other else "fork", "mib": mib, "child": child, "child_stderr": r.stderr.strip().splitlines()[-5:]}
 
 
 def child(fd: int, mib: int) -> dict:
@@ -146,7 +150,7 @@ def main() -> None:
     else:
         mib = int(sys.argv[2]) if len(sys.argv) > 2 else 64
         try:
-            out = same(mib) if mode == "same" else fork(mib)
+            out = same(mib) if mode == "same" else fork(mib, other=mode == "other")
         except RuntimeError as e:
             out = {"mode": mode, "error": str(e)}
     print(json.dumps(out), flush=True)

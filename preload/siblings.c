@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * siblings.c - memory shared through fds between processes of one instance,
+ * in the user-space build.
+ *
+ * NCCL's P2P transport and cuMemExportToShareableHandle(POSIX_FD) export
+ * memory into a nvidiactl file and pass that file to another process over a
+ * unix socket, which imports from it (kmod/core/export.c). The module has one
+ * core per instance and knows every export file of the instance. Here each
+ * process has its own core, so an import from another process's file meets a
+ * core that recorded no export on it, and is refused as foreign unless the
+ * glue can say the file is another process's of the same instance
+ * (gs_call.fd_sibling). How it says so:
+ *
+ *  - an exporter adds each file it exported into to an epoll set of its own
+ *    (interest in no events: nothing is ever read from it) and appends
+ *    "<epoll fd> <fd>" to $GPUSLICE_EXPORTS/<instance>/<pid>. An epoll set
+ *    holds no reference on a file: the entry goes when the file is released,
+ *    and until then it names the file even after the exporter closed its fd
+ *    (fs/eventpoll.c, eventpoll_release());
+ *  - an importer asks kcmp(KCMP_EPOLL_TFD) whether the fd it was handed is
+ *    the file one of its instance's exporters registered (kernel/kcmp.c): the
+ *    kernel compares files, so neither a reused fd number nor a stale line
+ *    can match another file.
+ *
+ * Only the instance's own directory is read, so a file exported by a process
+ * of another instance, however it was received, stays foreign and is refused.
+ * kcmp needs PTRACE_MODE_READ on the exporter (same user; Yama's ptrace_scope
+ * does not restrict it); where it is refused (seccomp, another user) the
+ * import is refused as before. The nvidiactl poll handler that epoll_ctl()
+ * calls only registers a wait and reads the file's event state
+ * (kernel-open/nvidia/nv.c, nvidia_poll(); an export file has no events).
+ * The exporter must be alive at the import: kcmp looks it up by pid.
+ *
+ * This is not a security boundary, as nothing in the user-space build is
+ * (a process can bypass libc); it is what lets an instance's processes share
+ * memory the way the module lets them, with the charge staying with the
+ * exporting process's core.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+#define GS_SIB_DIR	"/dev/shm/gpuslice-exports"
+#define GS_SIB_TOFF	4	/* entries of one fd number in one epoll set looked at */
+#define GS_SIB_MAX	4096	/* lines of one process's file looked at */
+
+static pthread_mutex_t gs_sib_lock = PTHREAD_MUTEX_INITIALIZER;
+static int gs_sib_epfd = -1;
+static char gs_sib_path[512];	/* this process's file; "" until the first export */
+
+static int gs_sib_instance_dir(char *buf, size_t len)
+{
+	const char *base = getenv("GPUSLICE_EXPORTS");
+	int n;
+
+	/* the name is the caller's: nothing that leaves the directory */
+	if (!gs_pl.name[0] || strchr(gs_pl.name, '/') || gs_pl.name[0] == '.')
+		return -1;
+	n = snprintf(buf, len, "%s/%s", base && *base ? base : GS_SIB_DIR, gs_pl.name);
+	return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* mkdir of base and instance, sticky and world-writable: an instance may span users */
+static int gs_sib_mkdirs(const char *dir)
+{
+	char base[512], *slash;
+
+	snprintf(base, sizeof(base), "%s", dir);
+	slash = strrchr(base, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	if (mkdir(base, 01777) == 0)
+		chmod(base, 01777);
+	if (mkdir(dir, 01777) == 0)
+		chmod(dir, 01777);
+	return access(dir, W_OK | X_OK);
+}
+
+void gs_sibling_exported(int fd)
+{
+	struct epoll_event ev = { .events = 0 };
+	char dir[480], line[32];
+	int out, n;
+
+	pthread_mutex_lock(&gs_sib_lock);
+	if (gs_sib_epfd < 0) {
+		int e = epoll_create1(EPOLL_CLOEXEC);
+
+		if (e >= 0) {
+			/* out of the way of fd numbers the application picks */
+			gs_sib_epfd = fcntl(e, F_DUPFD_CLOEXEC, 512);
+			if (gs_sib_epfd < 0)
+				gs_sib_epfd = e;
+			else
+				syscall(SYS_close, e);
+		}
+	}
+	if (gs_sib_epfd < 0)
+		goto out;
+	ev.data.fd = fd;
+	if (epoll_ctl(gs_sib_epfd, EPOLL_CTL_ADD, fd, &ev) && errno != EEXIST)
+		goto out;	/* a file that cannot be polled: its imports stay refused */
+	if (!gs_sib_path[0]) {
+		if (gs_sib_instance_dir(dir, sizeof(dir)) || gs_sib_mkdirs(dir))
+			goto out;
+		snprintf(gs_sib_path, sizeof(gs_sib_path), "%s/%d", dir, (int)getpid());
+		unlink(gs_sib_path);	/* a dead process's with our pid */
+	}
+	out = open(gs_sib_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (out < 0)
+		goto out;
+	n = snprintf(line, sizeof(line), "%d %d\n", gs_sib_epfd, fd);
+	if (write(out, line, n) != n && gs_pl.debug)
+		fprintf(stderr, "gpuslice: %s: short write\n", gs_sib_path);
+	syscall(SYS_close, out);	/* not through our close() */
+out:
+	pthread_mutex_unlock(&gs_sib_lock);
+}
+
+/* is fd the file that process pid registered as "efd tfd"? */
+static int gs_sib_same(pid_t pid, int fd, int efd, int tfd)
+{
+	struct kcmp_epoll_slot slot = { .efd = efd, .tfd = tfd };
+	unsigned int toff;
+
+	for (toff = 0; toff < GS_SIB_TOFF; toff++) {
+		slot.toff = toff;
+		if (syscall(SYS_kcmp, getpid(), pid, KCMP_EPOLL_TFD, fd, (unsigned long)&slot) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+static int gs_sib_in_file(const char *path, pid_t pid, int fd)
+{
+	FILE *f = fopen(path, "re");
+	int efd, tfd, n = 0, found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && n++ < GS_SIB_MAX && fscanf(f, "%d %d", &efd, &tfd) == 2)
+		found = gs_sib_same(pid, fd, efd, tfd);
+	fclose(f);
+	return found;
+}
+
+int gs_sibling_file(int fd)
+{
+	char dir[480], path[768];
+	struct dirent *d;
+	DIR *dh;
+	int found = 0;
+
+	if (gs_sib_instance_dir(dir, sizeof(dir)))
+		return 0;
+	dh = opendir(dir);
+	if (!dh)
+		return 0;
+	while (!found && (d = readdir(dh))) {
+		char *end;
+		long pid = strtol(d->d_name, &end, 10);
+
+		if (*end || pid <= 0 || pid == getpid())
+			continue;	/* our own exports are the core's to know */
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		if (kill((pid_t)pid, 0) && errno == ESRCH) {
+			unlink(path);	/* its process is gone, and its files' entries with it */
+			continue;
+		}
+		found = gs_sib_in_file(path, (pid_t)pid, fd);
+	}
+	closedir(dh);
+	return found;
+}
+
+void gs_sibling_exit(void)
+{
+	if (gs_sib_path[0] && gs_pl.owner == getpid())
+		unlink(gs_sib_path);
+}
+
+/* a forked child exports through its own file, and its own epoll set */
+void gs_sibling_atfork_child(void)
+{
+	pthread_mutex_init(&gs_sib_lock, NULL);
+	gs_sib_path[0] = 0;
+	if (gs_sib_epfd >= 0)
+		syscall(SYS_close, gs_sib_epfd);
+	gs_sib_epfd = -1;
+}
