@@ -363,6 +363,13 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 				c.fd_sibling = gs_sibling_file(pfd);
 		}
 	}
+	/* a duplicate from another client: another process's of the instance? */
+	if (NV_IOC_NR(req) == NV_ESC_RM_DUP_OBJECT && size >= sizeof(struct nvos55_params)) {
+		const struct nvos55_params *dp = buf;
+
+		if (dp->h_client_src != dp->h_client)
+			c.src_sibling = gs_sibling_client(dp->h_client_src);
+	}
 	v = gs_pre(gs_pl.inst, &c, &gs_pl_io);
 	if (v == GS_FAIL) {
 		gs_report_refusal(&c);
@@ -385,6 +392,10 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	    (cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ||
 	     cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD))
 		gs_sibling_exported(pfd);
+	/* a share policy set: another process may duplicate from this client */
+	if (ret == 0 && NV_IOC_NR(req) == NV_ESC_RM_SHARE && size >= sizeof(struct nvos57_params) &&
+	    ((const struct nvos57_params *)buf)->status == NV_OK)
+		gs_sibling_shared(((const struct nvos57_params *)buf)->h_client);
 	if (ret == 0 && gs_copy(uarg, buf, size, 1)) {
 		ret = -1;
 		err = EFAULT;

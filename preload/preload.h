@@ -48,6 +48,8 @@ void gs_userd_atfork_child(void);
 /* siblings.c: exports between processes of one instance */
 void gs_sibling_exported(int fd);
 int gs_sibling_file(int fd);
+void gs_sibling_shared(nv_handle client);
+int gs_sibling_client(nv_handle client);
 void gs_sibling_exit(void);
 void gs_sibling_atfork_child(void);
 

@@ -14,7 +14,7 @@
  *
  *  - an exporter adds each file it exported into to an epoll set of its own
  *    (interest in no events: nothing is ever read from it) and appends
- *    "<epoll fd> <fd>" to $GPUSLICE_EXPORTS/<instance>/<pid>. An epoll set
+ *    "e <epoll fd> <fd>" to $GPUSLICE_EXPORTS/<instance>/<pid>. An epoll set
  *    holds no reference on a file: the entry goes when the file is released,
  *    and until then it names the file even after the exporter closed its fd
  *    (fs/eventpoll.c, eventpoll_release());
@@ -22,6 +22,13 @@
  *    the file one of its instance's exporters registered (kernel/kcmp.c): the
  *    kernel compares files, so neither a reused fd number nor a stale line
  *    can match another file.
+ *
+ * Legacy CUDA IPC (cudaIpcGetMemHandle, torch.multiprocessing) shares memory
+ * with RM_SHARE and the other process duplicates it from the exporter's
+ * client (RM_DUP_OBJECT): a process that shared an object appends "c <client>"
+ * to its file, and a duplicate from a client listed by a live process of the
+ * instance is let through (gs_call.src_sibling). RM's share policy still
+ * decides whether the object may be taken.
  *
  * Only the instance's own directory is read, so a file exported by a process
  * of another instance, however it was received, stays foreign and is refused.
@@ -60,6 +67,9 @@
 static pthread_mutex_t gs_sib_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gs_sib_epfd = -1;
 static char gs_sib_path[512];	/* this process's file; "" until the first export */
+#define GS_SIB_CLIENTS	16
+static nv_handle gs_sib_clients[GS_SIB_CLIENTS];	/* clients listed already */
+static unsigned int gs_sib_nclients;
 
 static int gs_sib_instance_dir(char *buf, size_t len)
 {
@@ -90,11 +100,30 @@ static int gs_sib_mkdirs(const char *dir)
 	return access(dir, W_OK | X_OK);
 }
 
+/* appends a line to this process's file; called with gs_sib_lock held */
+static void gs_sib_append(const char *line)
+{
+	char dir[480];
+	int out, n = strlen(line);
+
+	if (!gs_sib_path[0]) {
+		if (gs_sib_instance_dir(dir, sizeof(dir)) || gs_sib_mkdirs(dir))
+			return;
+		snprintf(gs_sib_path, sizeof(gs_sib_path), "%s/%d", dir, (int)getpid());
+		unlink(gs_sib_path);	/* a dead process's with our pid */
+	}
+	out = open(gs_sib_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (out < 0)
+		return;
+	if (write(out, line, n) != n && gs_pl.debug)
+		fprintf(stderr, "gpuslice: %s: short write\n", gs_sib_path);
+	syscall(SYS_close, out);	/* not through our close() */
+}
+
 void gs_sibling_exported(int fd)
 {
 	struct epoll_event ev = { .events = 0 };
-	char dir[480], line[32];
-	int out, n;
+	char line[40];
 
 	pthread_mutex_lock(&gs_sib_lock);
 	if (gs_sib_epfd < 0) {
@@ -109,25 +138,29 @@ void gs_sibling_exported(int fd)
 				syscall(SYS_close, e);
 		}
 	}
-	if (gs_sib_epfd < 0)
-		goto out;
 	ev.data.fd = fd;
-	if (epoll_ctl(gs_sib_epfd, EPOLL_CTL_ADD, fd, &ev) && errno != EEXIST)
-		goto out;	/* a file that cannot be polled: its imports stay refused */
-	if (!gs_sib_path[0]) {
-		if (gs_sib_instance_dir(dir, sizeof(dir)) || gs_sib_mkdirs(dir))
-			goto out;
-		snprintf(gs_sib_path, sizeof(gs_sib_path), "%s/%d", dir, (int)getpid());
-		unlink(gs_sib_path);	/* a dead process's with our pid */
+	/* a file that cannot be polled is not registered: its imports stay refused */
+	if (gs_sib_epfd >= 0 &&
+	    (!epoll_ctl(gs_sib_epfd, EPOLL_CTL_ADD, fd, &ev) || errno == EEXIST)) {
+		snprintf(line, sizeof(line), "e %d %d\n", gs_sib_epfd, fd);
+		gs_sib_append(line);
 	}
-	out = open(gs_sib_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (out < 0)
-		goto out;
-	n = snprintf(line, sizeof(line), "%d %d\n", gs_sib_epfd, fd);
-	if (write(out, line, n) != n && gs_pl.debug)
-		fprintf(stderr, "gpuslice: %s: short write\n", gs_sib_path);
-	syscall(SYS_close, out);	/* not through our close() */
-out:
+	pthread_mutex_unlock(&gs_sib_lock);
+}
+
+void gs_sibling_shared(nv_handle client)
+{
+	char line[24];
+	unsigned int i;
+
+	pthread_mutex_lock(&gs_sib_lock);
+	for (i = 0; i < GS_SIB_CLIENTS && gs_sib_clients[i] != client; i++)
+		;
+	if (i == GS_SIB_CLIENTS) {	/* once per client */
+		snprintf(line, sizeof(line), "c %u\n", client);
+		gs_sib_append(line);
+		gs_sib_clients[gs_sib_nclients++ % GS_SIB_CLIENTS] = client;
+	}
 	pthread_mutex_unlock(&gs_sib_lock);
 }
 
@@ -145,20 +178,30 @@ static int gs_sib_same(pid_t pid, int fd, int efd, int tfd)
 	return 0;
 }
 
-static int gs_sib_in_file(const char *path, pid_t pid, int fd)
+/* does process pid's file list the file fd names (fd >= 0) or the client? */
+static int gs_sib_in_file(const char *path, pid_t pid, int fd, nv_handle client)
 {
 	FILE *f = fopen(path, "re");
-	int efd, tfd, n = 0, found = 0;
+	char kind;
+	int a, b, n = 0, found = 0;
+	unsigned int c;
 
 	if (!f)
 		return 0;
-	while (!found && n++ < GS_SIB_MAX && fscanf(f, "%d %d", &efd, &tfd) == 2)
-		found = gs_sib_same(pid, fd, efd, tfd);
+	while (!found && n++ < GS_SIB_MAX && fscanf(f, " %c", &kind) == 1) {
+		if (kind == 'e' && fscanf(f, "%d %d", &a, &b) == 2)
+			found = fd >= 0 && gs_sib_same(pid, fd, a, b);
+		else if (kind == 'c' && fscanf(f, "%u", &c) == 1)
+			found = fd < 0 && client && c == client;
+		else
+			break;
+	}
 	fclose(f);
 	return found;
 }
 
-int gs_sibling_file(int fd)
+/* is it listed by a live process of the instance other than this one? */
+static int gs_sib_find(int fd, nv_handle client)
 {
 	char dir[480], path[768];
 	struct dirent *d;
@@ -181,10 +224,20 @@ int gs_sibling_file(int fd)
 			unlink(path);	/* its process is gone, and its files' entries with it */
 			continue;
 		}
-		found = gs_sib_in_file(path, (pid_t)pid, fd);
+		found = gs_sib_in_file(path, (pid_t)pid, fd, client);
 	}
 	closedir(dh);
 	return found;
+}
+
+int gs_sibling_file(int fd)
+{
+	return fd >= 0 && gs_sib_find(fd, 0);
+}
+
+int gs_sibling_client(nv_handle client)
+{
+	return client && gs_sib_find(-1, client);
 }
 
 void gs_sibling_exit(void)
@@ -198,6 +251,8 @@ void gs_sibling_atfork_child(void)
 {
 	pthread_mutex_init(&gs_sib_lock, NULL);
 	gs_sib_path[0] = 0;
+	memset(gs_sib_clients, 0, sizeof(gs_sib_clients));
+	gs_sib_nclients = 0;
 	if (gs_sib_epfd >= 0)
 		syscall(SYS_close, gs_sib_epfd);
 	gs_sib_epfd = -1;

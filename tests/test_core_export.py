@@ -594,3 +594,25 @@ def test_an_import_from_a_sibling_process_is_registered_uncharged(so):
     finally:
         ca.close()
         cb.close()
+
+
+def test_a_dup_from_a_sibling_processs_client_is_registered_uncharged(so):
+    """Legacy CUDA IPC in the user-space build: the exporter shares its memory (RM_SHARE),
+    the importer duplicates it from the exporter's client, which only the glue can vouch
+    for (gs_call.src_sibling); nothing is charged twice, and without it the dup is foreign."""
+    ca, cb = cs.Core(so, 1 * GiB), cs.Core(so, 1 * GiB)
+    try:
+        a, b = Proc(ca, 1, 100), Proc(cb, 2, 200)
+        h = a.mem(32 * MiB)
+        r = b.call(DUP_REQ, cs.dup_arg(b.client, DEV, 0xD1, a.client, h), b.rm.ok(24))
+        assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_FOREIGN)
+        r = b.call(DUP_REQ, cs.dup_arg(b.client, DEV, 0xD1, a.client, h), b.rm.ok(24), fd_sibling=True)
+        assert (r.verdict, r.status) == (cs.GS_PASS, abi.NV_OK)
+        assert (0xD1, 0) in {(o["handle"], o["size"]) for o in cb.objects() if o["client"] == b.client}
+        assert (used(ca), used(cb)) == (32 * MiB, 0)
+        # the importer's own client is still required
+        r = b.call(DUP_REQ, cs.dup_arg(a.client, DEV, 0xD2, a.client, h), b.rm.ok(24), fd_sibling=True)
+        assert (r.verdict, r.refusal) == (cs.GS_REPLY, cs.GS_REFUSE_FOREIGN)
+    finally:
+        ca.close()
+        cb.close()

@@ -401,15 +401,18 @@ def share(built, tmp_path, exporter: str, importer: str) -> tuple[dict, dict, li
 
 
 def test_an_export_reaches_the_instances_other_processes_only(built, tmp_path):
-    """Within an instance the import reaches RM and costs the importer nothing (the
-    exporter's core holds the charge); from another instance it is refused before RM.
-    Before siblings.c the first was refused as well (one core per process)."""
+    """Within an instance the import (NCCL's cuMem path) and the duplicate from the
+    exporter's client (legacy CUDA IPC) reach RM and cost the importer nothing (the
+    exporter's core holds the charge); from another instance both are refused before RM.
+    Before siblings.c the first were refused as well (one core per process)."""
     out, stats, rmlog = share(built, tmp_path, "box1", "box1")
     assert (out["import_status"], out["import_type"]) == (0, 1)
     assert out["import_again"] == 0x19  # NV_ERR_INSERT_DUPLICATE_NAME: the import registered it
+    assert out["dup_status"] == 0 and "34 0" in rmlog  # legacy IPC: from the exporter's client
     assert rmlog.count("2a 3d0c") == 1 and stats["refused_filter"] == 1 and stats["used"] == 0
     out, stats, rmlog = share(built, tmp_path, "box1", "box2")
     assert out["import_status"] == 0x1B  # NV_ERR_INSUFFICIENT_PERMISSIONS
-    assert "2a 3d0c" not in rmlog and stats["refused_filter"] == 2
+    assert out["dup_status"] == 0x1B
+    assert "2a 3d0c" not in rmlog and "34 0" not in rmlog and stats["refused_filter"] == 3
     # nothing left behind by processes that exited
     assert not any((tmp_path / "exports").glob("*/*"))

@@ -503,7 +503,8 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
-	if (!gs_is_client(in, p->h_client) || !gs_is_client(in, p->h_client_src))
+	if (!gs_is_client(in, p->h_client) ||
+	    (!gs_is_client(in, p->h_client_src) && !c->src_sibling))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, 24);
 	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src) ||
 	    (p->h_object && gs_busy_conflict(in, GS_BUSY_CREATE, p->h_client, p->h_object)))

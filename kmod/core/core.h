@@ -132,6 +132,12 @@ struct gs_call {
 	 */
 	nv_u8 fd_sibling;
 	/*
+	 * Likewise, for RM_DUP_OBJECT: hClientSrc is a client another process
+	 * of the instance made and shared an object of (RM_SHARE: legacy CUDA
+	 * IPC). The duplicate is registered uncharged.
+	 */
+	nv_u8 src_sibling;
+	/*
 	 * Private to the core: what RM_DUP_OBJECT duplicates, as gs_pre()
 	 * found it (its charge referenced from then on); and the handles the
 	 * call creates, frees or takes from, on the instance's list of calls in

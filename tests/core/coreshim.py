@@ -165,7 +165,8 @@ class Core:
              fd_sibling=False) -> Result:
         """gs_pre; if PASS, driver(arg) plays RM (mutates arg, returns ret), then gs_post.
         fd_file_id: what the glue resolved the fd a call names to (gs_call.fd_file_id);
-        fd_sibling: the user-space glue found it another process's of the instance."""
+        fd_sibling: the user-space glue found it another process's of the instance (and, for
+        RM_DUP_OBJECT, hClientSrc: gs_call.src_sibling)."""
         self.lib.t_set_ns_pid(ns_pid)
         self.lib.t_set_fd_file_id(fd_file_id, int(fd_sibling))
         n = len(arg)

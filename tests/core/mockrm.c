@@ -24,7 +24,8 @@
 
 #include "nvrm_abi.h"
 
-static _Atomic nv_u32 next_client = 0xc1d00001;
+/* RM's client handles are unique on the host: each process draws from its own range */
+static _Atomic nv_u32 next_client;
 
 static int fake_minor(int fd)
 {
@@ -85,8 +86,13 @@ static int rm(nv_u32 nr, void *arg)
 		struct nvos64_params *p = arg;
 
 		log_call(nr, p->h_class);
-		if ((p->h_class == NV01_ROOT || p->h_class == NV01_ROOT_CLIENT) && !p->h_object_new)
+		if ((p->h_class == NV01_ROOT || p->h_class == NV01_ROOT_CLIENT) && !p->h_object_new) {
+			nv_u32 zero = 0;
+
+			atomic_compare_exchange_strong(&next_client, &zero,
+						       0xc1000001u + ((nv_u32)(getpid() & 0xffff) << 8));
 			p->h_object_new = atomic_fetch_add(&next_client, 1);
+		}
 		p->status = NV_OK;
 		return 0;
 	}

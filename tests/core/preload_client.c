@@ -17,10 +17,13 @@
  *   preload_client DIR export SOCK   NCCL's cuMem P2P sharing: 64 MiB exported
  *                              into DIR/fifo/nvidiactl (a file epoll can watch,
  *                              as the driver's), its fd sent over the unix socket
- *                              SOCK (listening), the fd closed; exits when the
- *                              peer hangs up
- *   preload_client DIR import SOCK   connects to SOCK, imports from the fd it
- *                              receives: "import_status S" and "import_again S"
+ *                              SOCK (listening), the fd closed; then a share
+ *                              policy on it (legacy CUDA IPC) and its client and
+ *                              handle sent; exits when the peer hangs up
+ *   preload_client DIR import SOCK   connects to SOCK, duplicates the memory from
+ *                              the exporter's client ("dup_status S"), imports
+ *                              from the fd it received: "import_status S",
+ *                              "import_type T", "import_again S"
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -367,6 +370,16 @@ static int share_export(const char *dir, const char *sock)
 	if (c < 0 || sendmsg(c, &m, 0) != 1)
 		return 4;
 	close(efd);	/* as NCCL does once the fd is sent */
+	{
+		/* legacy CUDA IPC: a share policy, then the client and handle sent */
+		struct nvos57_params sp = { .h_client = client, .h_object = h, .share_type = 1 };
+		nv_handle ids[2] = { client, h };
+
+		ioctl(ctl, REQ(NV_ESC_RM_SHARE, struct nvos57_params), &sp);
+		printf("share_status %u\n", sp.status);
+		if (write(c, ids, sizeof(ids)) != sizeof(ids))
+			return 4;
+	}
 	while (read(c, &byte, 1) > 0)
 		;
 	return 0;
@@ -380,12 +393,22 @@ static int share_import(const char *sock)
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			    .msg_controllen = sizeof(cbuf) };
 	int c = unix_sock(sock, 0), fd = -1, ret, i;
+	nv_handle ids[2];
 
 	if (c < 0 || recvmsg(c, &m, 0) != 1 || !CMSG_FIRSTHDR(&m))
 		return 4;
 	memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
+	if (read(c, ids, sizeof(ids)) != sizeof(ids))
+		return 4;
 	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
 	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	{
+		struct nvos55_params dp = { .h_client = client, .h_parent = DEV, .h_object = 0x5c00b000u,
+					    .h_client_src = ids[0], .h_object_src = ids[1] };
+
+		ioctl(ctl, REQ(NV_ESC_RM_DUP_OBJECT, struct nvos55_params), &dp);
+		printf("dup_status %u\n", dp.status);
+	}
 	for (i = 0; i < 2; i++) {
 		memset(&ip, 0, sizeof(ip));
 		ip.fd = fd;

@@ -62,7 +62,7 @@ void t_set_ns_pid(uint32_t ns_pid)
 void t_set_fd_file_id(uint64_t id, uint8_t sibling)
 {
 	t_fd_file_id = id;
-	t_fd_sibling = sibling;
+	t_fd_sibling = sibling;	/* and for RM_DUP_OBJECT, gs_call.src_sibling */
 }
 
 /* gs_call_fd() of a control block: the fd it names, or -1000 */
@@ -139,6 +139,7 @@ struct gs_call *t_pre(struct gs_inst *in, int kind, uint32_t minor, uint32_t req
 	c->ns_pid = t_ns_pid;
 	c->fd_file_id = t_fd_file_id;
 	c->fd_sibling = t_fd_sibling;
+	c->src_sibling = t_fd_sibling;
 	out[0] = gs_pre(in, c, &t_io);
 	out[1] = (int32_t)c->status;
 	out[2] = c->err;
