@@ -27,11 +27,15 @@
  *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
  *   GPUSLICE_STATS      file that gets one JSON line of counters at exit
  *   GPUSLICE_SAMPLE_MS  how often channels' USERD is looked at (default 5; 0: never)
+ *   GPUSLICE_EXPORTS    where an instance's processes list what they exported or
+ *                       shared, for each other's imports (siblings.c; default
+ *                       /dev/shm/gpuslice-exports)
  *
  * A forked child starts with a fresh instance (gs_atfork_child()); a vfork
  * child leaves its parent's state alone (gs_mine()).
  *
- * This is a process's own view: the limit applies per process, and nothing
+ * This is a process's own view: the limit applies per process (memory another
+ * process of the instance exported stays charged to that process), and nothing
  * stops a process that bypasses libc (raw syscalls, static binaries). The
  * kernel module is the enforcing path; this build is for measuring the core
  * against the real driver and for hosts where a module cannot be loaded.
