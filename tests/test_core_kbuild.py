@@ -48,3 +48,14 @@ def test_core_builds_as_kernel_code(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert (tmp_path / "gscore.ko").exists()
     assert "warning:" not in p.stderr
+
+
+def test_the_module_never_vouches_for_another_process():
+    """gs_call.fd_sibling / src_sibling let a call through on the glue's word that another
+    process's core counted what it names: only the user-space build (one core per
+    process) may say so. The module has one core per instance; its glue must leave them 0
+    (kmod/ioctl.c builds the call with a designated initializer)."""
+    for f in sorted((REPO / "kmod").glob("*.c")):
+        text = f.read_text()
+        assert "fd_sibling" not in text and "src_sibling" not in text, f.name
+    assert "struct gs_call c = {" in (REPO / "kmod" / "ioctl.c").read_text()
