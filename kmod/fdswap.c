@@ -124,7 +124,7 @@ static int gs_fdswap_copy_one(const void *p, struct file *file, unsigned int fd)
 	real = gs_fops_real(file);
 	rcu_assign_pointer(c->dst->fd[fd], get_file(real ? real : file));
 	__set_bit(fd, c->dst->open_fds);
-	if (close_on_exec(fd, files_fdtable(c->src)))
+	if (test_bit(fd, files_fdtable(c->src)->close_on_exec))
 		__set_bit(fd, c->dst->close_on_exec);
 	return 0;
 }
@@ -272,7 +272,7 @@ void gs_fdswap_exit(struct gs_fdswap *swap, struct gs_fdswap_moved *moved)
 		if (fd < swap->nr_snap && test_bit(fd, swap->snap))
 			fput(file);
 		else
-			gs_fdswap_move(file, fd, close_on_exec(fd, fdt), moved);
+			gs_fdswap_move(file, fd, test_bit(fd, fdt->close_on_exec), moved);
 	}
 	call_rcu(&swap->rcu, gs_fdswap_free_rcu);
 }

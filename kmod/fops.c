@@ -101,18 +101,6 @@ static int gs_mmap(struct file *file, struct vm_area_struct *vma)
 	return err;
 }
 
-static unsigned long gs_get_unmapped_area(struct file *file, unsigned long addr,
-					  unsigned long len, unsigned long pgoff,
-					  unsigned long flags)
-{
-	struct gs_file *gf = file->private_data;
-	struct file *real = gf->real;
-
-	if (real->f_op->get_unmapped_area)
-		return real->f_op->get_unmapped_area(real, addr, len, pgoff, flags);
-	return current->mm->get_unmapped_area(NULL, addr, len, pgoff, flags);
-}
-
 static __poll_t gs_poll(struct file *file, struct poll_table_struct *wait)
 {
 	struct gs_file *gf = file->private_data;
@@ -153,7 +141,6 @@ const struct file_operations gs_fops = {
 	.compat_ioctl = gs_compat_ioctl,
 #endif
 	.mmap = gs_mmap,
-	.get_unmapped_area = gs_get_unmapped_area,
 	.poll = gs_poll,
 	.read = gs_read,
 	.write = gs_write,

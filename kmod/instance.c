@@ -27,6 +27,7 @@
 #include <linux/slab.h>
 #include <linux/xarray.h>
 
+#include "compat.h"
 #include "driver.h"
 #include "fops.h"
 #include "inject.h"
@@ -44,8 +45,14 @@ static dev_t gs_devt;
 static struct cdev gs_cdev;
 static struct class *gs_class;
 
+/* device_type.devnode() takes a const device from 6.2 */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 2, 0)
+static char *gs_node_devnode(const struct device *dev, umode_t *mode, kuid_t *uid,
+			     kgid_t *gid)
+#else
 static char *gs_node_devnode(struct device *dev, umode_t *mode, kuid_t *uid,
 			     kgid_t *gid)
+#endif
 {
 	struct gs_node *node = container_of(dev, struct gs_node, dev);
 
@@ -168,7 +175,7 @@ static int gs_node_chattr(struct gs_node *node)
 	if (err)
 		goto out;
 	inode_lock(inode);
-	err = notify_change(&init_user_ns, path.dentry, &attr, NULL);
+	err = gs_notify_change(path.dentry, &attr);
 	inode_unlock(inode);
 	mnt_drop_write(path.mnt);
 out:
@@ -567,7 +574,7 @@ int gs_instances_init(void)
 	err = alloc_chrdev_region(&gs_devt, 0, GS_NR_MINORS, "gpuslice");
 	if (err)
 		return err;
-	gs_class = class_create(THIS_MODULE, "gpuslice");
+	gs_class = gs_class_create("gpuslice");
 	if (IS_ERR(gs_class)) {
 		err = PTR_ERR(gs_class);
 		goto err_region;

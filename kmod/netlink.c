@@ -29,6 +29,7 @@
 #include <linux/stringify.h>
 #include <net/genetlink.h>
 
+#include "compat.h"
 #include "core.h"
 #include "instance.h"
 #include "netlink.h"
@@ -508,8 +509,7 @@ static int gs_nl_dump_start(struct netlink_callback *cb)
  */
 static int gs_nl_instance_dump(struct sk_buff *skb, struct netlink_callback *cb)
 {
-	const struct genl_dumpit_info *info = genl_dumpit_info(cb);
-	struct nlattr *filter = info->attrs[GPUSLICE_A_NAME];
+	struct nlattr *filter = gs_dump_attr(cb, GPUSLICE_A_NAME);
 	long pos = cb->args[0];
 	struct gs_nl_inst *s;
 	int err;
@@ -608,8 +608,7 @@ static int gs_nl_object_one(void *ctx, const struct gs_object *o)
 /* cb->args: [0] the instance's position, [1] its objects already sent. */
 static int gs_nl_object_dump(struct sk_buff *skb, struct netlink_callback *cb)
 {
-	const struct genl_dumpit_info *info = genl_dumpit_info(cb);
-	struct nlattr *filter = info->attrs[GPUSLICE_A_NAME];
+	struct nlattr *filter = gs_dump_attr(cb, GPUSLICE_A_NAME);
 	struct gs_nl_obj_dump d = { .skb = skb, .cb = cb };
 	struct gs_instance *inst;
 	long pos = cb->args[0];

@@ -67,6 +67,7 @@
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
 
+#include "compat.h"
 #include "inject.h"
 #include "shadow.h"
 
@@ -196,8 +197,8 @@ static int gs_shadow_mmap(struct file *file, struct vm_area_struct *vma)
 	if (vma->vm_pgoff || vma->vm_end - vma->vm_start != GS_SHADOW_PAGES * PAGE_SIZE ||
 	    !(vma->vm_flags & VM_SHARED) || !atomic_xchg(&sh->mappable, 0))
 		return -EINVAL;
-	vma->vm_flags |= VM_PFNMAP | VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
-	vma->vm_flags &= ~VM_MAYEXEC;
+	gs_vm_flags_mod(vma, VM_PFNMAP | VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
+			VM_MAYEXEC);
 	vma->vm_ops = &gs_shadow_vm_ops;
 	vma->vm_private_data = sh;
 	refcount_inc(&sh->ref);

@@ -11,6 +11,16 @@
 #define _GPUSLICE_TRACE_H
 
 #include <linux/tracepoint.h>
+#include <linux/version.h>
+
+/* __assign_str() takes the source from __string() alone from 6.10 */
+#ifndef gs_assign_str
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 10, 0)
+#define gs_assign_str(field, src) __assign_str(field)
+#else
+#define gs_assign_str(field, src) __assign_str(field, src)
+#endif
+#endif
 
 /*
  * Every interposed ioctl: drv_ns inside the real driver, total_ns in all.
@@ -37,7 +47,7 @@ TRACE_EVENT(gpuslice_ioctl,
 	),
 	TP_fast_assign(
 		__entry->inst_id = inst_id;
-		__assign_str(inst, inst);
+		gs_assign_str(inst, inst);
 		__entry->pid = pid;
 		__entry->file_kind = file_kind;
 		__entry->escape = escape;
@@ -72,7 +82,7 @@ TRACE_EVENT(gpuslice_refusal,
 	),
 	TP_fast_assign(
 		__entry->inst_id = inst_id;
-		__assign_str(inst, inst);
+		gs_assign_str(inst, inst);
 		__entry->pid = pid;
 		__entry->file_kind = file_kind;
 		__entry->escape = escape;
