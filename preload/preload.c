@@ -27,6 +27,11 @@
  *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
  *   GPUSLICE_STATS      file that gets one JSON line of counters at exit
  *   GPUSLICE_SAMPLE_MS  how often channels' USERD is looked at (default 5; 0: never)
+ *   GPUSLICE_TIMESLICE_US  the hardware timeslice of each TSG the process makes
+ *                       (NVA06C_CTRL_CMD_SET_TIMESLICE, from the process that owns
+ *                       it, as RM requires: FINDINGS.md), as the module applies an
+ *                       instance's TIMESLICE_US; unset or 0: RM's default. CUDA's
+ *                       own request is answered by the core and never passed.
  *   GPUSLICE_EXPORTS    where an instance's processes list what they exported or
  *                       shared, for each other's imports (siblings.c; default
  *                       /dev/shm/gpuslice-exports)
@@ -213,6 +218,11 @@ static void gs_init_once(void)
 		else
 			gs_pl.sample_ns = ms * 1000000ull;
 	}
+	s = getenv("GPUSLICE_TIMESLICE_US");
+	if (s && *s && (gs_parse_size(s, &gs_pl.timeslice_us) || gs_pl.timeslice_us > 1000000000ull)) {
+		fprintf(stderr, "gpuslice: bad GPUSLICE_TIMESLICE_US '%s', RM's default\n", s);
+		gs_pl.timeslice_us = 0;
+	}
 	gs_pl.limit = ~0ull;
 	s = getenv("GPUSLICE_MEM_LIMIT");
 	if (s && *s && gs_parse_limits(s, &gs_pl.limit, gs_pl.gpu_limit))
@@ -319,6 +329,26 @@ static void gs_fd_dup(int oldfd, int newfd)
 
 /* ---- ioctl ---- */
 
+/*
+ * The operator's timeslice on a TSG this process just made: issued on the
+ * same file, past the core (which answers the application's own requests).
+ */
+static void gs_apply_timeslice(int fd, const struct nvos64_params *a)
+{
+	struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = gs_pl.timeslice_us };
+	struct nvos54_params p = {
+		.h_client = a->h_root, .h_object = a->h_object_new,
+		.cmd = NVA06C_CTRL_CMD_SET_TIMESLICE,
+		.params = (nv_u64)(uintptr_t)&tp, .params_size = sizeof(tp),
+	};
+	int ret;
+
+	ret = real_ioctl(fd, _IOWR(NV_IOCTL_MAGIC, NV_ESC_RM_CONTROL, struct nvos54_params), &p);
+	if ((ret || p.status) && gs_pl.debug)
+		fprintf(stderr, "gpuslice: SET_TIMESLICE %llu us on 0x%x/0x%x: ret %d status 0x%x\n",
+			(unsigned long long)gs_pl.timeslice_us, a->h_root, a->h_object_new, ret, p.status);
+}
+
 static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 {
 	nv_u64 stackbuf[512];	/* 4 KiB, 8-aligned; larger blocks go to the heap */
@@ -391,6 +421,11 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	err = errno;
 	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
 	gs_userd_ioctl(&c, buf, ret);
+	if (ret == 0 && gs_pl.timeslice_us && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
+	    size >= sizeof(struct nvos64_params) &&
+	    ((const struct nvos64_params *)buf)->h_class == KEPLER_CHANNEL_GROUP_A &&
+	    ((const struct nvos64_params *)buf)->status == NV_OK)
+		gs_apply_timeslice(fd, buf);
 	/* an export RM made: its file may be handed to another process */
 	if (ret == 0 && c.fd_file_id && ((const struct nvos54_params *)buf)->status == NV_OK &&
 	    (cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ||

@@ -235,13 +235,14 @@ def channels(lines):
     return [e for e in lines if e["event"] == 3]
 
 
-def start_serving(built, tmp_path, sock, mode="serve"):
+def start_serving(built, tmp_path, sock, mode="serve", extra_env=None):
     env = dict(os.environ)
     env.update({
         "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
         "GPUSLICE_INSTANCE": "box1",
         "GPUSLICE_SOCKET": str(sock),
     })
+    env.update(extra_env or {})
     p = subprocess.Popen([str(built / "client"), str(built / "dev"), mode], env=env, text=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout.readline().split() == ["ready", "1"]
@@ -416,3 +417,17 @@ def test_an_export_reaches_the_instances_other_processes_only(built, tmp_path):
     assert "2a 3d0c" not in rmlog and "34 0" not in rmlog and stats["refused_filter"] == 3
     # nothing left behind by processes that exited
     assert not any((tmp_path / "exports").glob("*/*"))
+
+
+@pytest.mark.parametrize("us", [0, 1500])
+def test_preload_applies_the_operators_timeslice(built, tmp_path, us):
+    """GPUSLICE_TIMESLICE_US reaches RM once for each TSG the process makes, from that
+    process; the application's own request (CUDA's 2048 us) never does."""
+    log = tmp_path / "rmlog"
+    env = {"MOCKRM_LOG": str(log)} | ({"GPUSLICE_TIMESLICE_US": str(us)} if us else {})
+    p = start_serving(built, tmp_path, tmp_path / "nosock", extra_env=env)
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0, p.stderr.read()
+    lines = log.read_text().split("\n")
+    assert [x for x in lines if x.startswith("7473 ")] == ([f"7473 {us:x}"] if us else [])
+    assert lines.index("2b a06c") < (lines.index(f"7473 {us:x}") if us else len(lines))

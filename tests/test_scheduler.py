@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Iterable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuslice import abi
 from gpuslice import state as S
@@ -361,6 +363,18 @@ def test_timeslice() -> None:
     assert timeslice_us("burst", 4, [1, 4]) == 4000
     assert timeslice_us("weight", 100, [1, 100]) == 16000
     assert timeslice_us("equal", 4, [1, 4]) == 0
+
+
+@given(st.sampled_from(["fixed", "equal", "weight", "burst"]), st.lists(st.integers(1, 1000), min_size=1, max_size=8))
+def test_offline_tsgs_get_the_shortest_timeslice(policy: str, weights: list[int]) -> None:
+    """Beside offline instances every online TSG's slice is longer than every offline one's
+    (the runlist leaves offline work first while a preemption is on its way); without
+    them the slices are as before."""
+    online = [timeslice_us(policy, w, weights, "online", True) for w in weights]
+    offline = [timeslice_us(policy, w, weights, "offline", True) for w in weights]
+    assert min(online) > max(offline) > 0
+    assert [timeslice_us(policy, w, weights, "online", False) for w in weights] == \
+        [timeslice_us(policy, w, weights) for w in weights]
 
 
 # --- RmGate against a fake RM client -------------------------------------------------

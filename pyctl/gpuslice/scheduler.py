@@ -210,10 +210,26 @@ class GpuTimeline:
         return self.period_start + self.plan.period_ns
 
 
-def timeslice_us(policy: str, weight: int, weights: list[int]) -> int:
+# With offline instances on a GPU (issue 14): until the daemon's disable of the offline
+# channels lands (1-3 ms on the H100), the GPU's runlist shares it by timeslice; a short
+# one for offline TSGs (RM's shortest that FINDINGS.md measured working) and a long one
+# for online TSGs let the online work run sooner and longer (docs/h100-priority.md, run 4).
+OFFLINE_TIMESLICE_US = 1000
+ONLINE_TIMESLICE_US = 8000
+
+
+def timeslice_us(policy: str, weight: int, weights: list[int], priority: str = "online",
+                 offline_beside: bool = False) -> int:
     """Hardware timeslice the module should give an instance's TSGs: proportional to
     weight under weight/burst (1 ms for the lightest, at most 16 ms), else 0 (driver
-    default). It only matters while several instances run at once (ungated idle ones)."""
+    default). It only matters while several instances run at once (ungated idle ones, or
+    an offline one until its preemption lands). On a GPU with offline instances
+    (offline_beside), an offline instance gets OFFLINE_TIMESLICE_US and an online one at
+    least ONLINE_TIMESLICE_US."""
+    if offline_beside:
+        if priority == "offline":
+            return OFFLINE_TIMESLICE_US
+        return max(ONLINE_TIMESLICE_US, timeslice_us(policy, weight, weights))
     if policy not in ("weight", "burst") or not weights:
         return 0
     return int(min(16000, 1000 * weight / min(weights)))
@@ -285,8 +301,10 @@ class Scheduler:
             pol = self.state.policy_of(gpu).policy
             insts = self.state.instances_on(gpu)
             weights = [i.weight for i in insts]
+            offline = any(i.priority == "offline" for i in insts)
             for inst in insts:  # one value per instance: the largest over its GPUs
-                slices[inst.name] = max(slices.get(inst.name, 0), timeslice_us(pol, inst.weight, weights))
+                slices[inst.name] = max(slices.get(inst.name, 0),
+                                        timeslice_us(pol, inst.weight, weights, inst.priority, offline))
         for inst in sorted(self.state.instances.values(), key=lambda i: i.name):
             attrs = {"weight": inst.weight, "share": share_to_ppt(inst.share) if inst.share else None,
                      "timeslice_us": slices.get(inst.name, 0)}

@@ -109,6 +109,11 @@ static int rm(nv_u32 nr, void *arg)
 					fp->fb_info_list[i].index == NV2080_CTRL_FB_INFO_INDEX_HEAP_FREE ?
 					70u << 20 : 80u << 20;
 		}
+		if (p->cmd == NVA06C_CTRL_CMD_SET_TIMESLICE && p->params) {
+			const struct nva06c_ctrl_timeslice_params *tp = (void *)(uintptr_t)p->params;
+
+			log_call(0x7473, (nv_u32)tp->timeslice_us);	/* "7473 <us>": the value RM got */
+		}
 		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD) {
 			struct nv0000_import_objects_from_fd_params *ip = (void *)(uintptr_t)p->params;
 			nv_u32 i;

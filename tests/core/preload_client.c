@@ -172,6 +172,12 @@ static int serve(int quiet)
 	rm_alloc(client, client, DEV, NV01_DEVICE_0, &dp, &ret);
 	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
 	rm_alloc(client, DEV, 0x5c000030, KEPLER_CHANNEL_GROUP_A, &tp, &ret);
+	{
+		/* what CUDA asks for at every context (the traces) */
+		struct nva06c_ctrl_timeslice_params ts = { .timeslice_us = 2048 };
+
+		control(client, 0x5c000030, NVA06C_CTRL_CMD_SET_TIMESLICE, &ts, sizeof(ts));
+	}
 	rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
 	rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
 	schedule(0x5c000030);

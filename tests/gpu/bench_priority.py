@@ -23,6 +23,10 @@ included), the trainer's throughput as a fraction of its rate alone and of the c
 the service leaves idle (1 - LOAD), and under priority the daemon's preemptions and their
 latency (first CHANNEL_WORK of the service reaching the daemon -> last offline channel
 disabled). Raw latencies: priority.json.
+
+Environment: SERVICE_MS fixes the service time the loads are reckoned from (runs then
+compare at the same request rates); SVC_TIMESLICE_US / BATCH_TIMESLICE_US give each
+process's TSGs that hardware timeslice (GPUSLICE_TIMESLICE_US); SVC_SAMPLE_MS (default 1).
 """
 
 from __future__ import annotations
@@ -67,13 +71,20 @@ def main() -> int:
     log(f"# bench_priority {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     d = sc.Daemon(work, log, probe="auto")
     # the service's library looks at its channels every 1 ms (default 5): how soon a request is seen
+    # hardware timeslices (GPUSLICE_TIMESLICE_US, set by each process on its own TSGs): a
+    # short one on the trainer lets the runlist switch to the service sooner while the
+    # daemon's disable is on its way; unset: RM's default
+    ts = {k: os.environ.get(f"{k.upper()}_TIMESLICE_US", "") for k in ("svc", "batch")}
+    log(f"timeslices (us, '' = RM's default): {ts}")
     svc = sc.Workload("svc", 0, work, d.sock, log, cmd=[sys.executable, str(HERE / "wl_service.py")],
-                      extra_env={"GPUSLICE_SAMPLE_MS": os.environ.get("SVC_SAMPLE_MS", "1")})
-    trainer = sc.Workload("batch", 4096, work, d.sock, log)
+                      extra_env={"GPUSLICE_SAMPLE_MS": os.environ.get("SVC_SAMPLE_MS", "1"),
+                                 "SERVICE_MS": os.environ.get("SERVICE_MS", ""),
+                                 "GPUSLICE_TIMESLICE_US": ts["svc"]})
+    trainer = sc.Workload("batch", 4096, work, d.sock, log, extra_env={"GPUSLICE_TIMESLICE_US": ts["batch"]})
     line = svc.proc.stdout.readline()
     info = json.loads(line)
     trainer.wait_ready()
-    log(f"service: {info['service_ms']:.2f} ms per request alone")
+    log(f"service: {info['service_ms']:.2f} ms per request (measured alone: {info['measured_ms']:.2f})")
     trainer.set("run")
     t0 = time.monotonic()
     time.sleep(3)
