@@ -45,10 +45,10 @@ static inline void gs_vm_flags_mod(struct vm_area_struct *vma, vm_flags_t set,
 #endif
 }
 
-/* a dump's parsed attributes moved into genl_dumpit_info.info in 6.2 (split ops) */
+/* a dump's parsed attributes moved into genl_dumpit_info.info in 6.6 */
 static inline struct nlattr *gs_dump_attr(struct netlink_callback *cb, int type)
 {
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 2, 0)
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 6, 0)
 	return genl_dumpit_info(cb)->info.attrs[type];
 #else
 	return genl_dumpit_info(cb)->attrs[type];

@@ -310,6 +310,9 @@ static void gs_fd_gone(int fd)
 		if (gs_is_nv(w) && (w >> 16) == fid)
 			return;
 	}
+	/* an exported file lives on where it was sent: the core keeps it until released */
+	if (gs_sibling_closing(gs_pl.inst, fid))
+		return;
 	gs_file_closed(gs_pl.inst, fid);
 }
 
@@ -373,6 +376,7 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 		goto out;
 	}
 	gs_report_poll();	/* a controller that came up late gets the live objects first */
+	gs_sibling_reap(gs_pl.inst);	/* exported files released since */
 	memset(&c, 0, sizeof(c));
 	c.kind = (st & 0xff) == GS_TAG_CTL ? GS_FILE_CTL : GS_FILE_GPU;
 	c.gpu_minor = (st >> 8) & 0xff;
@@ -430,7 +434,7 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	if (ret == 0 && c.fd_file_id && ((const struct nvos54_params *)buf)->status == NV_OK &&
 	    (cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ||
 	     cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD))
-		gs_sibling_exported(pfd);
+		gs_sibling_exported(pfd, c.fd_file_id);
 	/* a share policy set: another process may duplicate from this client */
 	if (ret == 0 && NV_IOC_NR(req) == NV_ESC_RM_SHARE && size >= sizeof(struct nvos57_params) &&
 	    ((const struct nvos57_params *)buf)->status == NV_OK)

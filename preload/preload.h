@@ -47,7 +47,9 @@ int gs_userd_channels(void);
 void gs_userd_atfork_child(void);
 
 /* siblings.c: exports between processes of one instance */
-void gs_sibling_exported(int fd);
+void gs_sibling_exported(int fd, nv_u64 file_id);
+int gs_sibling_closing(struct gs_inst *in, nv_u64 file_id);
+void gs_sibling_reap(struct gs_inst *in);
 int gs_sibling_file(int fd);
 void gs_sibling_shared(nv_handle client);
 int gs_sibling_client(nv_handle client);

@@ -395,7 +395,16 @@ def share(built, tmp_path, exporter: str, importer: str) -> tuple[dict, dict, li
                              env=env(importer, f"imp-{importer}"), capture_output=True, text=True, timeout=60)
         assert imp.returncode == 0, imp.stderr
     finally:
-        assert exp.wait(timeout=60) == 0, exp.stderr.read()
+        try:
+            rest, err = exp.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            exp.kill()
+            rest, err = exp.communicate()
+        assert exp.returncode == 0, err
+    # sent, closed and its handle freed: the export holds the memory, and its charge;
+    # once the importer is gone the file is released, and the charge with it
+    assert f"exp_free_kib_sent {(GiB - 64 * (1 << 20)) >> 10}" in rest.splitlines(), rest
+    assert f"exp_free_kib_released {GiB >> 10}" in rest.splitlines(), rest
     out = dict((w[0], int(w[1])) for w in (x.split() for x in imp.stdout.splitlines()) if len(w) == 2)
     stats = json.loads((tmp_path / f"stats-imp-{importer}").read_text().splitlines()[-1])
     return out, stats, (tmp_path / f"rmlog-imp-{importer}").read_text().split("\n")

@@ -356,6 +356,7 @@ static int share_export(const char *dir, const char *sock)
 
 	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
 	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
 	printf("alloc %u\n", mem_alloc(64 * MiB, &h));
 	snprintf(path, sizeof(path), "%s/fifo/nvidiactl", dir);
 	efd = open(path, O_RDWR);
@@ -377,6 +378,14 @@ static int share_export(const char *dir, const char *sock)
 		return 4;
 	close(efd);	/* as NCCL does once the fd is sent */
 	{
+		nv_u32 total, free_kib;
+
+		rm_free(h);	/* cuMemRelease: the export still holds the memory in RM */
+		fb_info(&total, &free_kib);
+		printf("exp_free_kib_sent %u\n", free_kib);
+		fflush(stdout);
+	}
+	{
 		/* legacy CUDA IPC: a share policy, then the client and handle sent */
 		struct nvos57_params sp = { .h_client = client, .h_object = h, .share_type = 1 };
 		nv_handle ids[2] = { client, h };
@@ -388,6 +397,15 @@ static int share_export(const char *dir, const char *sock)
 	}
 	while (read(c, &byte, 1) > 0)
 		;
+	{
+		nv_u32 total, free_kib;
+
+		/* the peer is gone, and with it the export file: RM freed what it held */
+		msleep(1100);
+		fb_info(&total, &free_kib);	/* an ioctl: the library looks (at most once a second) */
+		fb_info(&total, &free_kib);
+		printf("exp_free_kib_released %u\n", free_kib);
+	}
 	return 0;
 }
 
