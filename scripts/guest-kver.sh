@@ -18,9 +18,8 @@ if [[ -n "$dflt" ]] && usable "$dflt"; then
 fi
 best=""
 for f in /boot/vmlinuz-*; do
-    [[ -e "$f" ]] || continue
     v="${f#/boot/vmlinuz-}"
-    [[ -d "/lib/modules/$v" ]] || continue
+    usable "$v" || continue
     best="$(printf '%s\n%s\n' "$best" "$v" | sed '/^$/d' | sort -V | tail -n1)"
 done
 [[ -n "$best" ]] || { echo "guest-kver: no /boot/vmlinuz-* with modules" >&2; exit 1; }

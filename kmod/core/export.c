@@ -406,10 +406,8 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 		 * reply's object types); each handle named is checked as a held
 		 * slot's is, and what the import made is registered uncharged.
 		 */
-		if (!any && e->handle) {
+		if (!any && e->handle)
 			e->sibling = 1;
-			e->held = NULL;
-		}
 		/*
 		 * RM skips an empty slot, but if a later one fails it frees the
 		 * handle named for it all the same (os.c): name none there.

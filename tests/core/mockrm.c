@@ -6,8 +6,9 @@
  * files whose name ends in "nvidiactl" or "nvidia<N>" look like major-195
  * character devices, and their 'F' ioctls are answered like RM would:
  * client handles handed out, every status NV_OK, FB_GET_INFO_V2 from an
- * 80 GiB GPU with 70 GiB free, each named slot of an import vidmem. MOCKRM_LOG=path records every call the driver
- * really saw ("nr class-or-cmd"), so tests can tell refused calls never got here.
+ * 80 GiB GPU with 70 GiB free, each named slot of an import vidmem.
+ * MOCKRM_LOG=path records every call the driver really saw ("nr class-or-cmd"),
+ * so tests can tell refused calls never got here.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
