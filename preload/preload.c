@@ -27,11 +27,17 @@
  *   GPUSLICE_DEBUG      1: refusals and object events on stderr, stats at exit
  *   GPUSLICE_STATS      file that gets one JSON line of counters at exit
  *   GPUSLICE_SAMPLE_MS  how often channels' USERD is looked at (default 5; 0: never)
+ *   GPUSLICE_SAMPLE_US  the same in microseconds (50-1000000), before _MS: an online
+ *                       service is seen sooner (one 8-byte load per channel each time)
  *   GPUSLICE_TIMESLICE_US  the hardware timeslice of each TSG the process makes
  *                       (NVA06C_CTRL_CMD_SET_TIMESLICE, from the process that owns
  *                       it, as RM requires: FINDINGS.md), as the module applies an
  *                       instance's TIMESLICE_US; unset or 0: RM's default. CUDA's
  *                       own request is answered by the core and never passed.
+ *   GPUSLICE_INTERLEAVE low, medium or high: the runlist interleave level of each
+ *                       TSG the process makes (NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+ *                       ctrla06c.h: a HIGH TSG appears in the runlist between every
+ *                       LOW one); unset: RM's default (MEDIUM)
  *   GPUSLICE_EXPORTS    where an instance's processes list what they exported or
  *                       shared, for each other's imports (siblings.c; default
  *                       /dev/shm/gpuslice-exports)
@@ -218,6 +224,27 @@ static void gs_init_once(void)
 		else
 			gs_pl.sample_ns = ms * 1000000ull;
 	}
+	s = getenv("GPUSLICE_SAMPLE_US");
+	if (s && *s) {
+		nv_u64 us;
+
+		if (gs_parse_size(s, &us) || us < 50 || us > 1000000)
+			fprintf(stderr, "gpuslice: bad GPUSLICE_SAMPLE_US '%s' (50-1000000), ignored\n", s);
+		else
+			gs_pl.sample_ns = us * 1000ull;
+	}
+	gs_pl.interleave = -1;
+	s = getenv("GPUSLICE_INTERLEAVE");
+	if (s && *s) {
+		if (!strcmp(s, "low"))
+			gs_pl.interleave = NVA06C_CTRL_INTERLEAVE_LEVEL_LOW;
+		else if (!strcmp(s, "medium"))
+			gs_pl.interleave = NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM;
+		else if (!strcmp(s, "high"))
+			gs_pl.interleave = NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH;
+		else
+			fprintf(stderr, "gpuslice: bad GPUSLICE_INTERLEAVE '%s' (low, medium, high), RM's default\n", s);
+	}
 	s = getenv("GPUSLICE_TIMESLICE_US");
 	if (s && *s && (gs_parse_size(s, &gs_pl.timeslice_us) || gs_pl.timeslice_us > 1000000000ull)) {
 		fprintf(stderr, "gpuslice: bad GPUSLICE_TIMESLICE_US '%s', RM's default\n", s);
@@ -332,24 +359,39 @@ static void gs_fd_dup(int oldfd, int newfd)
 
 /* ---- ioctl ---- */
 
-/*
- * The operator's timeslice on a TSG this process just made: issued on the
- * same file, past the core (which answers the application's own requests).
- */
-static void gs_apply_timeslice(int fd, const struct nvos64_params *a)
+/* one control on a TSG this process just made, past the core */
+static void gs_tsg_control(int fd, const struct nvos64_params *a, nv_u32 cmd, void *params, nv_u32 size)
 {
-	struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = gs_pl.timeslice_us };
 	struct nvos54_params p = {
-		.h_client = a->h_root, .h_object = a->h_object_new,
-		.cmd = NVA06C_CTRL_CMD_SET_TIMESLICE,
-		.params = (nv_u64)(uintptr_t)&tp, .params_size = sizeof(tp),
+		.h_client = a->h_root, .h_object = a->h_object_new, .cmd = cmd,
+		.params = (nv_u64)(uintptr_t)params, .params_size = size,
 	};
 	int ret;
 
 	ret = real_ioctl(fd, _IOWR(NV_IOCTL_MAGIC, NV_ESC_RM_CONTROL, struct nvos54_params), &p);
 	if ((ret || p.status) && gs_pl.debug)
-		fprintf(stderr, "gpuslice: SET_TIMESLICE %llu us on 0x%x/0x%x: ret %d status 0x%x\n",
-			(unsigned long long)gs_pl.timeslice_us, a->h_root, a->h_object_new, ret, p.status);
+		fprintf(stderr, "gpuslice: control 0x%x on 0x%x/0x%x: ret %d status 0x%x\n",
+			cmd, a->h_root, a->h_object_new, ret, p.status);
+}
+
+/*
+ * The operator's timeslice and interleave level on a TSG this process just
+ * made: issued on the same file, past the core (which answers the
+ * application's own timeslice requests). RM takes them only from the process
+ * that owns the TSG (FINDINGS.md).
+ */
+static void gs_apply_tsg(int fd, const struct nvos64_params *a)
+{
+	if (gs_pl.timeslice_us) {
+		struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = gs_pl.timeslice_us };
+
+		gs_tsg_control(fd, a, NVA06C_CTRL_CMD_SET_TIMESLICE, &tp, sizeof(tp));
+	}
+	if (gs_pl.interleave >= 0) {
+		struct nva06c_ctrl_interleave_level_params ip = { .tsg_interleave_level = gs_pl.interleave };
+
+		gs_tsg_control(fd, a, NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, &ip, sizeof(ip));
+	}
 }
 
 static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
@@ -425,11 +467,11 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	err = errno;
 	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
 	gs_userd_ioctl(&c, buf, ret);
-	if (ret == 0 && gs_pl.timeslice_us && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
+	if (ret == 0 && (gs_pl.timeslice_us || gs_pl.interleave >= 0) && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
 	    size >= sizeof(struct nvos64_params) &&
 	    ((const struct nvos64_params *)buf)->h_class == KEPLER_CHANNEL_GROUP_A &&
 	    ((const struct nvos64_params *)buf)->status == NV_OK)
-		gs_apply_timeslice(fd, buf);
+		gs_apply_tsg(fd, buf);
 	/* an export RM made: its file may be handed to another process */
 	if (ret == 0 && c.fd_file_id && ((const struct nvos54_params *)buf)->status == NV_OK &&
 	    (cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ||

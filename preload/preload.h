@@ -24,8 +24,9 @@ struct gs_preload {
 	pid_t owner;		/* the process the state belongs to (not a vfork child) */
 	nv_u64 next_try_ns;	/* no connect or liveness check before this (__atomic outside sock_lock) */
 	int reporter;		/* the reporter thread was started (__atomic) */
-	nv_u64 sample_ns;	/* GPUSLICE_SAMPLE_MS; 0: USERD is never read */
+	nv_u64 sample_ns;	/* GPUSLICE_SAMPLE_MS / _US; 0: USERD is never read */
 	nv_u64 timeslice_us;	/* GPUSLICE_TIMESLICE_US; 0: RM's default */
+	int interleave;		/* GPUSLICE_INTERLEAVE: NVA06C_CTRL_INTERLEAVE_LEVEL_*; -1: RM's default */
 };
 
 extern struct gs_preload gs_pl;

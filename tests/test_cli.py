@@ -163,6 +163,18 @@ def test_daemon_without_device_fails_cleanly(run, tmp_path) -> None:
     one_line_error(res, "nvidiactl")
 
 
+def test_daemon_durations_take_zero_only_where_it_means_off(run, tmp_path) -> None:
+    """--preempt-after 0 and --guard-interval 0 are accepted (off): the daemon goes on to
+    fail on the missing device; 0 for a period that must run, or a bad unit, is a usage error."""
+    base = ["daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
+            "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s")]
+    one_line_error(run(*base, "--preempt-after", "0", "--guard-interval", "0"), "nvidiactl")
+    one_line_error(run(*base, "--preempt-after", "10ms"), "nvidiactl")
+    for bad in (["--preempt-after", "10parsecs"], ["--preempt-poll", "0"]):
+        res = run(*base, *bad)
+        assert res.exit_code == 2 and bad[0] in res.stderr, res.stderr
+
+
 def test_bare_group_prints_help(run) -> None:
     res = run("instance")
     assert res.exit_code == 2 and "create" in res.stdout and res.stderr == ""

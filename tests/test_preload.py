@@ -428,15 +428,21 @@ def test_an_export_reaches_the_instances_other_processes_only(built, tmp_path):
     assert not any((tmp_path / "exports").glob("*/*"))
 
 
-@pytest.mark.parametrize("us", [0, 1500])
-def test_preload_applies_the_operators_timeslice(built, tmp_path, us):
-    """GPUSLICE_TIMESLICE_US reaches RM once for each TSG the process makes, from that
-    process; the application's own request (CUDA's 2048 us) never does."""
+@pytest.mark.parametrize("us,level", [(0, ""), (1500, ""), (0, "high"), (250, "low"), (0, "bogus")])
+def test_preload_applies_the_operators_timeslice(built, tmp_path, us, level):
+    """GPUSLICE_TIMESLICE_US and GPUSLICE_INTERLEAVE reach RM once for each TSG the
+    process makes, from that process, after the TSG exists; the application's own request
+    (CUDA's 2048 us) never does, and a level the library does not know is not passed."""
     log = tmp_path / "rmlog"
-    env = {"MOCKRM_LOG": str(log)} | ({"GPUSLICE_TIMESLICE_US": str(us)} if us else {})
+    env = ({"MOCKRM_LOG": str(log)} | ({"GPUSLICE_TIMESLICE_US": str(us)} if us else {})
+           | ({"GPUSLICE_INTERLEAVE": level} if level else {}))
     p = start_serving(built, tmp_path, tmp_path / "nosock", extra_env=env)
     p.stdin.close()
     assert p.wait(timeout=60) == 0, p.stderr.read()
     lines = log.read_text().split("\n")
     assert [x for x in lines if x.startswith("7473 ")] == ([f"7473 {us:x}"] if us else [])
-    assert lines.index("2b a06c") < (lines.index(f"7473 {us:x}") if us else len(lines))
+    code = {"low": 0, "medium": 1, "high": 2}.get(level)
+    assert [x for x in lines if x.startswith("696c ")] == ([f"696c {code:x}"] if code is not None else [])
+    for ctl in (f"7473 {us:x}" if us else None, f"696c {code:x}" if code is not None else None):
+        if ctl:
+            assert lines.index("2b a06c") < lines.index(ctl)

@@ -777,3 +777,38 @@ def test_a_multi_gpu_instance_has_its_gpus_in_the_same_slot() -> None:
             cur_t = min(t, t1)
         cur = dis
     assert both == pytest.approx(on1, rel=0.02)
+
+
+def test_short_online_work_is_left_to_the_hardware_and_long_work_preempts() -> None:
+    """--preempt-after: online work shorter than it (a submission counts for the online
+    hold) never disables the offline channels (the hardware's timeslices take the GPU);
+    online work that goes on for longer does, at the moment it has lasted that long, and
+    the offline instance gets the GPU back when it ends."""
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
+    sched, gate, clock, table, _ = make("burst", insts, active={"batch"}, period=100 * MS)
+    probe = HoldProbe({"batch"})
+    sched.probe = probe
+    sched.preempt_after_ns = 10 * MS
+    run_periods(sched, clock, 3, period=100 * MS)
+    tl = sched.timelines[0]
+    for _ in range(3):  # short requests: 6 ms of work each, 30 ms apart
+        t_work = clock.t + 20 * MS + 333_333
+        sched.run(lambda: False, until_ns=t_work)
+        probe.set = {"svc", "batch"}
+        sched.run(lambda: False, until_ns=t_work + 6 * MS)
+        probe.set = {"batch"}
+        sched.run(lambda: False, until_ns=t_work + 30 * MS)
+    assert tl.preemptions == 0 and not (table["batch"] & gate.disabled)
+    assert not [dis for t, dis in gate.log if table["batch"] & dis]
+    t_work = clock.t + 7 * MS + 333_333  # long work: preempted once it has lasted 10 ms
+    sched.run(lambda: False, until_ns=t_work)
+    probe.set = {"svc", "batch"}
+    sched.run(lambda: False, until_ns=t_work + 40 * MS)
+    off = [t for t, dis in gate.log if t >= t_work and table["batch"] <= dis]
+    assert off and 10 * MS <= off[0] - t_work <= 10 * MS + sched.preempt_poll_ns, (off[:1], t_work)
+    assert tl.preemptions == 1 and sched.snapshot()["gpus"]["0"]["preempt_latency_ns"]["max"] <= sched.preempt_poll_ns
+    t_quiet = clock.t
+    probe.set = {"batch"}
+    sched.run(lambda: False, until_ns=t_quiet + 5 * MS)
+    on = [t for t, dis in gate.log if t >= t_quiet and not (table["batch"] & dis)]
+    assert on and on[0] - t_quiet <= sched.preempt_poll_ns

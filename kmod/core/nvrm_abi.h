@@ -446,6 +446,12 @@ struct nv2080_ctrl_fifo_disable_channels_params {	/* 536 bytes */
 #define NVA06C_CTRL_CMD_GPFIFO_SCHEDULE		0xa06c0101
 #define NVA06C_CTRL_CMD_SET_TIMESLICE		0xa06c0103
 #define NVA06C_CTRL_CMD_GET_TIMESLICE		0xa06c0104
+/* "for safety reasons ... requires PRIVILEGED", says the header; the 580 nvoc table
+ * (g_kernel_channel_group_api_nvoc.c) flags it 0x10028: NON_PRIVILEGED with an access right */
+#define NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL	0xa06c0107
+#define NVA06C_CTRL_INTERLEAVE_LEVEL_LOW	0
+#define NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM	1
+#define NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH	2
 /* ctrl/ctrla06f/ctrla06fgpfifo.h: the same on one channel, and its bind to an engine */
 #define NVA06F_CTRL_CMD_GPFIFO_SCHEDULE		0xa06f0103
 #define NVA06F_CTRL_CMD_BIND			0xa06f0104
@@ -457,6 +463,10 @@ struct nva06c_ctrl_gpfifo_schedule_params {	/* NVA06F_CTRL_GPFIFO_SCHEDULE_PARAM
 
 struct nva06c_ctrl_timeslice_params {
 	nv_u64 timeslice_us NV_ALIGN8;
+};
+
+struct nva06c_ctrl_interleave_level_params {
+	nv_u32 tsg_interleave_level;
 };
 
 /* Controls that change the whole GPU; flags from src/nvidia/generated/g_*_nvoc.c

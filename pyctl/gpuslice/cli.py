@@ -57,6 +57,8 @@ MEMORY = _Unit("memory", units.parse_memory)
 MEMORY_HELP = "Video memory limit of each GPU, e.g. 8GiB, or per GPU, e.g. 0=8GiB,1=4GiB."
 SHARE = _Unit("share", units.parse_share)
 DURATION = _Unit("duration", units.parse_duration_ns)
+# a duration where 0 means "off"
+DURATION_OR_0 = _Unit("duration", lambda t: 0 if t.strip() == "0" else units.parse_duration_ns(t))
 
 
 def _gpu_list(text: str) -> list[int]:
@@ -829,14 +831,19 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               help="With a probe that sees submissions (submit, or auto with a source that reports them): an online "
               "instance of a GPU with offline ones counts as busy for this long after its last submission; "
               "when all are quiet the offline ones get the GPU back at once.")
-@click.option("--guard-interval", type=DURATION, default="100ms", show_default=True,
+@click.option("--preempt-after", type=DURATION_OR_0, default="0", show_default=True,
+              help="Disable offline instances' channels only once online work has gone on this long (a "
+              "submission counts for the online hold; 0: at its first sight). Shorter online work is left to "
+              "the hardware's timeslices (offline TSGs 250 us, online 8 ms), which take the GPU from offline work "
+              "within one offline slice without an RM call.")
+@click.option("--guard-interval", type=DURATION_OR_0, default="100ms", show_default=True,
               help="Run `gpuctl guard` beside the scheduler at this interval (0: do not): it kills a process "
               "of an instance that holds more video memory in RM's count than its limit.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, probe: str | type, status_file: str,
            watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, preempt_poll: int,
-           online_hold: int, guard_interval: int, verbose: int) -> None:
+           online_hold: int, preempt_after: int, guard_interval: int, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
     from .gate import RmGate, Watchdog
@@ -891,7 +898,8 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         gate = RmGate(rm, wd, enable_first=switch_order == "enable-first")
         nl = kernel(ctx)
         sched = Scheduler(ctx.obj["state"], src, gate, prb, netlink=nl, status_path=status_file, wake_fd=rfd,
-                          preempt_poll_ns=max(100_000, preempt_poll), online_hold_ns=online_hold)
+                          preempt_poll_ns=max(100_000, preempt_poll), online_hold_ns=online_hold,
+                          preempt_after_ns=preempt_after)
         cleanups.append(sched.close)  # runs first: re-enable before anything is closed
         until = time.monotonic_ns() + duration if duration else None
         sched.start()

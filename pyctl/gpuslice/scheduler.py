@@ -105,6 +105,7 @@ class GpuTimeline:
     preemptions: int = 0
     resumes: int = 0  # offline instances given the GPU back the moment online work ended
     preempt_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
+    work_since: int | None = None  # online work seen since (preempt_after), while offline hold the GPU
 
     def note_seen(self, members: list[str], seen: set[str], now: int) -> None:
         """Add the enabled time since the last plan to each quiet instance's count and
@@ -212,9 +213,11 @@ class GpuTimeline:
 
 # With offline instances on a GPU (issue 14): until the daemon's disable of the offline
 # channels lands (1-3 ms on the H100), the GPU's runlist shares it by timeslice; a short
-# one for offline TSGs (RM's shortest that FINDINGS.md measured working) and a long one
-# for online TSGs let the online work run sooner and longer (docs/h100-priority.md, run 4).
-OFFLINE_TIMESLICE_US = 1000
+# one for offline TSGs and a long one for online TSGs let the online work run sooner and
+# longer. At 250 us a tiny online kernel beside a busy trainer completed within 0.45 ms
+# (p50) / 0.60 ms (p99) of its launch, against 0.21 / 0.40 ms alone and 0.90 / 1.37 ms with
+# RM's default slices (docs/h100-priority.md, run 5): the hardware's preemption.
+OFFLINE_TIMESLICE_US = 250
 ONLINE_TIMESLICE_US = 8000
 
 
@@ -240,7 +243,7 @@ class Scheduler:
                  netlink: Any = None, clock: Callable[[], int] = time.monotonic_ns,
                  status_path: str | None = None, wake_fd: int | None = None,
                  state_obj: st.State | None = None, preempt_poll_ns: int = 1_000_000,
-                 online_hold_ns: int = 5_000_000) -> None:
+                 online_hold_ns: int = 5_000_000, preempt_after_ns: int = 0) -> None:
         self.state_path = state_path
         self.source = source
         self.gate = gate
@@ -267,6 +270,11 @@ class Scheduler:
         self.preempt_poll_ns = preempt_poll_ns
         self._source_ready = False
         self.online_hold_ns = online_hold_ns
+        # online work must have lasted this long (no quiet gap longer than the online
+        # hold) before the offline channels are disabled: shorter bursts are left to the
+        # hardware's timeslices (OFFLINE_TIMESLICE_US), which take the GPU from offline
+        # work within one offline slice without an RM call
+        self.preempt_after_ns = preempt_after_ns
 
     # --- configuration ---
     def reload_state(self, force: bool = False) -> bool:
@@ -505,11 +513,23 @@ class Scheduler:
                 seen = self.probe.active(mine)
         except OSError:
             return
+        if tl.plan.watch_for == "work" and self.preempt_after_ns:
+            if not seen:
+                tl.work_since = None
+                return
+            if tl.work_since is None:
+                tl.work_since = now
+            if now - tl.work_since < self.preempt_after_ns:
+                tl.next_watch = min(tl.next_watch, tl.work_since + self.preempt_after_ns)
+                return
         if (tl.plan.watch_for == "work") != bool(seen):
             return
         since = now
         work = getattr(self.source, "work_seen", None)
-        if seen and work is not None:  # when the first of it reached us, if the source says
+        if seen and self.preempt_after_ns and tl.work_since is not None:
+            # from when it had lasted long enough: the wait before is the policy's
+            since = tl.work_since + self.preempt_after_ns
+        elif seen and work is not None:  # when the first of it reached us, if the source says
             ts = [t for pair, t in work().items() for n in seen for c in mine[n] if c.pair == pair]
             since = min(now, max(ts)) if ts else now
         done = 0
@@ -527,6 +547,7 @@ class Scheduler:
         tl.plan, tl.next_plan = plan, None
         tl.period_start, tl.idx = now, 0
         tl.periods += 1
+        tl.work_since = None
         tl.started(prev)
         self._boundary(tl, now)
         if not seen:

@@ -115,6 +115,11 @@ static int rm(nv_u32 nr, void *arg)
 
 			log_call(0x7473, (nv_u32)tp->timeslice_us);	/* "7473 <us>": the value RM got */
 		}
+		if (p->cmd == NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL && p->params) {
+			const struct nva06c_ctrl_interleave_level_params *lp = (void *)(uintptr_t)p->params;
+
+			log_call(0x696c, lp->tsg_interleave_level);	/* "696c <level>" */
+		}
 		if (p->cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD) {
 			struct nv0000_import_objects_from_fd_params *ip = (void *)(uintptr_t)p->params;
 			nv_u32 i;

@@ -12,6 +12,8 @@ instance (svc, batch). Per load, four modes:
   burst     both, `gpuctl daemon` burst with weights 1:1 (both online)
   priority  both, burst, svc online and batch offline (`--priority offline`): the daemon
             preempts batch as soon as svc submits (--preempt-poll 1ms, --probe auto)
+  priority@T  the same with `--preempt-after T`: batch is disabled only once svc's work
+            has gone on for T; shorter work is left to the hardware's timeslices
 
 --kills N (after the modes): N times each SIGTERM and SIGKILL, the daemon is killed
 under priority at a random moment of a service phase at load 0.9 (batch preempted most
@@ -24,9 +26,18 @@ the service leaves idle (1 - LOAD), and under priority the daemon's preemptions 
 latency (first CHANNEL_WORK of the service reaching the daemon -> last offline channel
 disabled). Raw latencies: priority.json.
 
+--rounds R: per load, the modes run R times in turn (alone, native, priority, alone, ...)
+and each mode's latencies are pooled; the p99 of each round is printed too, so the drift
+of the machine between phases shows beside the differences between modes.
+
 Environment: SERVICE_MS fixes the service time the loads are reckoned from (runs then
-compare at the same request rates); SVC_TIMESLICE_US / BATCH_TIMESLICE_US give each
-process's TSGs that hardware timeslice (GPUSLICE_TIMESLICE_US); SVC_SAMPLE_MS (default 1).
+compare at the same request rates); SERVICE_KIND=ping makes each request one tiny kernel
+(wl_service.py: its latency is how soon the service gets the GPU); SVC_TIMESLICE_US /
+BATCH_TIMESLICE_US give each process's TSGs that hardware timeslice
+(GPUSLICE_TIMESLICE_US); SVC_INTERLEAVE / BATCH_INTERLEAVE their runlist interleave level
+(GPUSLICE_INTERLEAVE); SVC_SAMPLE_MS (default 1) or SVC_SAMPLE_US how often the service's
+library looks at its channels; DAEMON_ARGS more options for `gpuctl daemon` (for example
+--preempt-after 10ms).
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ def main() -> int:
     ap.add_argument("--loads", default="0.3,0.6,0.9")
     ap.add_argument("--modes", default="alone,native,burst,priority")
     ap.add_argument("--kills", type=int, default=0, help="kills per signal under priority (0: none)")
+    ap.add_argument("--rounds", type=int, default=1, help="times each load's modes run in turn (pooled)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -75,12 +87,17 @@ def main() -> int:
     # short one on the trainer lets the runlist switch to the service sooner while the
     # daemon's disable is on its way; unset: RM's default
     ts = {k: os.environ.get(f"{k.upper()}_TIMESLICE_US", "") for k in ("svc", "batch")}
-    log(f"timeslices (us, '' = RM's default): {ts}")
+    il = {k: os.environ.get(f"{k.upper()}_INTERLEAVE", "") for k in ("svc", "batch")}
+    kind = os.environ.get("SERVICE_KIND", "")
+    log(f"timeslices (us, '' = RM's default): {ts}; interleave levels: {il}; service kind: {kind or 'model'}")
+    svc_env = {"GPUSLICE_SAMPLE_MS": os.environ.get("SVC_SAMPLE_MS", "1"), "SERVICE_MS": os.environ.get("SERVICE_MS", ""),
+               "SERVICE_KIND": kind, "GPUSLICE_TIMESLICE_US": ts["svc"], "GPUSLICE_INTERLEAVE": il["svc"]}
+    if os.environ.get("SVC_SAMPLE_US"):
+        svc_env["GPUSLICE_SAMPLE_US"] = os.environ["SVC_SAMPLE_US"]
     svc = sc.Workload("svc", 0, work, d.sock, log, cmd=[sys.executable, str(HERE / "wl_service.py")],
-                      extra_env={"GPUSLICE_SAMPLE_MS": os.environ.get("SVC_SAMPLE_MS", "1"),
-                                 "SERVICE_MS": os.environ.get("SERVICE_MS", ""),
-                                 "GPUSLICE_TIMESLICE_US": ts["svc"]})
-    trainer = sc.Workload("batch", 4096, work, d.sock, log, extra_env={"GPUSLICE_TIMESLICE_US": ts["batch"]})
+                      extra_env=svc_env)
+    trainer = sc.Workload("batch", 4096, work, d.sock, log,
+                          extra_env={"GPUSLICE_TIMESLICE_US": ts["batch"], "GPUSLICE_INTERLEAVE": il["batch"]})
     line = svc.proc.stdout.readline()
     info = json.loads(line)
     trainer.wait_ready()
@@ -113,38 +130,58 @@ def main() -> int:
             time.sleep(0.1)
         raise RuntimeError("service phase did not finish")
 
+    modes = [m for m in args.modes.split(",") if m]
     for load in (float(x) for x in args.loads.split(",") if x):
-        for mode in (m for m in args.modes.split(",") if m):
-            status = None
-            if mode in ("burst", "priority"):
-                d.write_state("burst", 50, {"svc": {"weight": 1},
-                                            "batch": {"weight": 1, "priority": "offline" if mode == "priority"
-                                                      else "online"}})
-            if mode != "alone":
-                trainer.set("run")
-            if mode in ("burst", "priority"):
-                d.start(members=["batch"], need_switch=False)
-            time.sleep(0.5)
-            t_0 = time.monotonic()
-            lat = phase(load)
-            t_1 = time.monotonic()
-            if mode in ("burst", "priority"):
-                status = d.stop()
-            trainer.set("pause")
-            time.sleep(0.5)
-            tr = sc.rate(trainer.times(), t_0, t_1) / trainer_alone if mode != "alone" else 0.0
-            g = ((status or {}).get("gpus") or {}).get("0") or {}
+        pooled: dict[str, dict] = {m: {"lat": [], "trainer": [], "status": [], "round_p99": []} for m in modes}
+        for _ in range(max(1, args.rounds)):
+            for mode in modes:
+                status = None
+                gated = mode == "burst" or mode.startswith("priority")
+                if gated:
+                    d.write_state("burst", 50, {"svc": {"weight": 1},
+                                                "batch": {"weight": 1, "priority": "offline" if mode != "burst"
+                                                          else "online"}})
+                    # priority@T: the daemon with --preempt-after T
+                    d.mode_args = ["--preempt-after", mode.split("@", 1)[1]] if "@" in mode else []
+                if mode != "alone":
+                    trainer.set("run")
+                if gated:
+                    d.start(members=["batch"], need_switch=False)
+                time.sleep(0.5)
+                t_0 = time.monotonic()
+                lat = phase(load)
+                t_1 = time.monotonic()
+                if gated:
+                    status = d.stop()
+                trainer.set("pause")
+                time.sleep(0.5)
+                pm = pooled[mode]
+                pm["lat"] += lat
+                pm["round_p99"].append(pct(lat, 0.99))
+                pm["trainer"].append(sc.rate(trainer.times(), t_0, t_1) / trainer_alone if mode != "alone" else 0.0)
+                g = ((status or {}).get("gpus") or {}).get("0") or {}
+                if g.get("preempt_latency_ns"):
+                    pm["status"].append(g)
+        for mode in modes:
+            pm = pooled[mode]
+            lat = pm["lat"]
+            tr = sum(pm["trainer"]) / len(pm["trainer"])
+            gs = pm["status"]
+            # the daemon's figures of the last round (its window holds the last 10000)
+            pl = gs[-1]["preempt_latency_ns"] if gs else {}
             row = {"load": load, "mode": mode, "n": len(lat), "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
-                   "p999": pct(lat, 0.999), "trainer": tr, "trainer_of_idle": tr / max(1e-9, 1 - load),
-                   "preemptions": g.get("preemptions"), "preempt_latency_ns": g.get("preempt_latency_ns"),
-                   "lat_ms": lat}
+                   "p999": pct(lat, 0.999), "round_p99": pm["round_p99"], "trainer": tr,
+                   "trainer_of_idle": tr / max(1e-9, 1 - load),
+                   "preemptions": sum(g.get("preemptions") or 0 for g in gs) if gs else None,
+                   "preempt_latency_ns": pl or None, "lat_ms": lat}
             results.append(row)
-            pl = row["preempt_latency_ns"] or {}
-            log(f"load {load:.0%} {mode:8s}: n {len(lat):5d} p50 {row['p50']:7.2f} p99 {row['p99']:7.2f} "
-                f"p99.9 {row['p999']:7.2f} ms; trainer {tr:.1%} of alone, {row['trainer_of_idle']:.1%} of idle"
+            rounds = "" if len(pm["round_p99"]) < 2 else \
+                " (rounds' p99 " + " ".join(f"{x:.2f}" for x in pm["round_p99"]) + ")"
+            log(f"load {load:.0%} {mode:13s}: n {len(lat):5d} p50 {row['p50']:7.2f} p99 {row['p99']:7.2f} "
+                f"p99.9 {row['p999']:7.2f} ms{rounds}; trainer {tr:.1%} of alone, {row['trainer_of_idle']:.1%} of idle"
                 + (f"; preemptions {row['preemptions']}, latency p50 {pl.get('p50', 0) / 1e3:.0f} "
                    f"p99 {(pl.get('p99') or 0) / 1e3:.0f} max {(pl.get('max') or 0) / 1e3:.0f} us"
-                   if mode == "priority" and pl else ""))
+                   if mode.startswith("priority") and pl else ""))
     kills = []
     if args.kills:
         import random

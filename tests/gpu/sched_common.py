@@ -160,6 +160,8 @@ class Daemon:
         self.logf = open(os.path.join(workdir, "daemon.log"), "a")
         self.runs = 0
         self.order = "enable-first"  # --switch-order (the daemon's default)
+        self.extra: list[str] = os.environ.get("DAEMON_ARGS", "").split()  # more daemon options
+        self.mode_args: list[str] = []  # and those of one benchmark mode
 
     def write_state(self, policy: str, period_ms: int, members: dict[str, dict]) -> None:
         from gpuslice import state as S
@@ -176,7 +178,7 @@ class Daemon:
         return [sys.executable, "-c", "import sys; from gpuslice.cli import main; main()",
                 "--state", self.state, "--kernel", "no", "daemon", "--source", "preload",
                 "--preload-sock", self.sock, "--probe", self.probe, "--status-file", self.status,
-                "--switch-order", self.order, "-v"]
+                "--switch-order", self.order, "-v"] + self.extra + self.mode_args
 
     def start(self, members: list[str] = (), timeout: float = 15, need_switch: bool = True) -> float:
         """Start, wait until the daemon's status shows channels for every one of
@@ -189,8 +191,8 @@ class Daemon:
         env.pop("LD_PRELOAD", None)  # the daemon is not in any instance: its RM client is unfiltered
         self.runs += 1
         c = self.cmd()
-        if self.runs <= 1 or getattr(self, "_logged_order", None) != self.order:
-            self._logged_order = self.order
+        if self.runs <= 1 or getattr(self, "_logged_order", None) != c:
+            self._logged_order = c
             self.log("$ PYTHONPATH=" + env["PYTHONPATH"] + " " + " ".join(c[:2]) + " '" + c[2] + "' " + " ".join(c[3:]))
         self.logf.write(f"==== run {self.runs} {time.strftime('%H:%M:%S')}\n")
         self.logf.flush()

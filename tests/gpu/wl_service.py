@@ -11,6 +11,11 @@ each request's latency is its completion minus its arrival (queueing included). 
 end of the phase one JSON line {"tag", "load", "rate", "lat_ms": [...]} is appended to
 OUTFILE. "exit" ends the process. SERVICE_MS: the service time the loads are reckoned
 from instead of the measured one (the rate is LOAD / SERVICE_MS).
+
+SERVICE_KIND=ping: each request is one tiny kernel (an add on 256 floats) + synchronize
+instead of the model, and its latency runs from the launch, not the arrival: how soon
+the service's work gets the GPU (about 0.2 ms alone; beside a busy trainer, until the
+trainer leaves the GPU: the takeover latency of a preemption mechanism).
 """
 
 from __future__ import annotations
@@ -27,14 +32,22 @@ def main() -> None:
 
     ctl, out = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, 6).cuda().half().eval()
-    x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
+    ping = os.environ.get("SERVICE_KIND") == "ping"
+    if ping:
+        y = torch.zeros(256, device="cuda")
 
-    def serve() -> None:
-        with torch.inference_mode():
-            model(x)
-        torch.cuda.synchronize()
+        def serve() -> None:
+            y.add_(1)
+            torch.cuda.synchronize()
+    else:
+        layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, 6).cuda().half().eval()
+        x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
+
+        def serve() -> None:
+            with torch.inference_mode():
+                model(x)
+            torch.cuda.synchronize()
 
     for _ in range(10):
         serve()
@@ -73,6 +86,8 @@ def main() -> None:
                     continue
                 arrival = nxt
                 nxt += rng.expovariate(rate)
+                if ping:  # from the launch: how late this process woke is not the GPU's
+                    arrival = time.monotonic()
                 serve()
                 lat.append((time.monotonic() - arrival) * 1e3)
             with open(out, "a") as f:
