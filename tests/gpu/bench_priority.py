@@ -111,7 +111,7 @@ def main() -> int:
     results = []
     tag_n = 0
 
-    def phase(load: float) -> list[float]:
+    def phase(load: float, diag: dict[str, list[float]] | None = None) -> list[float]:
         nonlocal tag_n
         tag_n += 1
         tag = f"p{tag_n}"
@@ -124,6 +124,9 @@ def main() -> int:
                     for ln in f:
                         rec = json.loads(ln)
                         if rec["tag"] == tag:
+                            if diag is not None:
+                                for k, v in (rec.get("diag") or {}).items():
+                                    diag.setdefault(k, []).extend(v)
                             return rec["lat_ms"]
             except (OSError, ValueError):
                 pass
@@ -132,7 +135,8 @@ def main() -> int:
 
     modes = [m for m in args.modes.split(",") if m]
     for load in (float(x) for x in args.loads.split(",") if x):
-        pooled: dict[str, dict] = {m: {"lat": [], "trainer": [], "status": [], "round_p99": []} for m in modes}
+        pooled: dict[str, dict] = {m: {"lat": [], "trainer": [], "status": [], "round_p99": [], "diag": {}}
+                                   for m in modes}
         for _ in range(max(1, args.rounds)):
             for mode in modes:
                 status = None
@@ -149,7 +153,7 @@ def main() -> int:
                     d.start(members=["batch"], need_switch=False)
                 time.sleep(0.5)
                 t_0 = time.monotonic()
-                lat = phase(load)
+                lat = phase(load, pooled[mode]["diag"])
                 t_1 = time.monotonic()
                 if gated:
                     status = d.stop()
@@ -171,17 +175,30 @@ def main() -> int:
             pl = gs[-1]["preempt_latency_ns"] if gs else {}
             row = {"load": load, "mode": mode, "n": len(lat), "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
                    "p999": pct(lat, 0.999), "round_p99": pm["round_p99"], "trainer": tr,
-                   "trainer_of_idle": tr / max(1e-9, 1 - load),
+                   "trainer_of_idle": tr / (1 - load) if load < 1 else None,
                    "preemptions": sum(g.get("preemptions") or 0 for g in gs) if gs else None,
-                   "preempt_latency_ns": pl or None, "lat_ms": lat}
+                   "preempt_latency_ns": pl or None, "lat_ms": lat, "diag": pm["diag"]}
             results.append(row)
             rounds = "" if len(pm["round_p99"]) < 2 else \
                 " (rounds' p99 " + " ".join(f"{x:.2f}" for x in pm["round_p99"]) + ")"
             log(f"load {load:.0%} {mode:13s}: n {len(lat):5d} p50 {row['p50']:7.2f} p99 {row['p99']:7.2f} "
-                f"p99.9 {row['p999']:7.2f} ms{rounds}; trainer {tr:.1%} of alone, {row['trainer_of_idle']:.1%} of idle"
-                + (f"; preemptions {row['preemptions']}, latency p50 {pl.get('p50', 0) / 1e3:.0f} "
+                f"p99.9 {row['p999']:7.2f} ms{rounds}; trainer {tr:.1%} of alone"
+                + (f", {row['trainer_of_idle']:.1%} of idle" if load < 1 else "")
+                + (f"; preemptions {row['preemptions']}, latency p50 {(pl.get('p50') or 0) / 1e3:.0f} "
                    f"p99 {(pl.get('p99') or 0) / 1e3:.0f} max {(pl.get('max') or 0) / 1e3:.0f} us"
                    if mode.startswith("priority") and pl else ""))
+            dg = pm["diag"]
+            if dg.get("serve_ms"):
+                # requests served slowly: by the GPU (its own time) or by the machine (this
+                # process waited for a CPU), or neither (the GPU was busy with someone else)
+                slow = [i for i, v in enumerate(dg["serve_ms"]) if v > 4 * info["measured_ms"]]
+                gpu_slow = sum(1 for i in slow if dg["gpu_ms"][i] == dg["gpu_ms"][i] and
+                               dg["gpu_ms"][i] > 0.5 * dg["serve_ms"][i])
+                cpu_slow = sum(1 for i in slow if dg["runq_ms"][i] > 0.25 * dg["serve_ms"][i])
+                log(f"    slow requests (served in > 4x the time alone): {len(slow)}; of them GPU time > half: "
+                    f"{gpu_slow}; waited for a CPU > quarter: {cpu_slow}; serve p50/p99 "
+                    f"{pct(dg['serve_ms'], 0.5):.2f}/{pct(dg['serve_ms'], 0.99):.2f} ms, wait p99 "
+                    f"{pct(dg['wait_ms'], 0.99):.2f} ms")
     kills = []
     if args.kills:
         import random

@@ -27,6 +27,15 @@ import sys
 import time
 
 
+def runq_ns() -> int:
+    """This thread's time spent waiting on a run queue so far (0 where not available)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def main() -> None:
     import torch
 
@@ -44,9 +53,13 @@ def main() -> None:
         model = torch.nn.TransformerEncoder(layer, 6).cuda().half().eval()
         x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
 
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
         def serve() -> None:
+            e0.record()
             with torch.inference_mode():
                 model(x)
+            e1.record()
             torch.cuda.synchronize()
 
     for _ in range(10):
@@ -77,6 +90,11 @@ def main() -> None:
             load, seconds, tag = float(cmd[1]), float(cmd[2]), cmd[3]
             rate = load / service_s
             lat: list[float] = []
+            # per request, to tell the machine's stalls from the GPU's: the wait before
+            # serving, the serving's wall time, the GPU time between its first and last
+            # kernel (CUDA events; model only), and how long this thread waited for a CPU
+            # meanwhile (/proc/thread-self/schedstat: run-queue wait)
+            diag: dict[str, list[float]] = {"wait_ms": [], "serve_ms": [], "gpu_ms": [], "runq_ms": []}
             t_end = time.monotonic() + seconds
             nxt = time.monotonic() + rng.expovariate(rate)
             while nxt < t_end:
@@ -86,12 +104,19 @@ def main() -> None:
                     continue
                 arrival = nxt
                 nxt += rng.expovariate(rate)
+                t_start = time.monotonic()
                 if ping:  # from the launch: how late this process woke is not the GPU's
-                    arrival = time.monotonic()
+                    arrival = t_start
+                q0 = runq_ns()
                 serve()
-                lat.append((time.monotonic() - arrival) * 1e3)
+                t_done = time.monotonic()
+                lat.append((t_done - arrival) * 1e3)
+                diag["wait_ms"].append((t_start - arrival) * 1e3)
+                diag["serve_ms"].append((t_done - t_start) * 1e3)
+                diag["gpu_ms"].append(e0.elapsed_time(e1) if not ping else float("nan"))
+                diag["runq_ms"].append((runq_ns() - q0) / 1e6)
             with open(out, "a") as f:
-                f.write(json.dumps({"tag": tag, "load": load, "rate": rate, "lat_ms": lat}) + "\n")
+                f.write(json.dumps({"tag": tag, "load": load, "rate": rate, "lat_ms": lat, "diag": diag}) + "\n")
             done.add(tag)
         time.sleep(0.01)
 
