@@ -684,6 +684,21 @@ def test_global_controls_refused(env, cmd):
     assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_GLOBAL)
 
 
+def test_a_container_cannot_raise_its_tsgs_interleave_level(env):
+    """SET_INTERLEAVE_LEVEL is the operator's (the library's GPUSLICE_INTERLEAVE, issued
+    past the core): HIGH would put a container's TSGs between every other one in the
+    runlist, so from a container it is refused, not passed to RM."""
+    core, rm = env
+    p = Proc(core, rm)
+    passed = []
+    level = ctypes.c_uint32(2)  # NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH
+    tsg = p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A)[1]
+    r, _ = p.control(tsg, abi.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, level, 4,
+                     driver=lambda arg: passed.append(arg) or rm.control(arg))
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_UNLISTED)
+    assert not passed
+
+
 @pytest.mark.parametrize("cmd", [abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
                                  abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD])
 def test_export_import_naming_no_file_of_the_instance_refused(env, cmd):
