@@ -87,6 +87,15 @@ static nv_u64 gs_sib_kept[GS_SIB_KEPT];	/* of those, closed by the process: kept
 static int gs_sib_nkept;
 static nv_u64 gs_sib_next_reap;
 static int gs_sib_no_kcmp;	/* kcmp refused once: not tried again */
+/* what gs_sib_epfd is: an application that closes fds it does not own (a
+ * closefrom(), a dup2() over it) takes it away, and the number may then name
+ * another file, whose fdinfo lists no entries: every kept charge would look
+ * released. So its identity is checked before each use, and once lost the set
+ * is given up: kept charges stay until the process exits (cannot tell), and
+ * later exports are not registered (their imports stay refused). */
+static dev_t gs_sib_ep_dev;
+static ino_t gs_sib_ep_ino;
+static int gs_sib_lost;
 
 static int gs_sib_instance_dir(char *buf, size_t len)
 {
@@ -162,6 +171,23 @@ static int gs_sib_find_id(const nv_u64 *ids, int n, nv_u64 id)
 	return -1;
 }
 
+/* is gs_sib_epfd still our epoll set? Called with gs_sib_lock held. */
+static int gs_sib_epoll_ok_locked(void)
+{
+	struct stat st;
+
+	if (gs_sib_lost || gs_sib_epfd < 0)
+		return 0;
+	if (fstat(gs_sib_epfd, &st) || st.st_dev != gs_sib_ep_dev || st.st_ino != gs_sib_ep_ino) {
+		gs_sib_lost = 1;
+		if (gs_pl.debug)
+			fprintf(stderr, "gpuslice: the exports' epoll set (fd %d) was closed by the application\n",
+				gs_sib_epfd);
+		return 0;
+	}
+	return 1;
+}
+
 void gs_sibling_exported(int fd, nv_u64 file_id)
 {
 	struct epoll_event ev = { .events = 0, .data.u64 = file_id };
@@ -171,8 +197,9 @@ void gs_sibling_exported(int fd, nv_u64 file_id)
 	if (fd < 0 || fd >= GS_SIB_FDS)
 		return;
 	pthread_mutex_lock(&gs_sib_lock);
-	if (gs_sib_epfd < 0) {
+	if (gs_sib_epfd < 0 && !gs_sib_lost) {
 		int e = epoll_create1(EPOLL_CLOEXEC);
+		struct stat st;
 
 		if (e >= 0) {
 			/* out of the way of fd numbers the application picks */
@@ -181,10 +208,17 @@ void gs_sibling_exported(int fd, nv_u64 file_id)
 				gs_sib_epfd = e;
 			else
 				syscall(SYS_close, e);
+			if (fstat(gs_sib_epfd, &st)) {
+				syscall(SYS_close, gs_sib_epfd);
+				gs_sib_epfd = -1;
+			} else {
+				gs_sib_ep_dev = st.st_dev;
+				gs_sib_ep_ino = st.st_ino;
+			}
 		}
 	}
 	/* a file that cannot be polled is not registered: its imports stay refused */
-	if (gs_sib_epfd < 0 || epoll_ctl(gs_sib_epfd, EPOLL_CTL_ADD, fd, &ev))
+	if (!gs_sib_epoll_ok_locked() || epoll_ctl(gs_sib_epfd, EPOLL_CTL_ADD, fd, &ev))
 		goto out;
 	known = gs_sib_find_id(gs_sib_exported, gs_sib_nexported, file_id) >= 0;
 	if (!known && gs_sib_nexported < GS_SIB_KEPT)
@@ -225,6 +259,8 @@ static void gs_sib_reap_locked(struct gs_inst *in)
 	int nlive = 0, i;
 	FILE *f;
 
+	if (!gs_sib_epoll_ok_locked())
+		return;		/* cannot tell: keep them */
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", gs_sib_epfd);
 	f = fopen(path, "re");
 	if (!f)
@@ -390,7 +426,8 @@ void gs_sibling_atfork_child(void)
 	gs_sib_nexported = 0;
 	gs_sib_nkept = 0;	/* the child's core is new: the parent's files are not its */
 	gs_sib_no_kcmp = 0;
-	if (gs_sib_epfd >= 0)
-		syscall(SYS_close, gs_sib_epfd);
+	if (gs_sib_epfd >= 0 && !gs_sib_lost)
+		syscall(SYS_close, gs_sib_epfd);	/* when lost, the number is the application's */
 	gs_sib_epfd = -1;
+	gs_sib_lost = 0;
 }

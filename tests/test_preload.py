@@ -428,6 +428,29 @@ def test_an_export_reaches_the_instances_other_processes_only(built, tmp_path):
     assert not any((tmp_path / "exports").glob("*/*"))
 
 
+def test_an_export_keeps_its_charge_when_the_application_closes_the_librarys_epoll(built, tmp_path):
+    """The library learns that an exported file was released from its epoll set's
+    fdinfo. An application that dup2()s over the library's fds (or closes them) must not
+    make a live export look released: its charge stays (the limit keeps counting it)."""
+    fifo = built / "dev" / "fifo"
+    fifo.mkdir(exist_ok=True)
+    if not (fifo / "nvidiactl").exists():
+        os.mkfifo(fifo / "nvidiactl")
+    env = dict(os.environ)
+    env.update({"LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+                "GPUSLICE_MEM_LIMIT": "1GiB", "GPUSLICE_INSTANCE": "box1",
+                "GPUSLICE_EXPORTS": str(tmp_path / "exports"), "GPUSLICE_SOCKET": str(tmp_path / "nosock"),
+                "MOCKRM_LOG": str(tmp_path / "rmlog")})
+    r = subprocess.run([str(built / "client"), str(built / "dev"), "exportlost"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "export_status 0" in lines
+    held = f"{(GiB - 64 * (1 << 20)) >> 10}"
+    assert f"lost_free_kib_sent {held}" in lines, lines
+    assert f"lost_free_kib_after {held}" in lines, lines
+
+
 @pytest.mark.parametrize("us,level", [(0, ""), (1500, ""), (0, "high"), (250, "low"), (0, "bogus")])
 def test_preload_applies_the_operators_timeslice(built, tmp_path, us, level):
     """GPUSLICE_TIMESLICE_US and GPUSLICE_INTERLEAVE reach RM once for each TSG the

@@ -20,6 +20,14 @@
  *                              SOCK (listening), the fd closed; then a share
  *                              policy on it (legacy CUDA IPC) and its client and
  *                              handle sent; exits when the peer hangs up
+ *   preload_client DIR exportlost    64 MiB exported into DIR/fifo/nvidiactl, the
+ *                              file kept alive in flight on a socketpair (as while
+ *                              a peer has not received it yet), the exported fd and
+ *                              the handle closed ("lost_free_kib_sent F"); then
+ *                              /dev/null dup2()ed over fds 512-1023 (where the
+ *                              library keeps its epoll set), as an application
+ *                              that closes fds it does not own does; after the
+ *                              library's next look, "lost_free_kib_after F"
  *   preload_client DIR import SOCK   connects to SOCK, duplicates the memory from
  *                              the exporter's client ("dup_status S"), imports
  *                              from the fd it received: "import_status S",
@@ -409,6 +417,58 @@ static int share_export(const char *dir, const char *sock)
 	return 0;
 }
 
+static int export_lost(const char *dir)
+{
+	struct nv0000_export_objects_to_fd_params ep;
+	char path[512];
+	nv_u32 total, free_kib;
+	char byte = 'x', cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { &byte, 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	nv_handle h;
+	int efd, sv[2], nul, fd, ret;
+
+	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
+	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
+	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
+	printf("alloc %u\n", mem_alloc(64 * MiB, &h));
+	snprintf(path, sizeof(path), "%s/fifo/nvidiactl", dir);
+	efd = open(path, O_RDWR);
+	memset(&ep, 0, sizeof(ep));
+	ep.fd = efd;
+	ep.h_device = DEV;
+	ep.max_objects = 1;
+	ep.objects[0] = h;
+	ep.num_objects = 1;
+	printf("export_status %u\n", control(client, client, NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
+					      &ep, sizeof(ep)));
+	/* the file stays alive, in flight, while this process has no fd of it */
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return 4;
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &efd, sizeof(int));
+	if (sendmsg(sv[0], &m, 0) != 1)
+		return 4;
+	close(efd);
+	rm_free(h);
+	fb_info(&total, &free_kib);
+	printf("lost_free_kib_sent %u\n", free_kib);
+	nul = open("/dev/null", O_RDONLY);
+	for (fd = 512; fd < 1024; fd++)
+		if (fd != sv[0] && fd != sv[1] && fd != nul && fd != ctl)
+			dup2(nul, fd);
+	msleep(1100);
+	fb_info(&total, &free_kib);	/* an ioctl: the library looks (at most once a second) */
+	fb_info(&total, &free_kib);
+	printf("lost_free_kib_after %u\n", free_kib);
+	return 0;
+}
+
 static int share_import(const char *sock)
 {
 	struct nv0000_import_objects_from_fd_params ip;
@@ -468,6 +528,8 @@ int main(int argc, char **argv)
 		return serve(1);
 	if (argc > 2 && !strcmp(argv[2], "serve"))
 		return serve(0);
+	if (argc > 2 && !strcmp(argv[2], "exportlost"))
+		return export_lost(argv[1]);
 	if (argc > 3 && !strcmp(argv[2], "export"))
 		return share_export(argv[1], argv[3]);
 	if (argc > 3 && !strcmp(argv[2], "import"))
