@@ -37,7 +37,10 @@
  *   GPUSLICE_INTERLEAVE low, medium or high: the runlist interleave level of each
  *                       TSG the process makes (NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL,
  *                       ctrla06c.h: a HIGH TSG appears in the runlist between every
- *                       LOW one); unset: RM's default (MEDIUM)
+ *                       LOW one); unset: RM's default (MEDIUM). RM takes it from root
+ *                       only (0x1b INSUFFICIENT_PERMISSIONS otherwise, on the H100;
+ *                       seen with GPUSLICE_DEBUG). The module's build refuses it from
+ *                       a container (not allowlisted): there the operator's tools own it.
  *   GPUSLICE_EXPORTS    where an instance's processes list what they exported or
  *                       shared, for each other's imports (siblings.c; default
  *                       /dev/shm/gpuslice-exports)
@@ -226,9 +229,12 @@ static void gs_init_once(void)
 	}
 	s = getenv("GPUSLICE_SAMPLE_US");
 	if (s && *s) {
-		nv_u64 us;
+		char *end;
+		unsigned long long us;
 
-		if (gs_parse_size(s, &us) || us < 50 || us > 1000000)
+		errno = 0;
+		us = strtoull(s, &end, 10);
+		if (errno || *end || *s < '0' || *s > '9' || us < 50 || us > 1000000)
 			fprintf(stderr, "gpuslice: bad GPUSLICE_SAMPLE_US '%s' (50-1000000), ignored\n", s);
 		else
 			gs_pl.sample_ns = us * 1000ull;

@@ -170,6 +170,7 @@ def test_daemon_durations_take_zero_only_where_it_means_off(run, tmp_path) -> No
             "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s")]
     one_line_error(run(*base, "--preempt-after", "0", "--guard-interval", "0"), "nvidiactl")
     one_line_error(run(*base, "--preempt-after", "10ms"), "nvidiactl")
+    one_line_error(run(*base, "--preempt-after", "0ms", "--guard-interval", "0.0s"), "nvidiactl")
     for bad in (["--preempt-after", "10parsecs"], ["--preempt-poll", "0"]):
         res = run(*base, *bad)
         assert res.exit_code == 2 and bad[0] in res.stderr, res.stderr

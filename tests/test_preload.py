@@ -451,6 +451,17 @@ def test_an_export_keeps_its_charge_when_the_application_closes_the_librarys_epo
     assert f"lost_free_kib_after {held}" in lines, lines
 
 
+@pytest.mark.parametrize("value,bad", [("200", False), ("64k", True), ("10", True), ("2000000", True), ("", False)])
+def test_preload_sample_us_takes_plain_microseconds(built, tmp_path, value, bad):
+    """GPUSLICE_SAMPLE_US is a number of microseconds, 50 to 1000000: anything else is
+    reported on stderr and ignored (the process runs on with the default)."""
+    env = {"GPUSLICE_SAMPLE_US": value} if value else {}
+    p = start_serving(built, tmp_path, tmp_path / "nosock", extra_env=env)
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+    assert ("bad GPUSLICE_SAMPLE_US" in p.stderr.read()) == bad
+
+
 @pytest.mark.parametrize("us,level", [(0, ""), (1500, ""), (0, "high"), (250, "low"), (0, "bogus")])
 def test_preload_applies_the_operators_timeslice(built, tmp_path, us, level):
     """GPUSLICE_TIMESLICE_US and GPUSLICE_INTERLEAVE reach RM once for each TSG the

@@ -812,3 +812,62 @@ def test_short_online_work_is_left_to_the_hardware_and_long_work_preempts() -> N
     sched.run(lambda: False, until_ns=t_quiet + 5 * MS)
     on = [t for t, dis in gate.log if t >= t_quiet and not (table["batch"] & dis)]
     assert on and on[0] - t_quiet <= sched.preempt_poll_ns
+
+
+def test_a_short_burst_at_the_planning_moment_gets_no_slots() -> None:
+    """--preempt-after: online work shorter than it must not reach the GPU through the
+    period's plan either (a plan made during a 3 ms burst would give the online instance
+    slots, and disable the offline one at the next period, long after the burst)."""
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
+    sched, gate, clock, table, _ = make("burst", insts, active={"batch"}, period=100 * MS)
+    probe = HoldProbe({"batch"})
+    sched.probe = probe
+    sched.preempt_after_ns = 10 * MS
+    run_periods(sched, clock, 3, period=100 * MS)
+    tl = sched.timelines[0]
+    for _ in range(3):  # a 3 ms burst over each period's start, where the next one is planned
+        t_b = tl.period_start + tl.plan.period_ns - MS
+        sched.run(lambda: False, until_ns=t_b)
+        probe.set = {"svc", "batch"}
+        sched.run(lambda: False, until_ns=t_b + 3 * MS)
+        probe.set = {"batch"}
+        sched.run(lambda: False, until_ns=t_b + 250 * MS)
+    assert tl.preemptions == 0
+    assert not [dis for t, dis in gate.log if table["batch"] & dis]
+
+
+def test_preempt_after_counts_from_the_latest_stretch_of_online_work() -> None:
+    """The wait of --preempt-after starts again with each stretch of offline holding. With
+    a probe without the short hold the period's plan gives busy online work its slots (no
+    polling then); a 1 ms gap in that work just when the next period is planned hands the
+    GPU back to the offline instance for a period. Work seen before must not make the
+    online work that follows preempt at once, with a latency counted from the old burst."""
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
+
+    def scenario(gap_at: int | None):
+        sched, gate, clock, table, probe = make("burst", insts, active={"batch"}, period=40 * MS)
+        sched.preempt_after_ns = 50 * MS
+        run_periods(sched, clock, 3, period=40 * MS)
+        tl = sched.timelines[0]
+        probe.set = {"svc", "batch"}  # online work from here on; its slots come with a plan
+        sched.run(lambda: False, until_ns=clock.t + 120 * MS)
+        assert tl.plan.watch_for == "quiet"
+        plans = []
+        end = clock.t + 120 * MS
+        while clock.t < end:
+            if gap_at is not None and gap_at - MS // 2 <= clock.t < gap_at + MS // 2:
+                probe.set = {"batch"}
+            else:
+                probe.set = {"svc", "batch"}
+            before, periods = tl.next_plan, tl.periods
+            sched.run(lambda: False, until_ns=clock.t + MS // 10)
+            # a period starts, with the plan made at the last one's start (its only slot's):
+            # the next one is planned now
+            if tl.periods != periods or (before is None and tl.next_plan is not None):
+                plans.append(clock.t)
+        return tl, plans
+
+    _, plans = scenario(None)
+    assert plans
+    tl, _ = scenario(plans[0])
+    assert all(ns <= 2 * MS for ns in tl.preempt_ns), list(tl.preempt_ns)

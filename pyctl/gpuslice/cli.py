@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,8 +58,9 @@ MEMORY = _Unit("memory", units.parse_memory)
 MEMORY_HELP = "Video memory limit of each GPU, e.g. 8GiB, or per GPU, e.g. 0=8GiB,1=4GiB."
 SHARE = _Unit("share", units.parse_share)
 DURATION = _Unit("duration", units.parse_duration_ns)
-# a duration where 0 means "off"
-DURATION_OR_0 = _Unit("duration", lambda t: 0 if t.strip() == "0" else units.parse_duration_ns(t))
+# a duration where 0 (0, 0ms, 0.0s, ...) means "off"
+DURATION_OR_0 = _Unit("duration", lambda t: 0 if re.fullmatch(r"\s*0*\.?0*\s*(ns|us|ms|s)?\s*", t, re.I)
+                      and re.search(r"0", t) else units.parse_duration_ns(t))
 
 
 def _gpu_list(text: str) -> list[int]:
@@ -833,7 +835,8 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "when all are quiet the offline ones get the GPU back at once.")
 @click.option("--preempt-after", type=DURATION_OR_0, default="0", show_default=True,
               help="Disable offline instances' channels only once online work has gone on this long (a "
-              "submission counts for the online hold; 0: at its first sight). Shorter online work is left to "
+              "submission counts for the online hold; 0: at its first sight; with a probe that sees "
+              "submissions). Shorter online work is left to "
               "the hardware's timeslices (offline TSGs 250 us, online 8 ms), which take the GPU from offline work "
               "within one offline slice without an RM call.")
 @click.option("--guard-interval", type=DURATION_OR_0, default="100ms", show_default=True,

@@ -136,6 +136,8 @@ class GpuTimeline:
             self.owed, self.switched = {}, []  # new targets: old debts are void
         for n, c in self.plan.corr.items():
             self.owed[n] = self.owed.get(n, 0.0) - c
+        if self.plan.watch_for != prev.watch_for:
+            self.work_since = None  # preempt_after counts within one stretch of offline holding
 
     def switched_at(self, slot: Slot, t: int) -> None:
         """Slot ``slot`` began at ``t`` (when its owner could first run). At a period's first
@@ -416,6 +418,11 @@ class Scheduler:
             # keep one busy for a period after its last work, and the offline ones out)
             sticky = sticky_active(active, tl.plan.active - online, present, tl.quiet_enabled_ns, gp.period_ns)
             active = sticky | (active & online)
+            # --preempt-after: while offline instances hold the GPU, online work that has
+            # not lasted that long is the hardware's to handle, not a reason for online slots
+            if online and self.preempt_after_ns and tl.plan.watch_for == "work" and \
+                    (tl.work_since is None or now - tl.work_since < self.preempt_after_ns):
+                active -= online
         shares = compute_shares(gp.policy, claims, active)
         # online first: after a preemption the period starts with their slots; within
         # each, instances of several GPUs first, by name, so that their slots start
@@ -498,12 +505,23 @@ class Scheduler:
             return room[-1]
         return max(range(len(slots)), key=lambda i: slots[i].length_ns)
 
+    def _work_arrival(self, seen: set[str], mine: dict[str, set[Channel]], now: int) -> int:
+        """When the online work ``seen`` reached us, if the source says (the arrival of the
+        latest CHANNEL_WORK of those instances' channels), else ``now``."""
+        work = getattr(self.source, "work_seen", None)
+        if work is None:
+            return now
+        ts = [t for pair, t in work().items() for n in seen for c in mine[n] if c.pair == pair]
+        return min(now, max(ts)) if ts else now
+
     def _watch(self, tl: GpuTimeline, now: int) -> None:
         """Online instances of a GPU with offline ones, every preempt_poll_ns: while the
         offline ones hold the GPU, has an online one got work? Then preempt: a new period
         starts now with the online slots first. While online work holds it, are all the
         online ones quiet (for the online hold)? Then a new period starts now without them."""
         tl.next_watch = now + self.preempt_poll_ns
+        if tl.plan.watch_for != "work":
+            tl.work_since = None
         self._refresh(now)
         mine = {n: {c for c in self.chans.get(n, set()) if c.gpu == tl.gpu} for n in tl.plan.watch}
         try:
@@ -518,20 +536,18 @@ class Scheduler:
                 tl.work_since = None
                 return
             if tl.work_since is None:
-                tl.work_since = now
+                tl.work_since = self._work_arrival(seen, mine, now)
             if now - tl.work_since < self.preempt_after_ns:
                 tl.next_watch = min(tl.next_watch, tl.work_since + self.preempt_after_ns)
                 return
         if (tl.plan.watch_for == "work") != bool(seen):
             return
         since = now
-        work = getattr(self.source, "work_seen", None)
         if seen and self.preempt_after_ns and tl.work_since is not None:
             # from when it had lasted long enough: the wait before is the policy's
             since = tl.work_since + self.preempt_after_ns
-        elif seen and work is not None:  # when the first of it reached us, if the source says
-            ts = [t for pair, t in work().items() for n in seen for c in mine[n] if c.pair == pair]
-            since = min(now, max(ts)) if ts else now
+        elif seen:
+            since = self._work_arrival(seen, mine, now)
         done = 0
         if seen:
             # the offline channels off first, in one call, before any planning: that is

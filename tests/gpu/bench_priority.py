@@ -192,7 +192,7 @@ def main() -> int:
                 # requests served slowly: by the GPU (its own time) or by the machine (this
                 # process waited for a CPU), or neither (the GPU was busy with someone else)
                 slow = [i for i, v in enumerate(dg["serve_ms"]) if v > 4 * info["measured_ms"]]
-                gpu_slow = sum(1 for i in slow if dg["gpu_ms"][i] == dg["gpu_ms"][i] and
+                gpu_slow = sum(1 for i in slow if dg["gpu_ms"][i] is not None and
                                dg["gpu_ms"][i] > 0.5 * dg["serve_ms"][i])
                 cpu_slow = sum(1 for i in slow if dg["runq_ms"][i] > 0.25 * dg["serve_ms"][i])
                 log(f"    slow requests (served in > 4x the time alone): {len(slow)}; of them GPU time > half: "
@@ -209,6 +209,7 @@ def main() -> int:
         sigs = [sg.SIGTERM] * args.kills + [sg.SIGKILL] * args.kills
         rng.shuffle(sigs)
         d.write_state("burst", 50, {"svc": {"weight": 1}, "batch": {"weight": 1, "priority": "offline"}})
+        d.mode_args = []  # the daemon's defaults, whatever the last mode was
         for i, sig in enumerate(sigs):
             trainer.set("run")
             d.start(members=["batch"], need_switch=False)

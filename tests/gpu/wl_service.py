@@ -113,7 +113,7 @@ def main() -> None:
                 lat.append((t_done - arrival) * 1e3)
                 diag["wait_ms"].append((t_start - arrival) * 1e3)
                 diag["serve_ms"].append((t_done - t_start) * 1e3)
-                diag["gpu_ms"].append(e0.elapsed_time(e1) if not ping else float("nan"))
+                diag["gpu_ms"].append(e0.elapsed_time(e1) if not ping else None)
                 diag["runq_ms"].append((runq_ns() - q0) / 1e6)
             with open(out, "a") as f:
                 f.write(json.dumps({"tag": tag, "load": load, "rate": rate, "lat_ms": lat, "diag": diag}) + "\n")
