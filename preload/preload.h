@@ -25,6 +25,9 @@ struct gs_preload {
 	nv_u64 next_try_ns;	/* no connect or liveness check before this (__atomic outside sock_lock) */
 	int reporter;		/* the reporter thread was started (__atomic) */
 	nv_u64 sample_ns;	/* GPUSLICE_SAMPLE_MS / _US; 0: USERD is never read */
+	nv_u64 ctl_sample_ns;	/* the controller's {"sample_us":N}; 0: none (__atomic) */
+	char ctl_line[64];	/* a controller's line being read (under sock_lock) */
+	int ctl_len;		/* bytes in ctl_line; -1: the rest of a too long line */
 	nv_u64 timeslice_us;	/* GPUSLICE_TIMESLICE_US; 0: RM's default */
 	int interleave;		/* GPUSLICE_INTERLEAVE: NVA06C_CTRL_INTERLEAVE_LEVEL_*; -1: RM's default */
 };
@@ -38,6 +41,8 @@ void gs_report_event(void *ctx, const struct gs_event *ev);
 void gs_report_poll(void);
 void gs_report_refusal(const struct gs_call *c);
 void gs_report_stats(void);
+/* how often the sampler looks now (ns; 0: never): GPUSLICE_SAMPLE_*, or the controller's if shorter */
+nv_u64 gs_sample_period(void);
 /* copy from the process's memory: -EFAULT for a bad pointer, never a crash */
 int gs_copy_in(void *dst, const void *src, size_t len);
 

@@ -23,6 +23,12 @@
  * ioctl path and the events do the same, as often.
  * The same thread reads the channels' USERD every GPUSLICE_SAMPLE_MS and sends
  * CHANNEL_WORK for those that submitted (userd.c).
+ * The controller writes back one kind of line, {"sample_us":N}: look at least
+ * every N us (50-1000000; 0: as the process was configured). It sends it to
+ * the processes of an online instance on a GPU with offline ones, whose work
+ * it must see at once to preempt the offline work (docs/policies.md); the
+ * line is read at each liveness check (every GS_TICK_NS), anything else is
+ * ignored, and a new connection starts from the process's own setting.
  * A send that fails or is short closes the connection: the controller forgets
  * that connection's processes, and the next connect's snapshot gives them
  * back, so a lost event is never a lasting error.
@@ -148,6 +154,8 @@ static void gs_sock_close_locked(nv_u64 now, nv_u64 pause)
 {
 	close(gs_pl.sock);
 	gs_pl.sock = -1;
+	gs_pl.ctl_len = 0;
+	__atomic_store_n(&gs_pl.ctl_sample_ns, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&gs_pl.next_try_ns, now + pause, __ATOMIC_RELAXED);
 }
 
@@ -257,13 +265,67 @@ static void gs_connect_locked(nv_u64 now)
 			gs_pl.sock_path, sn.len);
 }
 
-/* has the controller closed its end? (it never writes: EOF or an error) */
+nv_u64 gs_sample_period(void)
+{
+	nv_u64 ctl = __atomic_load_n(&gs_pl.ctl_sample_ns, __ATOMIC_RELAXED);
+
+	if (!gs_pl.sample_ns)
+		return 0;	/* the operator turned the sampler off */
+	return ctl && ctl < gs_pl.sample_ns ? ctl : gs_pl.sample_ns;
+}
+
+/* one line from the controller: {"sample_us":N} exactly, else nothing */
+static void gs_ctl_line(const char *s, int n)
+{
+	static const char key[] = "{\"sample_us\":";
+	int i = sizeof(key) - 1;
+	nv_u64 us = 0;
+
+	if (n < i + 2 || memcmp(s, key, i) || s[n - 1] != '}')
+		return;
+	for (; i < n - 1; i++) {
+		if (s[i] < '0' || s[i] > '9' || us > 1000000)
+			return;
+		us = us * 10 + (nv_u64)(s[i] - '0');
+	}
+	if (us && (us < 50 || us > 1000000))
+		return;
+	__atomic_store_n(&gs_pl.ctl_sample_ns, us * 1000ull, __ATOMIC_RELAXED);
+	if (gs_pl.debug)
+		fprintf(stderr, "gpuslice: sampling every %llu us (controller: %llu)\n",
+			(unsigned long long)gs_sample_period() / 1000, (unsigned long long)us);
+}
+
+/*
+ * Has the controller closed its end (EOF or an error)? What it wrote
+ * meanwhile is taken in, a few reads at most: lines of up to
+ * sizeof(ctl_line) bytes, a longer one dropped whole.
+ */
 static int gs_peer_gone_locked(void)
 {
-	char b;
-	ssize_t n = recv(gs_pl.sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	char b[256];
+	int r, i;
 
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+	for (r = 0; r < 4; r++) {
+		ssize_t n = recv(gs_pl.sock, b, sizeof(b), MSG_DONTWAIT);
+
+		if (n == 0)
+			return 1;
+		if (n < 0)
+			return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+		for (i = 0; i < n; i++) {
+			if (b[i] == '\n') {
+				if (gs_pl.ctl_len > 0)
+					gs_ctl_line(gs_pl.ctl_line, gs_pl.ctl_len);
+				gs_pl.ctl_len = 0;
+			} else if (gs_pl.ctl_len >= 0 && gs_pl.ctl_len < (int)sizeof(gs_pl.ctl_line)) {
+				gs_pl.ctl_line[gs_pl.ctl_len++] = b[i];
+			} else {
+				gs_pl.ctl_len = -1;
+			}
+		}
+	}
+	return 0;
 }
 
 /* under sock_lock: drop a connection whose controller went away, then (re)connect */
@@ -321,16 +383,21 @@ static void gs_send_work(nv_u64 now)
 }
 
 /*
- * Every GS_TICK_NS: is the controller there (else connect to a new one);
- * every sample_ns in between: which channels submitted work.
+ * Every GS_TICK_NS: is the controller there (else connect to a new one), and
+ * what did it say; every gs_sample_period() in between: which channels
+ * submitted work.
  */
 static void *gs_reporter(void *arg)
 {
-	nv_u64 step = gs_pl.sample_ns && gs_pl.sample_ns < GS_TICK_NS ? gs_pl.sample_ns : GS_TICK_NS;
-	nv_u64 now, next_check = 0;
+	nv_u64 now, period, last = gs_pl.sample_ns, next_check = 0;
 
 	for (;;) {
-		gs_sleep_ns(step);
+		period = gs_sample_period();
+		if (period != last && gs_pl.debug)
+			fprintf(stderr, "gpuslice: the sampler looks every %llu us\n",
+				(unsigned long long)period / 1000);
+		last = period;
+		gs_sleep_ns(period && period < GS_TICK_NS ? period : GS_TICK_NS);
 		now = gs_now_ns();
 		if (now >= next_check) {
 			next_check = now + GS_TICK_NS;
@@ -338,7 +405,7 @@ static void *gs_reporter(void *arg)
 			gs_check_locked(now);
 			pthread_mutex_unlock(&gs_pl.sock_lock);
 		}
-		if (gs_pl.sample_ns)
+		if (gs_sample_period())
 			gs_send_work(now);
 	}
 	return arg;

@@ -279,6 +279,65 @@ def test_preload_late_controller_gets_live_channels_first(built, tmp_path):
     srv.stop()
 
 
+@pytest.mark.parametrize("own", ["5", "0"])
+def test_preload_samples_as_often_as_the_controller_asks(built, tmp_path, own):
+    """The controller's {"sample_us":N} (sent to an online instance of a GPU with offline
+    ones) makes the library's sampler look at its channels at least every N us; 0 gives
+    back the process's own setting; a malformed line, a value out of range or a line too
+    long changes nothing and keeps the connection; the operator's GPUSLICE_SAMPLE_MS=0
+    (never read USERD) stays; a new connection starts from the process's own setting."""
+    sock = tmp_path / "ctl.sock"
+    srv = Server(sock)
+    p = start_serving(built, tmp_path, sock, extra_env={"GPUSLICE_DEBUG": "1", "GPUSLICE_SAMPLE_MS": own})
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(p.stderr), daemon=True)
+    reader.start()
+
+    def said(what: str, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(what in ln for ln in list(err)):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def looks() -> list[str]:
+        return [ln.split("every ")[1].split()[0] for ln in list(err) if "the sampler looks every" in ln]
+
+    try:
+        srv.wait(lambda c: c and len(channels(c[0])) >= 2, "channels")
+        for bad in (b'{"sample_us":10}', b'{"sample_us":"300"}', b'{"sample_us":2000000}',
+                    b'{"sample_us":-1}', b'{"sample_us":}', b' {"sample_us":300}',
+                    b'x' * 100 + b'{"sample_us":300}', b'{"sample_us":99999999999999999999999}'):
+            srv.open[0].sendall(bad + b"\n")
+        srv.open[0].sendall(b'{"sample_us":200}\n')
+        assert said("(controller: 200)"), err
+        if own == "0":  # never: the controller cannot turn the sampler on
+            time.sleep(0.3)
+            assert looks() == [], err
+        else:
+            assert said("the sampler looks every 200 us"), err
+            srv.open[0].sendall(b'{"sample_us":0}\n')
+            assert said("the sampler looks every 5000 us"), err
+            assert looks() == ["200", "5000"], err
+            srv.open[0].sendall(b'{"sample_us":100}\n')
+            assert said("the sampler looks every 100 us"), err
+        assert [ln for ln in err if "(controller:" in ln and "controller: 200)" not in ln
+                and "controller: 0)" not in ln and "controller: 100)" not in ln] == [], err
+        assert len(srv.conns) == 1  # the bad lines did not cost the connection
+        if own != "0":
+            srv.stop()  # the controller goes: its request with it
+            deadline = time.monotonic() + 10
+            while looks()[-1] != "5000" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert looks()[-2:] == ["100", "5000"], err
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, err
+    if own == "0":
+        srv.stop()
+
+
 def test_preload_restarted_controller_gets_live_channels_again(built, tmp_path):
     sock = tmp_path / "restart.sock"
     first = Server(sock)

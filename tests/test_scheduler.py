@@ -520,6 +520,81 @@ def test_preload_socket_source(tmp_path) -> None:
         src.close()
 
 
+def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> None:
+    """set_fast: the processes of the named instances get {"sample_us":N} once, the others
+    nothing; leaving the set gives them 0 (their own setting back); a process that
+    connects later is told once its first line names its instance."""
+    import json
+    import socket
+
+    path = str(tmp_path / "preload.sock")
+    src = PreloadSource(path)
+
+    def client(name: str) -> socket.socket:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        c.sendall((json.dumps({"event": 3, "name": name, "pid": 7, "client": 1, "handle": hash(name) & 0xFFFF,
+                               "class": 0xC86F, "gpu": 0, "obj_kind": 2}) + "\n").encode())
+        c.settimeout(0.2)
+        return c
+
+    def got(c: socket.socket) -> bytes:
+        try:
+            return c.recv(4096)
+        except socket.timeout:
+            return b""
+
+    try:
+        svc, batch = client("svc"), client("batch")
+        src.set_fast({"svc"}, 200)
+        src.refresh()
+        src.refresh()
+        assert got(svc) == b'{"sample_us":200}\n'
+        assert got(batch) == b""
+        late = client("svc")
+        src.refresh()
+        assert got(late) == b'{"sample_us":200}\n'
+        src.set_fast(set(), 200)
+        src.refresh()
+        assert got(svc) == b'{"sample_us":0}\n' and got(late) == b'{"sample_us":0}\n'
+        assert got(batch) == b""
+        src.set_fast({"batch"}, 0)  # 0: ask nobody
+        src.refresh()
+        assert got(batch) == b""
+        assert len(src.channels()) == 2
+    finally:
+        src.close()
+
+
+class FastSource(StaticSource):
+    def __init__(self, table: dict[str, set[Channel]]) -> None:
+        super().__init__(table)
+        self.told: list[tuple[set[str], int]] = []
+
+    def set_fast(self, names: Iterable[str], sample_us: int) -> None:
+        self.told.append((set(names), sample_us))
+
+
+def test_online_instances_beside_offline_ones_are_sampled_sooner() -> None:
+    """The scheduler tells a source that can (the user-space build's) which instances to
+    sample sooner: the online instances of each GPU with an offline one, at start and
+    when the configuration changes, not at every step."""
+    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline"),
+             S.Instance("other", [1], 1)]
+    state = S.State(instances={i.name: i for i in insts}, gpus={0: S.GpuPolicy("burst", 40 * MS)})
+    table = {i.name: chans(k, gpu=i.gpus[0]) for k, i in enumerate(insts)}
+    clock = Clock()
+    src = FastSource(table)
+    sched = FakeSched(None, src, RecGate(clock), SetProbe(set(table)), clock=clock, state_obj=state,
+                      online_sample_us=300)
+    sched.run(lambda: False, until_ns=clock.t + 200 * MS)
+    assert src.told == [({"svc"}, 300)]
+    sched.set_state(S.State(instances={i.name: i for i in insts[:1] + insts[2:]},
+                            gpus={0: S.GpuPolicy("burst", 40 * MS)}))
+    sched.run(lambda: False, until_ns=clock.t + 200 * MS)
+    assert src.told == [({"svc"}, 300), (set(), 300)]
+
+
 class FakeNl:
     def __init__(self, known: set[str]) -> None:
         self.known = known

@@ -839,6 +839,10 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "submissions). Shorter online work is left to "
               "the hardware's timeslices (offline TSGs 250 us, online 8 ms), which take the GPU from offline work "
               "within one offline slice without an RM call.")
+@click.option("--online-sample", type=DURATION_OR_0, default="200us", show_default=True,
+              help="User-space build: ask the library of each online instance's processes on a GPU with offline "
+              "ones to look at its channels this often (0: leave each at its own GPUSLICE_SAMPLE_MS, default 5 ms): "
+              "the sooner its work is seen, the sooner the offline work is disabled.")
 @click.option("--guard-interval", type=DURATION_OR_0, default="100ms", show_default=True,
               help="Run `gpuctl guard` beside the scheduler at this interval (0: do not): it kills a process "
               "of an instance that holds more video memory in RM's count than its limit.")
@@ -846,13 +850,15 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, probe: str | type, status_file: str,
            watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, preempt_poll: int,
-           online_hold: int, preempt_after: int, guard_interval: int, verbose: int) -> None:
+           online_hold: int, preempt_after: int, online_sample: int, guard_interval: int, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
     from .gate import RmGate, Watchdog
     from .rm import RmClient
     from .scheduler import Scheduler
 
+    if online_sample and not 50_000 <= online_sample <= 1_000_000_000:
+        raise GpuctlError("--online-sample must be 0 or 50us to 1s (what the library takes)")
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="gpuctl daemon: %(message)s")
     rfd, wfd = os.pipe()
@@ -902,7 +908,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         nl = kernel(ctx)
         sched = Scheduler(ctx.obj["state"], src, gate, prb, netlink=nl, status_path=status_file, wake_fd=rfd,
                           preempt_poll_ns=max(100_000, preempt_poll), online_hold_ns=online_hold,
-                          preempt_after_ns=preempt_after)
+                          preempt_after_ns=preempt_after, online_sample_us=online_sample // 1000)
         cleanups.append(sched.close)  # runs first: re-enable before anything is closed
         until = time.monotonic_ns() + duration if duration else None
         sched.start()

@@ -221,6 +221,11 @@ class GpuTimeline:
 # RM's default slices (docs/h100-priority.md, run 5): the hardware's preemption.
 OFFLINE_TIMESLICE_US = 250
 ONLINE_TIMESLICE_US = 8000
+# How often the user-space build's library looks at an online instance's channels on a
+# GPU with offline ones (its own default is 5 ms): each busy period of the online work
+# runs beside the offline work until its first submission is seen and the disable lands
+# (docs/h100-priority.md, run 6)
+ONLINE_SAMPLE_US = 200
 
 
 def timeslice_us(policy: str, weight: int, weights: list[int], priority: str = "online",
@@ -245,7 +250,8 @@ class Scheduler:
                  netlink: Any = None, clock: Callable[[], int] = time.monotonic_ns,
                  status_path: str | None = None, wake_fd: int | None = None,
                  state_obj: st.State | None = None, preempt_poll_ns: int = 1_000_000,
-                 online_hold_ns: int = 5_000_000, preempt_after_ns: int = 0) -> None:
+                 online_hold_ns: int = 5_000_000, preempt_after_ns: int = 0,
+                 online_sample_us: int = ONLINE_SAMPLE_US) -> None:
         self.state_path = state_path
         self.source = source
         self.gate = gate
@@ -277,6 +283,8 @@ class Scheduler:
         # hardware's timeslices (OFFLINE_TIMESLICE_US), which take the GPU from offline
         # work within one offline slice without an RM call
         self.preempt_after_ns = preempt_after_ns
+        self.online_sample_us = online_sample_us
+        self._fast_of: st.State | None = None  # the configuration the source was told of
 
     # --- configuration ---
     def reload_state(self, force: bool = False) -> bool:
@@ -331,9 +339,30 @@ class Scheduler:
             except OSError as e:
                 log.warning("netlink INSTANCE_SET %s: %s", inst.name, e)
 
+    def fast_instances(self) -> set[str]:
+        """The online instances of each GPU with offline ones: their submissions are what
+        preempts, so the sooner they are seen the less the offline work takes from them."""
+        out: set[str] = set()
+        for gpu in self.state.used_gpus():
+            insts = self.state.instances_on(gpu)
+            if any(i.priority == "offline" for i in insts):
+                out |= {i.name for i in insts if i.priority != "offline"}
+        return out
+
+    def _sync_sampling(self) -> None:
+        """Tell a source that can ask its processes to sample faster (the user-space
+        build's, PreloadSource.set_fast) which instances to ask, when the configuration
+        changed."""
+        set_fast = getattr(self.source, "set_fast", None)
+        if set_fast is None or self._fast_of is self.state:
+            return
+        self._fast_of = self.state
+        set_fast(self.fast_instances(), self.online_sample_us)
+
     # --- lifecycle ---
     def start(self) -> None:
         self.reload_state(force=True)
+        self._sync_sampling()
         self.source.refresh()
         self.chans = self.source.channels()
         everything = {c for cs in self.chans.values() for c in cs}
@@ -373,6 +402,7 @@ class Scheduler:
             return
         self._refreshed_at = now
         self.reload_state()
+        self._sync_sampling()
         try:
             self.source.refresh()
         except OSError as e:

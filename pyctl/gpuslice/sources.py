@@ -192,8 +192,24 @@ class NetlinkSource(EventTracker):
         self.dumps.close()
 
 
+@dataclass
+class _Conn:
+    """One preloaded process's connection: what it sent that is not a line yet, the pids
+    and instance it reported, and what it was last asked to sample at."""
+    buf: bytes = b""
+    pids: set[int] = field(default_factory=set)
+    name: str = ""
+    told_us: int = 0  # the library starts from its own setting (0)
+    out: bytes = b""  # a request not yet written whole
+
+
 class PreloadSource(EventTracker):
-    """Unix stream socket server for the LD_PRELOAD library's JSON-line events."""
+    """Unix stream socket server for the LD_PRELOAD library's JSON-line events.
+
+    It writes back one kind of line, ``{"sample_us":N}``, to the processes of the
+    instances the scheduler must see work of at once (:meth:`set_fast`): their library
+    then looks at its channels at least every N us; 0 gives back the process's own
+    setting (preload/report.c)."""
 
     def __init__(self, path: str = "/run/gpuslice/preload.sock") -> None:
         super().__init__()
@@ -206,8 +222,17 @@ class PreloadSource(EventTracker):
         os.chmod(path, 0o666)  # containers connect as any user
         self.sock.listen(64)
         self.sock.setblocking(False)
-        self._conns: dict[socket.socket, tuple[bytes, set[int]]] = {}  # buffer, pids seen
+        self._conns: dict[socket.socket, _Conn] = {}
         self.bad_lines = 0
+        self._fast: frozenset[str] = frozenset()
+        self._fast_us = 0
+
+    def set_fast(self, names: Iterable[str], sample_us: int) -> None:
+        """Ask the processes of instances ``names`` to sample every ``sample_us`` (0 or no
+        names: nobody); the others get their own setting back. Sent at the next refresh,
+        and to each process that connects later once its instance is known."""
+        self._fast = frozenset(names) if sample_us > 0 else frozenset()
+        self._fast_us = sample_us if self._fast else 0
 
     def refresh(self) -> None:
         while True:
@@ -216,9 +241,9 @@ class PreloadSource(EventTracker):
             except BlockingIOError:
                 break
             c.setblocking(False)
-            self._conns[c] = (b"", set())
+            self._conns[c] = _Conn()
         for c in list(self._conns):
-            buf, pids = self._conns[c]
+            conn = self._conns[c]
             closed = False
             while True:
                 try:
@@ -230,23 +255,41 @@ class PreloadSource(EventTracker):
                 if not data:
                     closed = True
                     break
-                buf += data
-            *lines, buf = buf.split(b"\n")
+                conn.buf += data
+            *lines, conn.buf = conn.buf.split(b"\n")
             for line in lines:
-                self._line(line, pids)
+                self._line(line, conn)
+            if not closed:
+                closed = not self._tell(c, conn)
             if closed:
                 c.close()
                 del self._conns[c]
-                for pid in pids:  # the process is gone: so are its channels
+                for pid in conn.pids:  # the process is gone: so are its channels
                     self.drop_pid(pid)
-            else:
-                self._conns[c] = (buf, pids)
+
+    def _tell(self, c: socket.socket, conn: _Conn) -> bool:
+        """Write the sampling request this connection should have (never blocks: what the
+        socket does not take now is written at a later refresh). False: the peer is gone."""
+        want = self._fast_us if conn.name in self._fast else 0
+        if want != conn.told_us and conn.name:
+            conn.out = b'{"sample_us":%d}\n' % want
+            conn.told_us = want
+        if not conn.out:
+            return True
+        try:
+            n = c.send(conn.out, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        conn.out = conn.out[n:]
+        return True
 
     def filenos(self) -> list[int]:
         """What to wait on for new lines (the daemon wakes at once for online work)."""
         return [self.sock.fileno()] + [c.fileno() for c in self._conns]
 
-    def _line(self, line: bytes, pids: set[int]) -> None:
+    def _line(self, line: bytes, conn: _Conn) -> None:
         if not line.strip():
             return
         try:
@@ -258,7 +301,9 @@ class PreloadSource(EventTracker):
             self.bad_lines += 1
             return
         if r.get("pid"):
-            pids.add(r["pid"])
+            conn.pids.add(r["pid"])
+        if r.get("name"):
+            conn.name = str(r["name"])  # one process, one instance (GPUSLICE_INSTANCE)
         if r.get("event"):
             self.apply(r)
         else:

@@ -14,6 +14,9 @@ instance (svc, batch). Per load, four modes:
             preempts batch as soon as svc submits (--preempt-poll 1ms, --probe auto)
   priority@T  the same with `--preempt-after T`: batch is disabled only once svc's work
             has gone on for T; shorter work is left to the hardware's timeslices
+  priority:KEY=V[:KEY=V]  the same with daemon options: after (--preempt-after), hold
+            (--online-hold), sample (--online-sample; 0: the service's library samples
+            at its own SVC_SAMPLE_MS / _US, not as often as the daemon asks)
 
 --kills N (after the modes): N times each SIGTERM and SIGKILL, the daemon is killed
 under priority at a random moment of a service phase at load 0.9 (batch preempted most
@@ -59,6 +62,22 @@ HERE = Path(__file__).resolve().parent
 def pct(xs: list[float], p: float) -> float:
     v = sorted(xs)
     return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
+
+
+MODE_KEYS = {"after": "--preempt-after", "hold": "--online-hold", "sample": "--online-sample"}
+
+
+def mode_args(mode: str) -> list[str]:
+    """The daemon's options of a mode: priority@T is --preempt-after T; priority:KEY=V:...
+    gives each KEY of MODE_KEYS (after, hold, sample) its option."""
+    base, _, at = mode.partition("@")
+    out = ["--preempt-after", at] if at else []
+    for kv in base.split(":")[1:]:
+        k, _, v = kv.partition("=")
+        if k not in MODE_KEYS or not v:
+            raise SystemExit(f"bench_priority: bad mode {mode!r} (keys: {', '.join(MODE_KEYS)})")
+        out += [MODE_KEYS[k], v]
+    return out
 
 
 def main() -> int:
@@ -134,6 +153,8 @@ def main() -> int:
         raise RuntimeError("service phase did not finish")
 
     modes = [m for m in args.modes.split(",") if m]
+    for m in modes:
+        mode_args(m)  # a bad mode fails before anything runs
     for load in (float(x) for x in args.loads.split(",") if x):
         pooled: dict[str, dict] = {m: {"lat": [], "trainer": [], "status": [], "round_p99": [], "diag": {}}
                                    for m in modes}
@@ -145,8 +166,7 @@ def main() -> int:
                     d.write_state("burst", 50, {"svc": {"weight": 1},
                                                 "batch": {"weight": 1, "priority": "offline" if mode != "burst"
                                                           else "online"}})
-                    # priority@T: the daemon with --preempt-after T
-                    d.mode_args = ["--preempt-after", mode.split("@", 1)[1]] if "@" in mode else []
+                    d.mode_args = mode_args(mode)
                 if mode != "alone":
                     trainer.set("run")
                 if gated:
