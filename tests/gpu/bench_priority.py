@@ -39,7 +39,8 @@ compare at the same request rates); SERVICE_KIND=ping makes each request one tin
 BATCH_TIMESLICE_US give each process's TSGs that hardware timeslice
 (GPUSLICE_TIMESLICE_US); SVC_INTERLEAVE / BATCH_INTERLEAVE their runlist interleave level
 (GPUSLICE_INTERLEAVE); SVC_SAMPLE_MS (default 1) or SVC_SAMPLE_US how often the service's
-library looks at its channels; DAEMON_ARGS more options for `gpuctl daemon` (for example
+library looks at its channels; SERVICE_GC=freeze the service's objects frozen out of
+Python's garbage collector after its warm-up (wl_service.py); DAEMON_ARGS more options for `gpuctl daemon` (for example
 --preempt-after 10ms).
 """
 
@@ -110,7 +111,8 @@ def main() -> int:
     kind = os.environ.get("SERVICE_KIND", "")
     log(f"timeslices (us, '' = RM's default): {ts}; interleave levels: {il}; service kind: {kind or 'model'}")
     svc_env = {"GPUSLICE_SAMPLE_MS": os.environ.get("SVC_SAMPLE_MS", "1"), "SERVICE_MS": os.environ.get("SERVICE_MS", ""),
-               "SERVICE_KIND": kind, "GPUSLICE_TIMESLICE_US": ts["svc"], "GPUSLICE_INTERLEAVE": il["svc"]}
+               "SERVICE_KIND": kind, "GPUSLICE_TIMESLICE_US": ts["svc"], "GPUSLICE_INTERLEAVE": il["svc"],
+               "SERVICE_GC": os.environ.get("SERVICE_GC", "")}
     if os.environ.get("SVC_SAMPLE_US"):
         svc_env["GPUSLICE_SAMPLE_US"] = os.environ["SVC_SAMPLE_US"]
     svc = sc.Workload("svc", 0, work, d.sock, log, cmd=[sys.executable, str(HERE / "wl_service.py")],
@@ -215,8 +217,15 @@ def main() -> int:
                 gpu_slow = sum(1 for i in slow if dg["gpu_ms"][i] is not None and
                                dg["gpu_ms"][i] > 0.5 * dg["serve_ms"][i])
                 cpu_slow = sum(1 for i in slow if dg["runq_ms"][i] > 0.25 * dg["serve_ms"][i])
+                # launching took most of it (the GPU waited for this process), and the collector ran
+                launch = dg.get("launch_ms") or []
+                launch_slow = sum(1 for i in slow if i < len(launch) and launch[i] is not None
+                                  and launch[i] > 0.5 * dg["serve_ms"][i])
+                gcs = dg.get("gc_ms") or []
+                gc_slow = sum(1 for i in slow if i < len(gcs) and gcs[i] > 1.0)
                 log(f"    slow requests (served in > 4x the time alone): {len(slow)}; of them GPU time > half: "
-                    f"{gpu_slow}; waited for a CPU > quarter: {cpu_slow}; serve p50/p99 "
+                    f"{gpu_slow}; waited for a CPU > quarter: {cpu_slow}; launching > half: {launch_slow}; "
+                    f"garbage collection > 1 ms: {gc_slow}; serve p50/p99 "
                     f"{pct(dg['serve_ms'], 0.5):.2f}/{pct(dg['serve_ms'], 0.99):.2f} ms, wait p99 "
                     f"{pct(dg['wait_ms'], 0.99):.2f} ms")
     kills = []
