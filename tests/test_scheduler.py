@@ -13,7 +13,7 @@ from gpuslice import state as S
 from gpuslice.gate import RmGate
 from gpuslice.probes import AllActive
 from gpuslice.rm import RmError
-from gpuslice.scheduler import Scheduler, timeslice_us
+from gpuslice.scheduler import OFFLINE_TIMESLICE_US, Scheduler, timeslice_us
 from gpuslice.sources import Channel, EventTracker, PreloadSource, StaticSource
 
 MS = 1_000_000
@@ -626,6 +626,26 @@ def test_kernel_sync_sets_weights_and_recreates_missing(tmp_path) -> None:
     assert sets["b"]["timeslice_us"] == 4000
     new = [(n, a) for op, n, a in nl.calls if op == "new"]
     assert new and new[0][0] == "b" and new[0][1]["gpu_mask"] == 0b11 and new[0][1]["mem_limit"] == 7 << 20
+
+
+@pytest.mark.parametrize("policy", ["equal", "burst"])
+def test_offline_instances_alone_on_a_gpu_keep_the_policys_timeslice(policy: str) -> None:
+    """The short offline slice only where an online instance is there to take the GPU:
+    on a GPU of offline instances only they keep the policy's slices (two offline TSGs
+    that both run switch at every slice), and an instance on both kinds of GPU gets the
+    largest of its slices."""
+    insts = [S.Instance("a", [0], 1, weight=1, priority="offline"), S.Instance("b", [0], 1, weight=2,
+                                                                                  priority="offline"),
+             S.Instance("c", [1], 1, weight=1, priority="offline"), S.Instance("d", [1], 1, weight=1)]
+    state = S.State(instances={i.name: i for i in insts},
+                    gpus={0: S.GpuPolicy(policy, 40 * MS), 1: S.GpuPolicy(policy, 40 * MS)})
+    nl = FakeNl({i.name for i in insts})
+    clock = Clock()
+    sched = FakeSched(None, StaticSource({}), RecGate(clock), AllActive(), clock=clock, netlink=nl, state_obj=state)
+    sched.sync_kernel()
+    got = {n: a["timeslice_us"] for op, n, a in nl.calls if op == "set"}
+    assert got["a"] == timeslice_us(policy, 1, [1, 2]) and got["b"] == timeslice_us(policy, 2, [1, 2])
+    assert got["c"] == OFFLINE_TIMESLICE_US < got["d"]
 
 
 def test_preload_line_format_of_report_c(tmp_path) -> None:
