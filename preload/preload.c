@@ -175,6 +175,7 @@ static void gs_atfork_child(void)
 	gs_pl.sock = -1;
 	gs_pl.next_try_ns = 0;
 	gs_pl.ctl_sample_ns = 0;	/* the parent's controller said it to the parent */
+	gs_pl.ctl_repeat_ns = 0;
 	gs_pl.ctl_len = 0;
 	gs_pl.reporter = 0;	/* threads do not survive fork: the child starts its own */
 	gs_userd_atfork_child();

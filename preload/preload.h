@@ -26,6 +26,7 @@ struct gs_preload {
 	int reporter;		/* the reporter thread was started (__atomic) */
 	nv_u64 sample_ns;	/* GPUSLICE_SAMPLE_MS / _US; 0: USERD is never read */
 	nv_u64 ctl_sample_ns;	/* the controller's {"sample_us":N}; 0: none (__atomic) */
+	nv_u64 ctl_repeat_ns;	/* its "repeat_us"; 0: GS_WORK_REPEAT_NS (__atomic) */
 	char ctl_line[64];	/* a controller's line being read (under sock_lock) */
 	int ctl_len;		/* bytes in ctl_line; -1: the rest of a too long line */
 	nv_u64 timeslice_us;	/* GPUSLICE_TIMESLICE_US; 0: RM's default */

@@ -23,12 +23,15 @@
  * ioctl path and the events do the same, as often.
  * The same thread reads the channels' USERD every GPUSLICE_SAMPLE_MS and sends
  * CHANNEL_WORK for those that submitted (userd.c).
- * The controller writes back one kind of line, {"sample_us":N}: look at least
- * every N us (50-1000000; 0: as the process was configured). It sends it to
- * the processes of an online instance on a GPU with offline ones, whose work
- * it must see at once to preempt the offline work (docs/policies.md); the
- * line is read at each liveness check (every GS_TICK_NS), anything else is
- * ignored, and a new connection starts from the process's own setting.
+ * The controller writes back one kind of line, {"sample_us":N} or
+ * {"sample_us":N,"repeat_us":M}: look at least every N us (50-1000000; 0: as
+ * the process was configured), and report a channel that keeps submitting
+ * every M us (50-10000; 0 or absent: GS_WORK_REPEAT_NS). It sends it to the
+ * processes of an online instance on a GPU with offline ones, whose work it
+ * must see at once to preempt the offline work, and must keep seeing within
+ * its online hold (docs/policies.md); the line is read at each liveness check
+ * (every GS_TICK_NS), anything else is ignored, and a new connection starts
+ * from the process's own setting.
  * A send that fails or is short closes the connection: the controller forgets
  * that connection's processes, and the next connect's snapshot gives them
  * back, so a lost event is never a lasting error.
@@ -156,6 +159,7 @@ static void gs_sock_close_locked(nv_u64 now, nv_u64 pause)
 	gs_pl.sock = -1;
 	gs_pl.ctl_len = 0;
 	__atomic_store_n(&gs_pl.ctl_sample_ns, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&gs_pl.ctl_repeat_ns, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&gs_pl.next_try_ns, now + pause, __ATOMIC_RELAXED);
 }
 
@@ -274,26 +278,45 @@ nv_u64 gs_sample_period(void)
 	return ctl && ctl < gs_pl.sample_ns ? ctl : gs_pl.sample_ns;
 }
 
-/* one line from the controller: {"sample_us":N} exactly, else nothing */
+/* the digits at *i (at least one), at most max: 0 and the value, with *i past them; or -1 */
+static int gs_ctl_number(const char *s, int n, int *i, nv_u64 max, nv_u64 *out)
+{
+	nv_u64 v = 0;
+	int start = *i;
+
+	for (; *i < n && s[*i] >= '0' && s[*i] <= '9'; (*i)++) {
+		v = v * 10 + (nv_u64)(s[*i] - '0');
+		if (v > max)
+			return -1;
+	}
+	if (*i == start)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* one line from the controller: {"sample_us":N} or {"sample_us":N,"repeat_us":M}, else nothing */
 static void gs_ctl_line(const char *s, int n)
 {
-	static const char key[] = "{\"sample_us\":";
-	int i = sizeof(key) - 1;
-	nv_u64 us = 0;
+	static const char key[] = "{\"sample_us\":", key2[] = ",\"repeat_us\":";
+	int i = sizeof(key) - 1, i2 = sizeof(key2) - 1;
+	nv_u64 us, rep = 0;
 
-	if (n < i + 2 || memcmp(s, key, i) || s[n - 1] != '}')
+	if (n < i || memcmp(s, key, i) || gs_ctl_number(s, n, &i, 1000000, &us))
 		return;
-	for (; i < n - 1; i++) {
-		if (s[i] < '0' || s[i] > '9' || us > 1000000)
+	if (n - i >= i2 && !memcmp(s + i, key2, i2)) {
+		i += i2;
+		if (gs_ctl_number(s, n, &i, 10000, &rep) || (rep && rep < 50))
 			return;
-		us = us * 10 + (nv_u64)(s[i] - '0');
 	}
-	if (us && (us < 50 || us > 1000000))
+	if (i != n - 1 || s[i] != '}' || (us && us < 50))
 		return;
 	__atomic_store_n(&gs_pl.ctl_sample_ns, us * 1000ull, __ATOMIC_RELAXED);
+	__atomic_store_n(&gs_pl.ctl_repeat_ns, rep * 1000ull, __ATOMIC_RELAXED);
 	if (gs_pl.debug)
-		fprintf(stderr, "gpuslice: sampling every %llu us (controller: %llu)\n",
-			(unsigned long long)gs_sample_period() / 1000, (unsigned long long)us);
+		fprintf(stderr, "gpuslice: sampling every %llu us (controller: %llu, repeat %llu)\n",
+			(unsigned long long)gs_sample_period() / 1000, (unsigned long long)us,
+			(unsigned long long)rep);
 }
 
 /*

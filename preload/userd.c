@@ -38,8 +38,8 @@
  *
  * The sampler is the reporter thread (report.c), every GPUSLICE_SAMPLE_MS
  * (default 5). It sends CHANNEL_WORK (kmod/uapi/gpuslice.h) when a quiet
- * channel submits, and then at most every GS_WORK_REPEAT_NS while it keeps
- * submitting, never from the process's own threads. What a look at USERD
+ * channel submits, and then at most every GS_WORK_REPEAT_NS (or the
+ * controller's "repeat_us", report.c) while it keeps submitting, never from the process's own threads. What a look at USERD
  * means, and where a channel's USERD lies in a mapping, are the core's
  * (kmod/core/activity.c), shared with the module's sampler.
  */
@@ -358,7 +358,11 @@ static void gs_ud_resolve(struct gs_ud_chan *ch)
 
 int gs_userd_sample(nv_u64 now, struct gs_event *evs, int max)
 {
+	nv_u64 repeat = __atomic_load_n(&gs_pl.ctl_repeat_ns, __ATOMIC_RELAXED);
 	int i, n = 0;
+
+	if (!repeat)
+		repeat = GS_WORK_REPEAT_NS;
 
 	pthread_mutex_lock(&gs_ud_lock);
 	for (i = 0; i < GS_UD_CHANS; i++) {
@@ -370,7 +374,7 @@ int gs_userd_sample(nv_u64 now, struct gs_event *evs, int max)
 			gs_ud_resolve(ch);
 			continue;	/* its first look sets where GPPut was */
 		}
-		if (!gs_userd_seen(&ch->seen, *ch->word, ch->entries, now))
+		if (!gs_userd_seen_every(&ch->seen, *ch->word, ch->entries, now, repeat))
 			continue;
 		if (n < max) {
 			memset(&evs[n], 0, sizeof(evs[n]));

@@ -220,6 +220,12 @@ class Server:
             time.sleep(0.05)
         raise AssertionError(f"no {what}: {snap}")
 
+    def say(self, line: bytes) -> None:
+        """Write a line to every connection (as the controller asks for sampling)."""
+        with self.lock:
+            for c in self.open:
+                c.sendall(line)
+
     def stop(self):
         self.stopping = True
         self.t.join()
@@ -308,10 +314,13 @@ def test_preload_samples_as_often_as_the_controller_asks(built, tmp_path, own):
         srv.wait(lambda c: c and len(channels(c[0])) >= 2, "channels")
         for bad in (b'{"sample_us":10}', b'{"sample_us":"300"}', b'{"sample_us":2000000}',
                     b'{"sample_us":-1}', b'{"sample_us":}', b' {"sample_us":300}',
-                    b'x' * 100 + b'{"sample_us":300}', b'{"sample_us":99999999999999999999999}'):
+                    b'x' * 100 + b'{"sample_us":300}', b'{"sample_us":99999999999999999999999}',
+                    b'{"sample_us":300,"repeat_us":20000}', b'{"sample_us":300,"repeat_us":10}',
+                    b'{"sample_us":300,"repeat_us":}', b'{"sample_us":300,"repeat_us":500}x',
+                    b'{"sample_us":300,"repeat":500}', b'{"sample_us":300'):
             srv.open[0].sendall(bad + b"\n")
         srv.open[0].sendall(b'{"sample_us":200}\n')
-        assert said("(controller: 200)"), err
+        assert said("(controller: 200, repeat 0)"), err
         if own == "0":  # never: the controller cannot turn the sampler on
             time.sleep(0.3)
             assert looks() == [], err
@@ -322,8 +331,8 @@ def test_preload_samples_as_often_as_the_controller_asks(built, tmp_path, own):
             assert looks() == ["200", "5000"], err
             srv.open[0].sendall(b'{"sample_us":100}\n')
             assert said("the sampler looks every 100 us"), err
-        assert [ln for ln in err if "(controller:" in ln and "controller: 200)" not in ln
-                and "controller: 0)" not in ln and "controller: 100)" not in ln] == [], err
+        assert [ln for ln in err if "(controller:" in ln and "controller: 200, repeat 0)" not in ln
+                and "controller: 0, repeat 0)" not in ln and "controller: 100, repeat 0)" not in ln] == [], err
         assert len(srv.conns) == 1  # the bad lines did not cost the connection
         if own != "0":
             srv.stop()  # the controller goes: its request with it
@@ -421,6 +430,30 @@ def test_preload_reports_work_submitted_in_userd(built, tmp_path, others):
     # an entry not fetched for 600 ms counts all along, not only when GPPut moved
     assert len(between("pending", "fetched")) >= 2
     assert not [x for x in at if x >= (t["unmapped"] + t["done"]) // 2]
+
+
+def test_preload_reports_a_busy_channel_as_often_as_the_controller_asks(built, tmp_path):
+    """{"sample_us":N,"repeat_us":M}: a channel that keeps work pending is reported every M
+    us, not only every GS_WORK_REPEAT_NS (10 ms): the daemon asks for less than its online
+    hold, so a busy online channel never looks quiet between two reports. The client keeps
+    one entry pending for 600 ms: at 10 ms that is at most 61 reports."""
+    sock = tmp_path / "rep.sock"
+    srv = Server(sock)
+    env = {**os.environ, "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+           "GPUSLICE_INSTANCE": "box1", "GPUSLICE_SOCKET": str(sock)}
+    p = subprocess.Popen([str(built / "client"), str(built / "dev"), "userd", "0"], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    srv.wait(lambda c: c and any(e["event"] == 3 for e in c[0]), "the channel")
+    srv.say(b'{"sample_us":100,"repeat_us":1000}\n')
+    out, errs = p.communicate(timeout=60)
+    assert p.returncode == 0, errs
+    t = {w[1]: int(w[2]) for w in (ln.split() for ln in out.splitlines()) if w[0] == "phase"}
+    time.sleep(0.3)  # the last lines reach the server's reader
+    with srv.lock:
+        lines = list(srv.conns[0])
+    srv.stop()
+    pending = [e for e in lines if e["event"] == WORK and t["pending"] <= e["_t"] < t["fetched"]]
+    assert len(pending) > 100, len(pending)
 
 
 def share(built, tmp_path, exporter: str, importer: str) -> tuple[dict, dict, list[str]]:

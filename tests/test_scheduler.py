@@ -546,17 +546,17 @@ def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> 
 
     try:
         svc, batch = client("svc"), client("batch")
-        src.set_fast({"svc"}, 200)
+        src.set_fast({"svc"}, 200, 2500)
         src.refresh()
         src.refresh()
-        assert got(svc) == b'{"sample_us":200}\n'
+        assert got(svc) == b'{"sample_us":200,"repeat_us":2500}\n'
         assert got(batch) == b""
         late = client("svc")
         src.refresh()
-        assert got(late) == b'{"sample_us":200}\n'
-        src.set_fast(set(), 200)
+        assert got(late) == b'{"sample_us":200,"repeat_us":2500}\n'
+        src.set_fast(set(), 200, 2500)
         src.refresh()
-        assert got(svc) == b'{"sample_us":0}\n' and got(late) == b'{"sample_us":0}\n'
+        assert got(svc) == got(late) == b'{"sample_us":0,"repeat_us":0}\n'
         assert got(batch) == b""
         src.set_fast({"batch"}, 0)  # 0: ask nobody
         src.refresh()
@@ -569,10 +569,10 @@ def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> 
 class FastSource(StaticSource):
     def __init__(self, table: dict[str, set[Channel]]) -> None:
         super().__init__(table)
-        self.told: list[tuple[set[str], int]] = []
+        self.told: list[tuple[set[str], int, int]] = []
 
-    def set_fast(self, names: Iterable[str], sample_us: int) -> None:
-        self.told.append((set(names), sample_us))
+    def set_fast(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None:
+        self.told.append((set(names), sample_us, repeat_us))
 
 
 def test_online_instances_beside_offline_ones_are_sampled_sooner() -> None:
@@ -586,13 +586,14 @@ def test_online_instances_beside_offline_ones_are_sampled_sooner() -> None:
     clock = Clock()
     src = FastSource(table)
     sched = FakeSched(None, src, RecGate(clock), SetProbe(set(table)), clock=clock, state_obj=state,
-                      online_sample_us=300)
+                      online_sample_us=300, online_hold_ns=3 * MS)
     sched.run(lambda: False, until_ns=clock.t + 200 * MS)
-    assert src.told == [({"svc"}, 300)]
+    # a busy channel re-reported within the hold: never quiet between two reports
+    assert src.told == [({"svc"}, 300, 1500)]
     sched.set_state(S.State(instances={i.name: i for i in insts[:1] + insts[2:]},
                             gpus={0: S.GpuPolicy("burst", 40 * MS)}))
     sched.run(lambda: False, until_ns=clock.t + 200 * MS)
-    assert src.told == [({"svc"}, 300), (set(), 300)]
+    assert src.told == [({"svc"}, 300, 1500), (set(), 300, 1500)]
 
 
 class FakeNl:

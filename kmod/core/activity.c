@@ -36,6 +36,12 @@ int gs_userd_locate(nv_u64 ch_off, nv_u64 map_off, nv_u64 map_len, nv_u64 *at)
 
 int gs_userd_seen(struct gs_userd_seen *s, nv_u64 word, nv_u32 entries, nv_u64 now)
 {
+	return gs_userd_seen_every(s, word, entries, now, GS_WORK_REPEAT_NS);
+}
+
+int gs_userd_seen_every(struct gs_userd_seen *s, nv_u64 word, nv_u32 entries, nv_u64 now,
+			nv_u64 repeat_ns)
+{
 	nv_u32 get = (nv_u32)word, put = (nv_u32)(word >> 32);
 
 	if (get >= entries || put >= entries)
@@ -50,7 +56,7 @@ int gs_userd_seen(struct gs_userd_seen *s, nv_u64 word, nv_u32 entries, nv_u64 n
 		return 0;
 	}
 	s->last_put = put;
-	if (s->sent_ns && now - s->sent_ns < GS_WORK_REPEAT_NS)
+	if (s->sent_ns && now - s->sent_ns < repeat_ns)
 		return 0;
 	s->sent_ns = now ? now : 1;
 	return 1;

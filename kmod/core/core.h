@@ -320,6 +320,13 @@ struct gs_userd_seen {
 int gs_userd_locate(nv_u64 ch_off, nv_u64 map_off, nv_u64 map_len, nv_u64 *at);
 /* 1: report CHANNEL_WORK for this look at the channel's word (now: ns, monotonic) */
 int gs_userd_seen(struct gs_userd_seen *s, nv_u64 word, nv_u32 entries, nv_u64 now);
+/*
+ * The same, with a channel that keeps submitting reported at most every
+ * repeat_ns: the user-space build's controller asks for a repeat shorter than
+ * its online hold, so a busy online channel never looks quiet between reports.
+ */
+int gs_userd_seen_every(struct gs_userd_seen *s, nv_u64 word, nv_u32 entries, nv_u64 now,
+			nv_u64 repeat_ns);
 
 /* Names for tracing and tools: NULL if unknown. */
 const char *gs_escape_name(nv_u32 escape);

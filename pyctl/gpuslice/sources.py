@@ -199,17 +199,18 @@ class _Conn:
     buf: bytes = b""
     pids: set[int] = field(default_factory=set)
     name: str = ""
-    told_us: int = 0  # the library starts from its own setting (0)
+    told: tuple[int, int] = (0, 0)  # (sample_us, repeat_us); the library starts from its own (0)
     out: bytes = b""  # a request not yet written whole
 
 
 class PreloadSource(EventTracker):
     """Unix stream socket server for the LD_PRELOAD library's JSON-line events.
 
-    It writes back one kind of line, ``{"sample_us":N}``, to the processes of the
-    instances the scheduler must see work of at once (:meth:`set_fast`): their library
-    then looks at its channels at least every N us; 0 gives back the process's own
-    setting (preload/report.c)."""
+    It writes back one kind of line, ``{"sample_us":N,"repeat_us":M}``, to the processes
+    of the instances the scheduler must see work of at once (:meth:`set_fast`): their
+    library then looks at its channels at least every N us and reports a channel that
+    keeps submitting every M us; 0 gives back the process's own setting
+    (preload/report.c)."""
 
     def __init__(self, path: str = "/run/gpuslice/preload.sock") -> None:
         super().__init__()
@@ -225,14 +226,16 @@ class PreloadSource(EventTracker):
         self._conns: dict[socket.socket, _Conn] = {}
         self.bad_lines = 0
         self._fast: frozenset[str] = frozenset()
-        self._fast_us = 0
+        self._fast_us = (0, 0)
 
-    def set_fast(self, names: Iterable[str], sample_us: int) -> None:
-        """Ask the processes of instances ``names`` to sample every ``sample_us`` (0 or no
-        names: nobody); the others get their own setting back. Sent at the next refresh,
-        and to each process that connects later once its instance is known."""
+    def set_fast(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None:
+        """Ask the processes of instances ``names`` to sample every ``sample_us`` and to
+        report a channel that keeps submitting every ``repeat_us`` (0: the library's 10 ms)
+        (sample_us 0 or no names: nobody); the others get their own setting back. Sent at
+        the next refresh, and to each process that connects later once its instance is
+        known."""
         self._fast = frozenset(names) if sample_us > 0 else frozenset()
-        self._fast_us = sample_us if self._fast else 0
+        self._fast_us = (sample_us, repeat_us) if self._fast else (0, 0)
 
     def refresh(self) -> None:
         while True:
@@ -270,10 +273,10 @@ class PreloadSource(EventTracker):
     def _tell(self, c: socket.socket, conn: _Conn) -> bool:
         """Write the sampling request this connection should have (never blocks: what the
         socket does not take now is written at a later refresh). False: the peer is gone."""
-        want = self._fast_us if conn.name in self._fast else 0
-        if want != conn.told_us and conn.name:
-            conn.out = b'{"sample_us":%d}\n' % want
-            conn.told_us = want
+        want = self._fast_us if conn.name in self._fast else (0, 0)
+        if want != conn.told and conn.name:
+            conn.out = b'{"sample_us":%d,"repeat_us":%d}\n' % want
+            conn.told = want
         if not conn.out:
             return True
         try:
