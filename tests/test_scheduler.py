@@ -566,6 +566,39 @@ def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> 
         src.close()
 
 
+def test_sampling_requests_stay_whole_lines_when_the_socket_takes_a_few_bytes(tmp_path) -> None:
+    """A process that reads slowly takes a few bytes at a time: a newer request replaces
+    one not begun, and a line begun is finished first, so the stream stays whole lines
+    and ends with the latest request."""
+    import json
+
+    from gpuslice.sources import _Conn
+
+    class Trickle:
+        def __init__(self) -> None:
+            self.got = b""
+
+        def send(self, data: bytes, _flags: int) -> int:
+            self.got += data[:7]
+            return min(7, len(data))
+
+    src = PreloadSource(str(tmp_path / "p.sock"))
+    try:
+        c, conn = Trickle(), _Conn(name="svc")
+        for i in range(12):
+            src.set_fast({"svc"} if i % 3 else set(), 100 + i, 1000)
+            src._tell(c, conn)  # type: ignore[arg-type]
+        for _ in range(40):
+            src._tell(c, conn)  # type: ignore[arg-type]
+        lines = c.got.split(b"\n")
+        assert lines[-1] == b""
+        reqs = [json.loads(x) for x in lines[:-1]]
+        assert reqs[-1] == {"sample_us": 111, "repeat_us": 1000}
+        assert all(set(r) == {"sample_us", "repeat_us"} for r in reqs)
+    finally:
+        src.close()
+
+
 class FastSource(StaticSource):
     def __init__(self, table: dict[str, set[Channel]]) -> None:
         super().__init__(table)

@@ -200,7 +200,8 @@ class _Conn:
     pids: set[int] = field(default_factory=set)
     name: str = ""
     told: tuple[int, int] = (0, 0)  # (sample_us, repeat_us); the library starts from its own (0)
-    out: bytes = b""  # a request not yet written whole
+    partial: bytes = b""  # the rest of a line whose start was written
+    pending: bytes = b""  # a whole line not begun (a newer request replaces it)
 
 
 class PreloadSource(EventTracker):
@@ -275,17 +276,21 @@ class PreloadSource(EventTracker):
         socket does not take now is written at a later refresh). False: the peer is gone."""
         want = self._fast_us if conn.name in self._fast else (0, 0)
         if want != conn.told and conn.name:
-            conn.out = b'{"sample_us":%d,"repeat_us":%d}\n' % want
+            conn.pending = b'{"sample_us":%d,"repeat_us":%d}\n' % want
             conn.told = want
-        if not conn.out:
+        data = conn.partial + conn.pending  # a line begun is finished first: whole lines only
+        if not data:
             return True
         try:
-            n = c.send(conn.out, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            n = c.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
         except BlockingIOError:
             return True
         except OSError:
             return False
-        conn.out = conn.out[n:]
+        if n <= len(conn.partial):
+            conn.partial = conn.partial[n:]
+        else:
+            conn.partial, conn.pending = conn.pending[n - len(conn.partial):], b""
         return True
 
     def filenos(self) -> list[int]:
