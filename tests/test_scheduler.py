@@ -629,6 +629,83 @@ def test_online_instances_beside_offline_ones_are_sampled_sooner() -> None:
     assert src.told == [({"svc"}, 300, 1500), (set(), 300, 1500)]
 
 
+def test_a_container_cannot_crash_the_preload_source_or_drop_anothers_channels(tmp_path) -> None:
+    """What any process that reaches the preload socket can write: numbers too large or
+    of the wrong type, deep nesting, a line that never ends, another process's pid (pids
+    are the container's own), another process's channel (registered again, deleted, or
+    made to look busy). Each is one bad line or one closed connection; another
+    connection's channels stay known, with their instance and their work."""
+    import json
+    import socket
+
+    path = str(tmp_path / "preload.sock")
+    src = PreloadSource(path)
+
+    def conn() -> socket.socket:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        return c
+
+    def send(c: socket.socket, data: bytes) -> None:
+        """All of it, the source reading meanwhile (this test is its only thread)."""
+        c.setblocking(False)
+        while data:
+            try:
+                data = data[c.send(data):]
+            except BlockingIOError:
+                src.refresh()
+        c.setblocking(True)
+
+    victim_ch = {"event": 3, "name": "victim", "pid": 1, "client": 0xC1D00047, "handle": 0x5C000010, "gpu": 0,
+                 "obj_kind": 2}
+    try:
+        victim = conn()
+        victim.sendall((json.dumps(victim_ch) + "\n").encode())
+        src.refresh()
+        want = {"victim": {Channel(0, 0xC1D00047, 0x5C000010)}}
+        assert src.channels() == want
+        bad = conn()
+        for line in ('{"pid": 1e999}', '{"pid": 99999999999999999999}', '{"client": -1, "event": 3}',
+                     '{"pid": [1]}', "[" * 100000, '{"event": 3, "name": "x", "client": true, "handle": 1}',
+                     json.dumps({**victim_ch, "name": "attacker"}),
+                     json.dumps({**victim_ch, "event": 9, "name": "victim"}),
+                     json.dumps({**victim_ch, "event": 4}), json.dumps({"event": 5, "pid": 1})):
+            send(bad, (line + "\n").encode())
+            src.refresh()
+        assert src.channels() == want and src.work_seen() == {}
+        bad.close()  # and its end drops nothing of the victim's (both said pid 1)
+        src.refresh()
+        assert src.channels() == want
+        endless = conn()
+        try:
+            send(endless, b"x" * (PreloadSource.max_line + 65536))
+        except OSError:
+            pass  # closed under it
+        for _ in range(40):
+            src.refresh()
+        assert endless.recv(1) == b""  # closed by the daemon
+        assert src.channels() == want
+        victim.sendall((json.dumps({**victim_ch, "event": 9}) + "\n").encode())
+        src.refresh()
+        assert set(src.work_seen()) == {(0xC1D00047, 0x5C000010)}
+    finally:
+        src.close()
+
+
+def test_a_forgotten_channel_that_was_disabled_is_enabled_again() -> None:
+    """When the source stops reporting a channel we hold disabled (its process is gone, or
+    a report said so), the gate re-enables it before forgetting it: a channel that is
+    still alive never stays disabled with nobody to re-enable it; one that is gone costs
+    a GONE status."""
+    rm = FakeRm(gone={(2, 2)})
+    gate = RmGate(rm)
+    a, b, c = Channel(0, 1, 1), Channel(0, 2, 2), Channel(0, 3, 3)
+    gate.apply(0, {a, b, c})
+    gate.forget({a, b})
+    assert gate.disabled == {c}
+    assert (0, False, [(1, 1)]) in rm.log  # a re-enabled; b gone
+
+
 class FakeNl:
     def __init__(self, known: set[str]) -> None:
         self.known = known

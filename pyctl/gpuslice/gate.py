@@ -151,9 +151,26 @@ class RmGate:
             self.disabled -= cs
 
     def forget(self, chans: Iterable[Channel]) -> None:
+        """Channels the source no longer reports. Those we hold disabled are re-enabled
+        first (best effort): a channel that is still alive, whatever made the source drop
+        it (a report a container could forge, in the user-space build), must never stay
+        disabled with nobody to re-enable it. For a channel that is gone RM answers with
+        a status of GONE, which is fine."""
         cs = set(chans)
         if not cs:
             return
+        by_gpu: dict[int, list[Channel]] = {}
+        for c in cs & self.disabled:
+            by_gpu.setdefault(c.gpu, []).append(c)
+        for gpu, held in by_gpu.items():
+            try:
+                bad = self.rm.disable_channels_each(gpu, [c.pair for c in held], False)
+            except OSError as e:
+                log.warning("re-enable of forgotten channels on GPU %d failed: %s", gpu, e)
+                continue
+            for p, err in bad:
+                if err.status not in GONE:
+                    log.warning("re-enable of forgotten 0x%x/0x%x: %s", p[0], p[1], err)
         self.disabled -= cs
         gone = cs & self.announced
         self.announced -= gone

@@ -689,7 +689,13 @@ class Scheduler:
         if not fds:
             time.sleep(seconds)
             return
-        r, _, _ = select.select(fds, [], [], seconds)
+        if max(fds) < 1024:  # select's microseconds, while every fd fits in its FD_SETSIZE
+            r, _, _ = select.select(fds, [], [], seconds)
+        else:  # many connections: poll (whole milliseconds) rather than a ValueError
+            p = select.poll()
+            for fd in fds:
+                p.register(fd, select.POLLIN)
+            r = [fd for fd, _ev in p.poll(max(0.0, seconds) * 1000)]
         if self.wake_fd is not None and self.wake_fd in r:
             try:
                 os.read(self.wake_fd, 512)

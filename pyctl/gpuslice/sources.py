@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import socket
 import time
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from . import netlink as nl
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, order=True)
@@ -60,9 +63,14 @@ _KIND_BY_NAME = {v: k for k, v in nl.OBJ_KIND_NAMES.items()}
 
 
 def _num(v: Any) -> int:
-    if isinstance(v, str):
-        return int(v, 0)
-    return int(v or 0)
+    """A record's number: an int or a numeric string, 0 to 2^32 - 1 (every field is a u32:
+    kmod/uapi/gpuslice.h); anything else is a ValueError."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"not a number: {v!r}")
+    n = int(v, 0) if isinstance(v, str) else v
+    if not 0 <= n <= 0xFFFFFFFF:
+        raise ValueError(f"out of range: {n}")
+    return n
 
 
 def normalise_event(ev: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,6 +206,7 @@ class _Conn:
     and instance it reported, and what it was last asked to sample at."""
     buf: bytes = b""
     pids: set[int] = field(default_factory=set)
+    keys: set[tuple[int, int]] = field(default_factory=set)  # the channels it registered (owns)
     name: str = ""
     told: tuple[int, int] = (0, 0)  # (sample_us, repeat_us); the library starts from its own (0)
     partial: bytes = b""  # the rest of a line whose start was written
@@ -225,6 +234,7 @@ class PreloadSource(EventTracker):
         self.sock.listen(64)
         self.sock.setblocking(False)
         self._conns: dict[socket.socket, _Conn] = {}
+        self._owner: dict[tuple[int, int], _Conn] = {}  # channel -> the connection that registered it
         self.bad_lines = 0
         self._fast: frozenset[str] = frozenset()
         self._fast_us = (0, 0)
@@ -238,18 +248,28 @@ class PreloadSource(EventTracker):
         self._fast = frozenset(names) if sample_us > 0 else frozenset()
         self._fast_us = (sample_us, repeat_us) if self._fast else (0, 0)
 
+    # what one connection may cost a refresh: the scheduler's loop gets control back, and
+    # a line that never ends closes its connection
+    reads_per_refresh = 16
+    max_line = 1 << 20
+
     def refresh(self) -> None:
         while True:
             try:
                 c, _ = self.sock.accept()
             except BlockingIOError:
                 break
+            except OSError as e:  # out of fds (EMFILE, ENFILE): the others are served
+                if not getattr(self, "_accept_failed", False):
+                    log.warning("preload socket: accept: %s", e)
+                self._accept_failed = True
+                break
             c.setblocking(False)
             self._conns[c] = _Conn()
         for c in list(self._conns):
             conn = self._conns[c]
             closed = False
-            while True:
+            for _ in range(self.reads_per_refresh):
                 try:
                     data = c.recv(65536)
                 except BlockingIOError:
@@ -263,13 +283,25 @@ class PreloadSource(EventTracker):
             *lines, conn.buf = conn.buf.split(b"\n")
             for line in lines:
                 self._line(line, conn)
+            if len(conn.buf) > self.max_line:
+                self.bad_lines += 1
+                closed = True
             if not closed:
                 closed = not self._tell(c, conn)
             if closed:
                 c.close()
                 del self._conns[c]
-                for pid in conn.pids:  # the process is gone: so are its channels
-                    self.drop_pid(pid)
+                self._drop_conn(conn)
+
+    def _drop_conn(self, conn: _Conn) -> None:
+        """The process is gone (or it reconnects): so are the channels it registered, and
+        only those (pids are the container's own: another's may be the same)."""
+        for key in conn.keys:
+            if self._owner.get(key) is conn:
+                del self._owner[key]
+                self._chans.pop(key, None)
+                self._work.pop(key, None)
+        conn.keys.clear()
 
     def _tell(self, c: socket.socket, conn: _Conn) -> bool:
         """Write the sampling request this connection should have (never blocks: what the
@@ -305,22 +337,46 @@ class PreloadSource(EventTracker):
             if not isinstance(ev, dict):
                 raise ValueError
             r = normalise_event(ev)
-        except (ValueError, TypeError):
+        except Exception:  # whatever a container writes (deep nesting, huge numbers): one bad line
             self.bad_lines += 1
             return
         if r.get("pid"):
             conn.pids.add(r["pid"])
         if r.get("name"):
             conn.name = str(r["name"])  # one process, one instance (GPUSLICE_INSTANCE)
-        if r.get("event"):
+        e = r.get("event")
+        key = (r.get("client", 0), r.get("handle", 0))
+        owner = self._owner.get(key)
+        if e == nl.EVENTS["GPUSLICE_EV_PROC_DETACH"]:
+            gone = {k for k in conn.keys if self._chans.get(k, ("", Channel(0, 0, 0)))[1].pid == r.get("pid")}
+            for k in gone:
+                if self._owner.get(k) is conn:
+                    del self._owner[k]
+                    self._chans.pop(k, None)
+                    self._work.pop(k, None)
+                conn.keys.discard(k)
+            return
+        new_chan = e == nl.EVENTS["GPUSLICE_EV_CHANNEL_NEW"] or (not e and r.get("obj_kind") == nl.OBJ_CHANNEL)
+        if owner is not None and owner is not conn and (new_chan or e in (
+                nl.EVENTS["GPUSLICE_EV_CHANNEL_DEL"], nl.EVENTS["GPUSLICE_EV_CHANNEL_WORK"])):
+            self.bad_lines += 1  # another process's channel: the first to register it keeps it
+            return
+        if e:
             self.apply(r)
         else:
             self.add_object(r)
+        if new_chan and key in self._chans:
+            self._owner[key] = conn
+            conn.keys.add(key)
+        elif e == nl.EVENTS["GPUSLICE_EV_CHANNEL_DEL"] and owner is conn:
+            del self._owner[key]
+            conn.keys.discard(key)
 
     def close(self) -> None:
         for c in self._conns:
             c.close()
         self._conns.clear()
+        self._owner.clear()
         self.sock.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
