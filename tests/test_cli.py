@@ -176,6 +176,17 @@ def test_daemon_durations_take_zero_only_where_it_means_off(run, tmp_path) -> No
         assert res.exit_code == 2 and bad[0] in res.stderr, res.stderr
 
 
+def test_daemon_online_sample_must_fit_in_the_hold(run, tmp_path) -> None:
+    """--online-sample is 0 or 50us up to half of --online-hold: busy online work sampled
+    less often would look quiet within the hold and let the offline work back."""
+    base = ["daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
+            "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s")]
+    one_line_error(run(*base, "--online-sample", "0"), "nvidiactl")
+    one_line_error(run(*base, "--online-sample", "2ms", "--online-hold", "5ms"), "nvidiactl")
+    one_line_error(run(*base, "--online-sample", "3ms", "--online-hold", "5ms"), "half the --online-hold")
+    one_line_error(run(*base, "--online-sample", "10us"), "--online-sample")
+
+
 def test_bare_group_prints_help(run) -> None:
     res = run("instance")
     assert res.exit_code == 2 and "create" in res.stdout and res.stderr == ""

@@ -558,9 +558,12 @@ def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> 
         src.refresh()
         assert got(svc) == got(late) == b'{"sample_us":0,"repeat_us":0}\n'
         assert got(batch) == b""
-        src.set_fast({"batch"}, 0)  # 0: ask nobody
+        src.set_fast({"batch"}, 0, 0)  # nothing to ask
         src.refresh()
         assert got(batch) == b""
+        src.set_fast({"batch"}, 0, 2500)  # its own sampling, the repeat asked
+        src.refresh()
+        assert got(batch) == b'{"sample_us":0,"repeat_us":2500}\n'
         assert len(src.channels()) == 2
     finally:
         src.close()
@@ -606,6 +609,22 @@ class FastSource(StaticSource):
 
     def set_fast(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None:
         self.told.append((set(names), sample_us, repeat_us))
+
+
+def test_the_online_hold_covers_the_sources_gap_between_reports() -> None:
+    """The hold in effect is never shorter than the gap the source leaves between two
+    reports of work that goes on (the module's: 50 ms an instance plus its sampling), so
+    busy online work never looks quiet; a source that says nothing keeps --online-hold;
+    the library is asked to re-report within half the hold (at least every 500 us)."""
+    from gpuslice.scheduler import report_repeat_us
+
+    class GapSource(StaticSource):
+        report_gap_ns = 60 * MS
+
+    for src, want in ((GapSource({}), 60 * MS), (StaticSource({}), 5 * MS)):
+        sched = FakeSched(None, src, RecGate(Clock()), SetProbe(set()), clock=Clock(), online_hold_ns=5 * MS)
+        assert sched.hold_ns() == want
+    assert report_repeat_us(5 * MS) == 2500 and report_repeat_us(0) == 500 and report_repeat_us(10**9) == 10_000
 
 
 def test_online_instances_beside_offline_ones_are_sampled_sooner() -> None:

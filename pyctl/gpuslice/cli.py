@@ -832,7 +832,8 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.option("--online-hold", type=DURATION, default="5ms", show_default=True,
               help="With a probe that sees submissions (submit, or auto with a source that reports them): an online "
               "instance of a GPU with offline ones counts as busy for this long after its last submission; "
-              "when all are quiet the offline ones get the GPU back at once.")
+              "when all are quiet the offline ones get the GPU back at once. Never shorter than the source's gap "
+              "between reports of work that goes on (the module's: 50 ms plus two of its looks).")
 @click.option("--preempt-after", type=DURATION_OR_0, default="0", show_default=True,
               help="Disable offline instances' channels only once online work has gone on this long (a "
               "submission counts for the online hold; 0: at its first sight; with a probe that sees "
@@ -842,7 +843,8 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
 @click.option("--online-sample", type=DURATION_OR_0, default="200us", show_default=True,
               help="User-space build: ask the library of each online instance's processes on a GPU with offline "
               "ones to look at its channels this often (0: leave each at its own GPUSLICE_SAMPLE_MS, default 5 ms): "
-              "the sooner its work is seen, the sooner the offline work is disabled.")
+              "the sooner its work is seen, the sooner the offline work is disabled. At most half the online hold; "
+              "the library is also asked to report a busy channel again within half the hold.")
 @click.option("--guard-interval", type=DURATION_OR_0, default="100ms", show_default=True,
               help="Run `gpuctl guard` beside the scheduler at this interval (0: do not): it kills a process "
               "of an instance that holds more video memory in RM's count than its limit.")
@@ -857,8 +859,9 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
     from .rm import RmClient
     from .scheduler import Scheduler
 
-    if online_sample and not 50_000 <= online_sample <= 1_000_000_000:
-        raise GpuctlError("--online-sample must be 0 or 50us to 1s (what the library takes)")
+    if online_sample and not 50_000 <= online_sample <= online_hold // 2:
+        raise GpuctlError("--online-sample must be 0 or from 50us to half the --online-hold "
+                          "(busy online work must be seen within the hold)")
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="gpuctl daemon: %(message)s")
     rfd, wfd = os.pipe()

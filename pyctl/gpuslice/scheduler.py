@@ -233,7 +233,7 @@ def report_repeat_us(hold_ns: int) -> int:
     within half the online hold, so that busy online work never looks quiet between two
     reports (the library's own default, 10 ms, is longer than the 5 ms hold: under a
     backlog the offline work came back for 5 ms in every 10; docs/h100-priority.md, run 9)."""
-    return max(50, min(10_000, hold_ns // 2000))
+    return max(500, min(10_000, hold_ns // 2000))
 
 
 def timeslice_us(policy: str, weight: int, weights: list[int], priority: str = "online",
@@ -350,6 +350,13 @@ class Scheduler:
             except OSError as e:
                 log.warning("netlink INSTANCE_SET %s: %s", inst.name, e)
 
+    def hold_ns(self) -> int:
+        """The online hold in effect: --online-hold, but never shorter than the longest gap
+        the source leaves between two reports of work that goes on (the module reports an
+        instance at most every 50 ms, kmod/activity.c: a shorter hold would let busy online
+        work look quiet and the offline work back beside it)."""
+        return max(self.online_hold_ns, getattr(self.source, "report_gap_ns", 0))
+
     def fast_instances(self) -> set[str]:
         """The online instances of each GPU with offline ones: their submissions are what
         preempts, so the sooner they are seen the less the offline work takes from them."""
@@ -447,7 +454,7 @@ class Scheduler:
             seen = set(self.probe.active(mine))
             if online:  # online instances: busy only within the short online hold
                 seen = (seen - online) | set(self.probe.active(  # type: ignore[call-arg]
-                    {n: mine[n] for n in online}, hold_ns=self.online_hold_ns))
+                    {n: mine[n] for n in online}, hold_ns=self.hold_ns()))
         except OSError as e:
             log.warning("activity probe: %s", e)
             seen = present
@@ -567,7 +574,7 @@ class Scheduler:
         mine = {n: {c for c in self.chans.get(n, set()) if c.gpu == tl.gpu} for n in tl.plan.watch}
         try:
             if getattr(self.probe, "takes_hold", False):
-                seen = self.probe.active(mine, hold_ns=self.online_hold_ns)  # type: ignore[call-arg]
+                seen = self.probe.active(mine, hold_ns=self.hold_ns())  # type: ignore[call-arg]
             else:
                 seen = self.probe.active(mine)
         except OSError:

@@ -156,6 +156,9 @@ def module_reports_work(param: str = USERD_SAMPLE_PARAM) -> bool:
         return False
 
 
+MODULE_REPORT_GAP_NS = 50_000_000  # kmod/activity.c GS_ACT_REPEAT_NS: an instance's reports at most this often
+
+
 class NetlinkSource(EventTracker):
     """Channels from the module: an object dump, then its events. The dumps go through a
     socket of their own, so a burst of events cannot overrun a dump's reply."""
@@ -170,6 +173,17 @@ class NetlinkSource(EventTracker):
         self._last_dump = 0.0
         self.nl.subscribe()  # before the dump: no event falls between the two
         self._dump()
+
+    @property
+    def report_gap_ns(self) -> int:
+        """The longest gap between two reports of an instance whose work goes on: the
+        module's per-instance limit plus one look of its sampler (userd_sample_ms)."""
+        try:
+            with open(USERD_SAMPLE_PARAM) as f:
+                ms = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            ms = 5
+        return MODULE_REPORT_GAP_NS + 2 * ms * 1_000_000
 
     def _dump(self) -> None:
         self.clear()
@@ -245,7 +259,7 @@ class PreloadSource(EventTracker):
         (sample_us 0 or no names: nobody); the others get their own setting back. Sent at
         the next refresh, and to each process that connects later once its instance is
         known."""
-        self._fast = frozenset(names) if sample_us > 0 else frozenset()
+        self._fast = frozenset(names) if sample_us > 0 or repeat_us > 0 else frozenset()
         self._fast_us = (sample_us, repeat_us) if self._fast else (0, 0)
 
     # what one connection may cost a refresh: the scheduler's loop gets control back, and
