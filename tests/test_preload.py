@@ -347,6 +347,48 @@ def test_preload_samples_as_often_as_the_controller_asks(built, tmp_path, own):
         srv.stop()
 
 
+def test_preload_takes_controller_lines_split_or_at_the_length_limit(built, tmp_path):
+    """A controller line may arrive in pieces (read at the library's next look); a line of
+    64 bytes is taken, one of 65 is dropped whole, and the line after it is read again."""
+    sock = tmp_path / "split.sock"
+    srv = Server(sock)
+    p = start_serving(built, tmp_path, sock, extra_env={"GPUSLICE_DEBUG": "1"})
+    err: list[str] = []
+    threading.Thread(target=lambda: err.extend(p.stderr), daemon=True).start()
+
+    def said(what: str) -> bool:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(what in ln for ln in list(err)):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def line(sample_digits: str, repeat: str = "1000") -> bytes:
+        return b'{"sample_us":' + sample_digits.encode() + b',"repeat_us":' + repeat.encode() + b"}"
+
+    try:
+        srv.wait(lambda c: c and len(channels(c[0])) >= 2, "channels")
+        srv.say(b'{"sample_us":15')
+        time.sleep(0.3)  # a few looks of the library in between
+        srv.say(b'0,"repeat_us":600}\n')
+        assert said("(controller: 150, repeat 600)"), err
+        exact = line("0" * 30 + "120")
+        assert len(exact) == 64
+        long = line("0" * 31 + "130")
+        assert len(long) == 65
+        srv.say(long + b"\n")  # well formed, one byte too long: dropped whole
+        srv.say(exact + b"\n")
+        assert said("(controller: 120, repeat 1000)"), err
+        assert not [ln for ln in err if "(controller:" in ln and "150, repeat 600" not in ln
+                    and "120, repeat 1000" not in ln], err
+        assert len(srv.conns) == 1
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, err
+    srv.stop()
+
+
 def test_preload_restarted_controller_gets_live_channels_again(built, tmp_path):
     sock = tmp_path / "restart.sock"
     first = Server(sock)
