@@ -428,7 +428,7 @@ static void *gs_reporter(void *arg)
 			gs_check_locked(now);
 			pthread_mutex_unlock(&gs_pl.sock_lock);
 		}
-		if (gs_sample_period())
+		if (period)	/* 0 only where the operator turned it off: no request changes that */
 			gs_send_work(now);
 	}
 	return arg;

@@ -923,15 +923,22 @@ class HoldProbe(SetProbe):
         return super().active(chans)
 
 
-def test_offline_gets_the_gpu_back_the_moment_online_work_ends() -> None:
-    """With a probe that sees submissions, online quiet (for the online hold) gives the
-    GPU back to offline instances at the next poll, not at the next period."""
+def online_beside_offline(preempt_after_ns: int = 0):
+    """svc online beside batch offline under burst (100 ms periods), asked through a
+    probe that sees submissions; batch alone busy for the first three periods."""
     insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
     sched, gate, clock, table, _ = make("burst", insts, active={"batch"}, period=100 * MS)
     probe = HoldProbe({"batch"})
     sched.probe = probe
+    sched.preempt_after_ns = preempt_after_ns
     run_periods(sched, clock, 3, period=100 * MS)
-    tl = sched.timelines[0]
+    return sched, gate, clock, table, probe, sched.timelines[0]
+
+
+def test_offline_gets_the_gpu_back_the_moment_online_work_ends() -> None:
+    """With a probe that sees submissions, online quiet (for the online hold) gives the
+    GPU back to offline instances at the next poll, not at the next period."""
+    sched, gate, clock, table, probe, tl = online_beside_offline()
     for _ in range(3):  # request, quiet, request, quiet, ...
         t_work = clock.t + 20 * MS + 333_333
         sched.run(lambda: False, until_ns=t_work)
@@ -1009,13 +1016,7 @@ def test_short_online_work_is_left_to_the_hardware_and_long_work_preempts() -> N
     hold) never disables the offline channels (the hardware's timeslices take the GPU);
     online work that goes on for longer does, at the moment it has lasted that long, and
     the offline instance gets the GPU back when it ends."""
-    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
-    sched, gate, clock, table, _ = make("burst", insts, active={"batch"}, period=100 * MS)
-    probe = HoldProbe({"batch"})
-    sched.probe = probe
-    sched.preempt_after_ns = 10 * MS
-    run_periods(sched, clock, 3, period=100 * MS)
-    tl = sched.timelines[0]
+    sched, gate, clock, table, probe, tl = online_beside_offline(preempt_after_ns=10 * MS)
     for _ in range(3):  # short requests: 6 ms of work each, 30 ms apart
         t_work = clock.t + 20 * MS + 333_333
         sched.run(lambda: False, until_ns=t_work)
@@ -1043,13 +1044,7 @@ def test_a_short_burst_at_the_planning_moment_gets_no_slots() -> None:
     """--preempt-after: online work shorter than it must not reach the GPU through the
     period's plan either (a plan made during a 3 ms burst would give the online instance
     slots, and disable the offline one at the next period, long after the burst)."""
-    insts = [S.Instance("svc", [0], 1), S.Instance("batch", [0], 1, priority="offline")]
-    sched, gate, clock, table, _ = make("burst", insts, active={"batch"}, period=100 * MS)
-    probe = HoldProbe({"batch"})
-    sched.probe = probe
-    sched.preempt_after_ns = 10 * MS
-    run_periods(sched, clock, 3, period=100 * MS)
-    tl = sched.timelines[0]
+    sched, gate, clock, table, probe, tl = online_beside_offline(preempt_after_ns=10 * MS)
     for _ in range(3):  # a 3 ms burst over each period's start, where the next one is planned
         t_b = tl.period_start + tl.plan.period_ns - MS
         sched.run(lambda: False, until_ns=t_b)

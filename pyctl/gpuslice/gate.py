@@ -17,7 +17,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from . import abi
 from .rm import RmClient, RmError
@@ -159,38 +159,32 @@ class RmGate:
         cs = set(chans)
         if not cs:
             return
-        by_gpu: dict[int, list[Channel]] = {}
-        for c in cs & self.disabled:
-            by_gpu.setdefault(c.gpu, []).append(c)
-        for gpu, held in by_gpu.items():
-            try:
-                bad = self.rm.disable_channels_each(gpu, [c.pair for c in held], False)
-            except OSError as e:
-                log.warning("re-enable of forgotten channels on GPU %d failed: %s", gpu, e)
-                continue
-            for p, err in bad:
-                if err.status not in GONE:
-                    log.warning("re-enable of forgotten 0x%x/0x%x: %s", p[0], p[1], err)
+        self._reenable(cs & self.disabled, "re-enable of forgotten channels", log.warning)
         self.disabled -= cs
         gone = cs & self.announced
         self.announced -= gone
         if gone and self.guard is not None:
             self.guard.forget(gone)
 
-    def release_all(self) -> None:
-        """Re-enable everything this gate disabled. Never raises for RM errors."""
+    def _reenable(self, chans: Iterable[Channel], what: str, report: Callable[..., None]) -> None:
+        """Re-enable ``chans``, a call per GPU; RM errors are reported (GONE: the channel is
+        gone, which is fine), never raised."""
         by_gpu: dict[int, list[Channel]] = {}
-        for c in self.disabled:
+        for c in chans:
             by_gpu.setdefault(c.gpu, []).append(c)
         for gpu, cs in by_gpu.items():
             try:
                 bad = self.rm.disable_channels_each(gpu, [c.pair for c in cs], False)
             except OSError as e:
-                log.error("re-enable on GPU %d failed: %s", gpu, e)
+                report("%s on GPU %d failed: %s", what, gpu, e)
                 continue
             for p, err in bad:
                 if err.status not in GONE:
-                    log.error("re-enable of 0x%x/0x%x failed: %s", p[0], p[1], err)
+                    report("%s of 0x%x/0x%x failed: %s", what, p[0], p[1], err)
+
+    def release_all(self) -> None:
+        """Re-enable everything this gate disabled. Never raises for RM errors."""
+        self._reenable(self.disabled, "re-enable", log.error)
         self.disabled.clear()
 
 

@@ -307,15 +307,16 @@ class PreloadSource(EventTracker):
                 del self._conns[c]
                 self._drop_conn(conn)
 
-    def _drop_conn(self, conn: _Conn) -> None:
-        """The process is gone (or it reconnects): so are the channels it registered, and
-        only those (pids are the container's own: another's may be the same)."""
-        for key in conn.keys:
+    def _drop_conn(self, conn: _Conn, keys: Iterable[tuple[int, int]] | None = None) -> None:
+        """The process is gone (or it reconnects, or it said one of its processes exited):
+        so are the channels it registered (``keys``: those of them; default all), and only
+        those (pids are the container's own: another's may be the same)."""
+        for key in list(conn.keys if keys is None else keys):
             if self._owner.get(key) is conn:
                 del self._owner[key]
                 self._chans.pop(key, None)
                 self._work.pop(key, None)
-        conn.keys.clear()
+            conn.keys.discard(key)
 
     def _tell(self, c: socket.socket, conn: _Conn) -> bool:
         """Write the sampling request this connection should have (never blocks: what the
@@ -362,13 +363,7 @@ class PreloadSource(EventTracker):
         key = (r.get("client", 0), r.get("handle", 0))
         owner = self._owner.get(key)
         if e == nl.EVENTS["GPUSLICE_EV_PROC_DETACH"]:
-            gone = {k for k in conn.keys if self._chans.get(k, ("", Channel(0, 0, 0)))[1].pid == r.get("pid")}
-            for k in gone:
-                if self._owner.get(k) is conn:
-                    del self._owner[k]
-                    self._chans.pop(k, None)
-                    self._work.pop(k, None)
-                conn.keys.discard(k)
+            self._drop_conn(conn, {k for k in conn.keys if k in self._chans and self._chans[k][1].pid == r.get("pid")})
             return
         new_chan = e == nl.EVENTS["GPUSLICE_EV_CHANNEL_NEW"] or (not e and r.get("obj_kind") == nl.OBJ_CHANNEL)
         if owner is not None and owner is not conn and (new_chan or e in (

@@ -351,31 +351,45 @@ static int unix_sock(const char *path, int listen_too)
 	return c;
 }
 
-static int share_export(const char *dir, const char *sock)
+/*
+ * A client with 64 MiB of video memory, exported into a new nvidiactl file
+ * (the fifo/ node of DIR): prints "alloc" and "export_status"; returns that
+ * file's fd, *h the memory's handle.
+ */
+static int export_64mib(const char *dir, nv_handle *h)
 {
 	struct nv0000_export_objects_to_fd_params ep;
-	char path[512], byte = 'x', cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { &byte, 1 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *cm;
-	nv_handle h;
-	int efd, c, ret;
+	char path[512];
+	int efd, ret;
 
 	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
 	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
 	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
-	printf("alloc %u\n", mem_alloc(64 * MiB, &h));
+	printf("alloc %u\n", mem_alloc(64 * MiB, h));
 	snprintf(path, sizeof(path), "%s/fifo/nvidiactl", dir);
 	efd = open(path, O_RDWR);
 	memset(&ep, 0, sizeof(ep));
 	ep.fd = efd;
 	ep.h_device = DEV;
 	ep.max_objects = 1;
-	ep.objects[0] = h;
+	ep.objects[0] = *h;
 	ep.num_objects = 1;
 	printf("export_status %u\n", control(client, client, NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
 					      &ep, sizeof(ep)));
+	return efd;
+}
+
+static int share_export(const char *dir, const char *sock)
+{
+	char byte = 'x', cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { &byte, 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	nv_handle h;
+	int efd, c;
+
+	efd = export_64mib(dir, &h);
 	c = unix_sock(sock, 1);
 	cm = CMSG_FIRSTHDR(&m);
 	cm->cmsg_level = SOL_SOCKET;
@@ -419,8 +433,6 @@ static int share_export(const char *dir, const char *sock)
 
 static int export_lost(const char *dir)
 {
-	struct nv0000_export_objects_to_fd_params ep;
-	char path[512];
 	nv_u32 total, free_kib;
 	char byte = 'x', cbuf[CMSG_SPACE(sizeof(int))];
 	struct iovec iov = { &byte, 1 };
@@ -428,22 +440,9 @@ static int export_lost(const char *dir)
 			    .msg_controllen = sizeof(cbuf) };
 	struct cmsghdr *cm;
 	nv_handle h;
-	int efd, sv[2], nul, fd, ret;
+	int efd, sv[2], nul, fd;
 
-	rm_alloc(0, 0, 0, NV01_ROOT_CLIENT, NULL, &ret);
-	rm_alloc(client, client, DEV, NV01_DEVICE_0, NULL, &ret);
-	rm_alloc(client, DEV, SUB, NV20_SUBDEVICE_0, NULL, &ret);
-	printf("alloc %u\n", mem_alloc(64 * MiB, &h));
-	snprintf(path, sizeof(path), "%s/fifo/nvidiactl", dir);
-	efd = open(path, O_RDWR);
-	memset(&ep, 0, sizeof(ep));
-	ep.fd = efd;
-	ep.h_device = DEV;
-	ep.max_objects = 1;
-	ep.objects[0] = h;
-	ep.num_objects = 1;
-	printf("export_status %u\n", control(client, client, NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD,
-					      &ep, sizeof(ep)));
+	efd = export_64mib(dir, &h);
 	/* the file stays alive, in flight, while this process has no fd of it */
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return 4;
