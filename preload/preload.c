@@ -327,6 +327,27 @@ static int gs_is_nv(nv_u64 v)
 	return (v & 0xff) == GS_TAG_CTL || (v & 0xff) == GS_TAG_GPU;
 }
 
+/* the fd of the RM call this thread is in (its events are of that file's clients) */
+static __thread int gs_fd_now = -1;
+
+int gs_event_fd(void)
+{
+	return gs_fd_now;
+}
+
+int gs_fd_of_file(nv_u64 file_id)
+{
+	int i, max = atomic_load(&gs_max_fd);
+
+	for (i = 0; i <= max && i < GS_MAX_FD; i++) {
+		nv_u64 v = atomic_load(&gs_fds[i]);
+
+		if (gs_is_nv(v) && v >> 16 == file_id)
+			return i;
+	}
+	return -1;
+}
+
 /* fd no longer refers to its file: if it was the last one, RM frees the clients */
 static void gs_fd_gone(int fd)
 {
@@ -474,7 +495,9 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	}
 	ret = real_ioctl(fd, req, size ? buf : uarg);
 	err = errno;
+	gs_fd_now = fd;
 	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
+	gs_fd_now = -1;
 	gs_userd_ioctl(&c, buf, ret);
 	if (ret == 0 && (gs_pl.timeslice_us || gs_pl.interleave >= 0) && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
 	    size >= sizeof(struct nvos64_params) &&

@@ -44,6 +44,10 @@ void gs_report_refusal(const struct gs_call *c);
 void gs_report_stats(void);
 /* how often the sampler looks now (ns; 0: never): GPUSLICE_SAMPLE_*, or the controller's if shorter */
 nv_u64 gs_sample_period(void);
+/* the fd of the RM call this thread is in, -1 outside one */
+int gs_event_fd(void);
+/* an fd of ours on the open file file_id (RM ties clients to it), or -1 */
+int gs_fd_of_file(nv_u64 file_id);
 /* copy from the process's memory: -EFAULT for a bad pointer, never a crash */
 int gs_copy_in(void *dst, const void *src, size_t len);
 

@@ -37,6 +37,7 @@
  * back, so a lost event is never a lasting error.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -134,17 +135,18 @@ int gs_parse_limits(const char *s, nv_u64 *dflt, nv_u64 *gpu)
 	return 0;
 }
 
-static int gs_format_event(char *line, int size, const struct gs_event *ev)
+/* proof: the line goes with the file of the object's client (gs_send_fd_locked) */
+static int gs_format_event(char *line, int size, const struct gs_event *ev, int proof)
 {
 	int n;
 
 	n = snprintf(line, size,
 		     "{\"event\":%u,\"name\":\"%s\",\"pid\":%u,\"client\":%u,\"handle\":%u,"
 		     "\"parent\":%u,\"class\":%u,\"engine\":%u,\"gpu\":%u,\"obj_kind\":%u,"
-		     "\"size\":%llu,\"status\":%u,\"cmd\":%u}\n",
+		     "\"size\":%llu,\"status\":%u,\"cmd\":%u%s}\n",
 		     ev->type, gs_pl.name, ev->pid, ev->client, ev->handle, ev->parent,
 		     ev->klass, ev->engine, ev->gpu, ev->obj_kind,
-		     (unsigned long long)ev->size, ev->status, ev->cmd);
+		     (unsigned long long)ev->size, ev->status, ev->cmd, proof ? ",\"proof\":1" : "");
 	return n > 0 && n < size ? n : 0;
 }
 
@@ -171,6 +173,40 @@ static int gs_send_locked(const char *buf, size_t len)
 	if (gs_pl.sock < 0)
 		return -1;
 	n = send(gs_pl.sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n == (ssize_t)len)
+		return 0;
+	gs_sock_close_locked(gs_now_ns(), GS_RETRY_NS);
+	return -1;
+}
+
+/*
+ * A CHANNEL_NEW line goes with the RM file its client was made through, in one
+ * message (SCM_RIGHTS): the controller asks RM through that file whether the
+ * channel is ours (pyctl/gpuslice/rm.py owns_channel), so no process can make
+ * it gate another's channel. fd < 0, or a file closed meanwhile: the line alone
+ * (and the controller does not take the channel).
+ */
+static int gs_send_fd_locked(const char *buf, size_t len, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	if (fd < 0 || gs_pl.sock < 0)
+		return gs_send_locked(buf, len);
+	memset(cbuf, 0, sizeof(cbuf));
+	mh.msg_control = cbuf;
+	mh.msg_controllen = sizeof(cbuf);
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	n = sendmsg(gs_pl.sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n < 0 && errno == EBADF)
+		return gs_send_locked(buf, len);
 	if (n == (ssize_t)len)
 		return 0;
 	gs_sock_close_locked(gs_now_ns(), GS_RETRY_NS);
@@ -204,9 +240,13 @@ static int gs_snap_cb(void *ctx, const struct gs_object *o)
 	ev.parent = o->parent;
 	ev.klass = o->klass;
 	ev.engine = o->engine;
-	n = gs_format_event(line, sizeof(line), &ev);
+	n = gs_format_event(line, sizeof(line), &ev, ev.type == GPUSLICE_EV_CHANNEL_NEW);
 	if (!n)
 		return 0;
+	if (ev.type == GPUSLICE_EV_CHANNEL_NEW) {	/* each with its file */
+		gs_send_fd_locked(line, n, gs_fd_of_file(o->file_id));
+		return gs_pl.sock < 0;
+	}
 	if (sn->len + n > sn->cap) {
 		size_t cap = sn->cap ? sn->cap * 2 : 8192;
 		char *b = realloc(sn->buf, cap);
@@ -256,16 +296,16 @@ static void gs_connect_locked(nv_u64 now)
 	/* the core lock is taken under sock_lock, never the other way round */
 	sn.kind = GPUSLICE_OBJ_TSG;
 	gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
-	sn.kind = GPUSLICE_OBJ_CHANNEL;
-	if (!sn.failed)
-		gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
 	if (sn.failed)
 		gs_sock_close_locked(now, GS_RETRY_NS);
 	else if (sn.len)
 		gs_send_locked(sn.buf, sn.len);
 	free(sn.buf);
+	sn.kind = GPUSLICE_OBJ_CHANNEL;	/* sent as they come, each with its file */
+	if (gs_pl.sock >= 0)
+		gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
 	if (gs_pl.debug && gs_pl.sock >= 0)
-		fprintf(stderr, "gpuslice: connected to %s, %zu bytes of live objects sent\n",
+		fprintf(stderr, "gpuslice: connected to %s, %zu bytes of live TSGs sent, then the channels\n",
 			gs_pl.sock_path, sn.len);
 }
 
@@ -396,7 +436,7 @@ static void gs_send_work(nv_u64 now)
 	n = gs_userd_sample(now, evs, 32);
 	for (i = 0; i < n; i++) {
 		evs[i].pid = gs_pl.owner;
-		len += gs_format_event(buf + len, sizeof(buf) - len, &evs[i]);
+		len += gs_format_event(buf + len, sizeof(buf) - len, &evs[i], 0);
 	}
 	if (!len)
 		return;
@@ -461,7 +501,7 @@ static void gs_reporter_start(void)
 	pthread_attr_destroy(&attr);
 }
 
-static void gs_send_line(const char *line, int len)
+static void gs_send_line(const char *line, int len, int fd)
 {
 	nv_u64 now;
 
@@ -471,7 +511,7 @@ static void gs_send_line(const char *line, int len)
 		if (now >= gs_pl.next_try_ns)
 			gs_connect_locked(now);	/* the snapshot already shows this event */
 	}
-	gs_send_locked(line, len);
+	gs_send_fd_locked(line, len, fd);
 	pthread_mutex_unlock(&gs_pl.sock_lock);
 }
 
@@ -480,12 +520,12 @@ void gs_report_event(void *ctx, const struct gs_event *ev)
 	char line[512];
 	int n;
 
-	n = gs_format_event(line, sizeof(line), ev);
+	n = gs_format_event(line, sizeof(line), ev, ev->type == GPUSLICE_EV_CHANNEL_NEW);
 	if (!n)
 		return;
 	if (gs_pl.debug)
 		fprintf(stderr, "gpuslice: %s", line);
-	gs_send_line(line, n);
+	gs_send_line(line, n, ev->type == GPUSLICE_EV_CHANNEL_NEW ? gs_event_fd() : -1);
 	if ((ev->type == GPUSLICE_EV_TSG_NEW || ev->type == GPUSLICE_EV_CHANNEL_NEW) &&
 	    gs_pl.sock_path[0])
 		gs_reporter_start();

@@ -285,6 +285,63 @@ def test_preload_late_controller_gets_live_channels_first(built, tmp_path):
     srv.stop()
 
 
+def test_preload_sends_each_channel_with_its_clients_file(built, tmp_path):
+    """Every CHANNEL_NEW, of the snapshot a late controller gets and of a channel made
+    later, goes with the file its client was made through (SCM_RIGHTS), which the
+    controller asks RM about (rm.owns_channel; here a double that knows the mock's file
+    by its inode). A controller that finds no proof takes no channel."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "pyctl"))
+    from gpuslice.sources import PreloadSource
+
+    ctl_ino = os.stat(built / "dev" / "nvidiactl").st_ino
+    asked: list[tuple[int, int, int]] = []
+
+    def verify(fd: int, client: int, handle: int) -> bool:
+        asked.append((os.fstat(fd).st_ino, client, handle))
+        return asked[-1][0] == ctl_ino
+
+    def wait(src: PreloadSource, n: int) -> set:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            src.refresh()
+            got = src.channels().get("box1", set())
+            if len(got) >= n:
+                return got
+            time.sleep(0.02)
+        raise AssertionError(f"{n} channels not registered: {src.channels()} unproven {src.unproven}")
+
+    sock = tmp_path / "proof.sock"
+    p = start_serving(built, tmp_path, sock)  # channels made before any controller
+    try:
+        src = PreloadSource(str(sock), verify=verify)
+        try:
+            snap = wait(src, 2)
+            p.stdin.write("chan\n")
+            p.stdin.flush()
+            new = int(p.stdout.readline().split()[1], 0)
+            got = wait(src, 3)
+            assert new in {c.handle for c in got}
+            assert {(c.client, c.handle) for c in got} == {(cl, h) for _i, cl, h in asked}
+            assert all(ino == ctl_ino for ino, _c, _h in asked) and src.unproven == 0
+            assert snap < got
+        finally:
+            src.close()
+        refused = PreloadSource(str(sock), verify=lambda fd, c, h: False)
+        try:
+            deadline = time.monotonic() + 30
+            while refused.unproven < 3 and time.monotonic() < deadline:  # the library reconnects
+                refused.refresh()
+                time.sleep(0.02)
+            assert refused.unproven >= 3 and refused.channels() == {}
+        finally:
+            refused.close()
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+
+
 @pytest.mark.parametrize("own", ["5", "0"])
 def test_preload_samples_as_often_as_the_controller_asks(built, tmp_path, own):
     """The controller's {"sample_us":N} (sent to an online instance of a GPU with offline

@@ -150,3 +150,29 @@ def test_open_missing_node_fails_cleanly(tmp_path) -> None:
         c.open()
     assert c.fd == -1
     assert c.gpu_path_fmt == str(tmp_path / "nvidia{}")
+
+
+def test_only_an_nvidia_file_is_asked_about_a_channel(tmp_path) -> None:
+    """rm.owns_channel (the preload socket's proof) issues its RM control only on a
+    character device of major 195: a regular file, /dev/null or a pipe a container
+    passed is refused without an ioctl (the RM request number could mean anything to
+    another driver)."""
+    import socket
+
+    f = tmp_path / "nvidiactl"
+    f.write_bytes(b"")
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    fds = [os.open(f, os.O_RDONLY), os.open("/dev/null", os.O_RDONLY), r, a.fileno()]
+    try:
+        for fd in fds:
+            assert not rm.nvidia_file(fd)
+            assert not rm.owns_channel(fd, 0xC1D00001, 0x5C000010)
+        assert not rm.nvidia_file(9999)  # not open
+    finally:
+        for fd in fds[:2]:
+            os.close(fd)
+        os.close(r)
+        os.close(w)
+        a.close()
+        b.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 import pytest
@@ -498,18 +499,57 @@ def test_event_tracker_handles_both_spellings() -> None:
     assert t.channels() == {}
 
 
+class RmFiles:
+    """Test double of RM's tie of a client to the file it was made through (client.c
+    rmclientValidate_IMPL): a process's "RM file" is a temporary file, and the preload
+    source's proof (rm.owns_channel) holds when the file passed is the one of the
+    channel's client."""
+
+    def __init__(self, d) -> None:
+        self.d = d
+        self.clients: dict[int, set[int]] = {}  # inode -> the clients made through it
+        self.fds: list[int] = []
+
+    def file(self, *clients: int) -> int:
+        fd = os.open(str(self.d / f"rmfile{len(self.fds)}"), os.O_RDWR | os.O_CREAT, 0o600)
+        self.fds.append(fd)
+        self.clients[os.fstat(fd).st_ino] = set(clients)
+        return fd
+
+    def verify(self, fd: int, client: int, handle: int) -> bool:
+        return client in self.clients.get(os.fstat(fd).st_ino, set())
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def send_channel(c, ev: dict, fd: int | None) -> None:
+    """A CHANNEL_NEW as preload/report.c sends it: with "proof":1 and its client's file."""
+    import json
+    import socket
+
+    line = (json.dumps({**ev, "proof": 1}) + "\n").encode()
+    if fd is None:
+        c.sendall(line)
+    else:
+        socket.send_fds(c, [line], [fd])
+
+
 def test_preload_socket_source(tmp_path) -> None:
     import json
     import socket
 
     path = str(tmp_path / "preload.sock")
-    src = PreloadSource(path)
+    rmf = RmFiles(tmp_path)
+    src = PreloadSource(path, verify=rmf.verify)
     try:
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.connect(path)
         ev = {"event": "channel_new", "name": "web", "pid": 42, "client": 0xC1D00047, "handle": 0x5C000010,
               "parent": 0x5C000015, "class": 0xC86F, "engine": 1, "gpu": 0, "obj_kind": "channel"}
-        c.sendall((json.dumps(ev) + "\nnot json\n" + json.dumps({**ev, "handle": 0x5C000011})[:20]).encode())
+        send_channel(c, ev, rmf.file(0xC1D00047))
+        c.sendall(("not json\n" + json.dumps({**ev, "handle": 0x5C000011})[:20]).encode())
         src.refresh()
         assert src.channels() == {"web": {Channel(0, 0xC1D00047, 0x5C000010)}}
         assert src.bad_lines == 1
@@ -518,6 +558,7 @@ def test_preload_socket_source(tmp_path) -> None:
         assert src.channels() == {}
     finally:
         src.close()
+        rmf.close()
 
 
 def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> None:
@@ -528,13 +569,14 @@ def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> 
     import socket
 
     path = str(tmp_path / "preload.sock")
-    src = PreloadSource(path)
+    rmf = RmFiles(tmp_path)
+    src = PreloadSource(path, verify=rmf.verify)
 
     def client(name: str) -> socket.socket:
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.connect(path)
-        c.sendall((json.dumps({"event": 3, "name": name, "pid": 7, "client": 1, "handle": hash(name) & 0xFFFF,
-                               "class": 0xC86F, "gpu": 0, "obj_kind": 2}) + "\n").encode())
+        send_channel(c, {"event": 3, "name": name, "pid": 7, "client": 1, "handle": hash(name) & 0xFFFF,
+                         "class": 0xC86F, "gpu": 0, "obj_kind": 2}, rmf.file(1))
         c.settimeout(0.2)
         return c
 
@@ -567,6 +609,7 @@ def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> 
         assert len(src.channels()) == 2
     finally:
         src.close()
+        rmf.close()
 
 
 def test_sampling_requests_stay_whole_lines_when_the_socket_takes_a_few_bytes(tmp_path) -> None:
@@ -658,7 +701,8 @@ def test_a_container_cannot_crash_the_preload_source_or_drop_anothers_channels(t
     import socket
 
     path = str(tmp_path / "preload.sock")
-    src = PreloadSource(path)
+    rmf = RmFiles(tmp_path)
+    src = PreloadSource(path, verify=rmf.verify)
 
     def conn() -> socket.socket:
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -679,7 +723,7 @@ def test_a_container_cannot_crash_the_preload_source_or_drop_anothers_channels(t
                  "obj_kind": 2}
     try:
         victim = conn()
-        victim.sendall((json.dumps(victim_ch) + "\n").encode())
+        send_channel(victim, victim_ch, rmf.file(0xC1D00047))
         src.refresh()
         want = {"victim": {Channel(0, 0xC1D00047, 0x5C000010)}}
         assert src.channels() == want
@@ -709,6 +753,111 @@ def test_a_container_cannot_crash_the_preload_source_or_drop_anothers_channels(t
         assert set(src.work_seen()) == {(0xC1D00047, 0x5C000010)}
     finally:
         src.close()
+        rmf.close()
+
+
+def _pump(src: PreloadSource, until, n: int = 200) -> None:
+    import time
+
+    for _ in range(n):
+        src.refresh()
+        if until():
+            return
+        time.sleep(0.005)
+
+
+def test_a_channel_counts_only_with_its_owners_file(tmp_path) -> None:
+    """The daemon gates a channel it was told of (FIFO_DISABLE_CHANNELS names any
+    process's), so a process that registers another's channel under its own instance
+    could have it stalled. A CHANNEL_NEW counts only with the file of the channel's
+    client passed with it: the attacker's own file, no file, a file that is not an RM
+    file, or more files than lines are all refused, and the owner registers its channel
+    afterwards. Every file passed is closed by the daemon."""
+    import json
+    import socket
+
+    path = str(tmp_path / "preload.sock")
+    rmf = RmFiles(tmp_path)
+    src = PreloadSource(path, verify=rmf.verify)
+    victim_ch = {"event": 3, "name": "victim", "pid": 1, "client": 0xC1D00047, "handle": 0x5C000010, "gpu": 0,
+                 "obj_kind": 2}
+
+    def conn() -> socket.socket:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        return c
+
+    try:
+        att = conn()
+        own = rmf.file(0xC1D00099)  # the attacker's RM file: its own client only
+        send_channel(att, {**victim_ch, "name": "batch"}, own)  # predicted before the victim
+        send_channel(att, {**victim_ch, "name": "batch"}, None)  # no file at all
+        r, w = os.pipe()
+        send_channel(att, {**victim_ch, "name": "batch"}, w)  # not an RM file
+        socket.send_fds(att, [b"\n"], [own, own, own, own, own, own])  # files beyond any line
+        send_channel(att, {**victim_ch, "name": "batch", "client": 0xC1D00099, "handle": 7}, own)
+        _pump(src, lambda: src.unproven >= 3 and src.bad_lines >= 1 and "batch" in src.channels())
+        assert src.unproven == 3 and src.bad_lines >= 1
+        assert src.channels() == {"batch": {Channel(0, 0xC1D00099, 7)}}  # its own channel counts
+        victim = conn()
+        send_channel(victim, victim_ch, rmf.file(0xC1D00047))
+        _pump(src, lambda: "victim" in src.channels())
+        assert src.channels()["victim"] == {Channel(0, 0xC1D00047, 0x5C000010)}
+        att.close()
+        victim.close()
+        _pump(src, lambda: src.channels() == {})
+        assert src.channels() == {}
+        _pump(src, lambda: src._closer._backlog == 0)
+        assert src._closer._backlog == 0
+        os.close(w)
+        os.set_blocking(r, False)
+        assert os.read(r, 1) == b""  # EOF: the daemon's copy of the write end is closed too
+        os.close(r)
+        mine = {int(x) for x in os.listdir("/proc/self/fd")}
+        assert not any(os.path.realpath(f"/proc/self/fd/{fd}").endswith("rmfile0")
+                       for fd in mine if fd != own), "a passed file is still open"
+    finally:
+        src.close()
+        rmf.close()
+
+
+def test_an_instance_socket_binds_its_processes_to_the_instance(tmp_path) -> None:
+    """With an instance directory, each instance the scheduler knows has a socket of its
+    own (mode 0666; the host's is 0600). What a process connected there names does not
+    decide its instance: naming another is a bad line, naming none is the socket's. An
+    instance that goes takes its socket and directory with it."""
+    import socket
+    import stat
+
+    d = tmp_path / "instances"
+    rmf = RmFiles(tmp_path)
+    src = PreloadSource(str(tmp_path / "preload.sock"), instance_dir=str(d), verify=rmf.verify)
+    ch = {"event": 3, "pid": 1, "client": 0xC1D00001, "handle": 0x10, "gpu": 0, "obj_kind": 2}
+    try:
+        src.set_instances({"svc", "batch", "..", "a/b"})
+        assert sorted(os.listdir(d)) == ["batch", "svc"]
+        assert stat.S_IMODE(os.stat(d / "batch" / "preload.sock").st_mode) == 0o666
+        assert stat.S_IMODE(os.stat(tmp_path / "preload.sock").st_mode) == 0o600
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(str(d / "batch" / "preload.sock"))
+        send_channel(c, {**ch, "name": "svc"}, rmf.file(0xC1D00001))  # claims the online instance
+        _pump(src, lambda: src.bad_lines >= 1)
+        assert src.bad_lines == 1 and src.channels() == {}
+        send_channel(c, ch, rmf.file(0xC1D00001))
+        send_channel(c, {**ch, "handle": 0x11, "name": "batch"}, rmf.file(0xC1D00001))
+        _pump(src, lambda: len(src.channels().get("batch", ())) == 2)
+        assert src.channels() == {"batch": {Channel(0, 0xC1D00001, 0x10), Channel(0, 0xC1D00001, 0x11)}}
+        src.set_instances({"svc"})
+        assert os.listdir(d) == ["svc"]
+        src.set_instances({"svc", "batch"})  # back, at the same path (a container's mount of the directory)
+        c2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c2.connect(str(d / "batch" / "preload.sock"))
+        c2.close()
+        c.close()
+    finally:
+        src.close()
+        rmf.close()
+    assert not d.exists() or os.listdir(d) == []
 
 
 def test_a_forgotten_channel_that_was_disabled_is_enabled_again() -> None:
@@ -783,13 +932,14 @@ def test_preload_line_format_of_report_c(tmp_path) -> None:
     import socket
 
     path = str(tmp_path / "p.sock")
-    src = PreloadSource(path)
+    rmf = RmFiles(tmp_path)
+    src = PreloadSource(path, verify=rmf.verify)
     try:
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.connect(path)
-        c.sendall(b'{"event":3,"name":"a","pid":12,"client":3251634253,"handle":1543503900,'
-                  b'"parent":1543503899,"class":51311,"engine":1,"gpu":0,"obj_kind":2,'
-                  b'"size":0,"status":0,"cmd":0}\n')
+        socket.send_fds(c, [b'{"event":3,"name":"a","pid":12,"client":3251634253,"handle":1543503900,'
+                            b'"parent":1543503899,"class":51311,"engine":1,"gpu":0,"obj_kind":2,'
+                            b'"size":0,"status":0,"cmd":0,"proof":1}\n'], [rmf.file(3251634253)])
         src.refresh()
         assert src.channels() == {"a": {Channel(0, 3251634253, 1543503900)}}
         c.sendall(b'{"event":4,"name":"a","pid":12,"client":3251634253,"handle":1543503900,'
@@ -800,6 +950,7 @@ def test_preload_line_format_of_report_c(tmp_path) -> None:
         c.close()
     finally:
         src.close()
+        rmf.close()
 
 
 def test_watchdog_process_handshake_and_eof(tmp_path) -> None:

@@ -30,6 +30,7 @@ from .policy import POLICIES, compute_shares, validate
 
 STATUS_PATH = S.STATUS_PATH
 PRELOAD_SOCK = "/run/gpuslice/preload.sock"
+PRELOAD_DIR = "/run/gpuslice/instances"
 GUARD_STATUS = "/run/gpuslice/guard.json"
 
 
@@ -803,7 +804,10 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "(preload); auto: netlink when the module is loaded, else preload. MODULE:CLASS: a source "
               "class importable from the daemon's PYTHONPATH, constructed with no arguments, with "
               "refresh(), channels() -> {instance: {Channel}} and close() (pyctl/gpuslice/sources.py).")
-@click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True, help="Socket for --source preload.")
+@click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True,
+              help="The host's socket for --source preload (mode 0600: never mount it into a container).")
+@click.option("--preload-dir", default=PRELOAD_DIR, show_default=True,
+              help="--source preload: a directory per instance with its socket, to mount at /run/gpuslice in its containers.")
 @click.option("--probe", type=PROBE, default="auto", show_default=True,
               help="Activity probe for equal/burst: cpu = the instance's processes used >= 25% of a CPU in the "
               "last period (corrected by NVML when present; reacts within a period); nvml = NVML process "
@@ -850,7 +854,7 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "of an instance that holds more video memory in RM's count than its limit.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
-def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, probe: str | type, status_file: str,
+def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, preload_dir: str, probe: str | type, status_file: str,
            watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, preempt_poll: int,
            online_hold: int, preempt_after: int, online_sample: int, guard_interval: int, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
@@ -895,7 +899,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
             logging.info("no SCHED_FIFO (%s); running with normal priority", e)
     try:
         # the inputs first: a source or probe that cannot be had fails before the GPU is touched
-        src = _make_source(ctx, source, preload_sock)
+        src = _make_source(ctx, source, preload_sock, preload_dir)
         cleanups.append(src.close)
         prb = _make_probe(probe, src)
         wd = Watchdog(ctl) if watchdog else None
@@ -1119,7 +1123,7 @@ def _stop_child(p: subprocess.Popen[bytes]) -> None:
         p.wait()
 
 
-def _make_source(ctx: click.Context, kind: str | type, preload_sock: str) -> Any:
+def _make_source(ctx: click.Context, kind: str | type, preload_sock: str, preload_dir: str | None = None) -> Any:
     """--source: netlink, preload, auto (netlink when the module is loaded, else preload),
     or a class (MODULE:CLASS)."""
     from .sources import NetlinkSource, PreloadSource
@@ -1136,7 +1140,7 @@ def _make_source(ctx: click.Context, kind: str | type, preload_sock: str) -> Any
         except OSError as e:
             if kind == "netlink":
                 raise GpuctlError(str(e)) from None
-    return PreloadSource(preload_sock)
+    return PreloadSource(preload_sock, preload_dir)
 
 
 def _make_probe(kind: str | type, src: Any = None) -> Any:

@@ -376,3 +376,44 @@ class RmClient:
         out = unpack_fb_info(self.control(g.subdevice, abi.NV2080_CTRL_CMD_FB_GET_INFO_V2,
                                           pack_fb_info_request(list(idx.values()))))
         return {k: out.get(v, 0) * 1024 for k, v in idx.items()}  # RM reports KiB
+
+
+# --- proof that a process owns a channel (the user-space build's preload socket) ---
+
+_AT_EMPTY_PATH = 0x1000
+_AT_STATX_DONT_SYNC = 0x4000  # FUSE and NFS answer from their cache: never a request to a server
+_STATX_TYPE = 0x1
+_S_IFMT, _S_IFCHR = 0o170000, 0o020000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def nvidia_file(fd: int) -> bool:
+    """Is ``fd`` an NVIDIA character device (major 195, nvidiactl or a GPU node)? Asked
+    with statx(AT_STATX_DONT_SYNC), so that a file a container passed us from its own
+    FUSE mount cannot make us wait on its server."""
+    buf = ctypes.create_string_buffer(256)  # struct statx
+    if _libc.statx(fd, b"", _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC, _STATX_TYPE, buf) != 0:
+        return False
+    mode = struct.unpack_from("<H", buf, 28)[0]
+    major, minor = struct.unpack_from("<II", buf, 128)
+    return (mode & _S_IFMT) == _S_IFCHR and major == abi.NV_MAJOR_DEVICE_NUMBER and (minor == 255 or minor < 254)
+
+
+def owns_channel(fd: int, h_client: int, h_channel: int) -> bool:
+    """Does the open file ``fd`` hold client ``h_client``, and is ``h_channel`` a channel
+    of it? RM answers a control on a client only through the file that made the client
+    (src/nvidia/src/kernel/rmapi/client.c rmclientValidate_IMPL, strict by default:
+    NV_ERR_INVALID_CLIENT; FINDINGS.md: status 35 for another process's client), and
+    GPFIFO_GET_WORK_SUBMIT_TOKEN (ctrlc36f.h, read-only, what CUDA asks of each of its
+    channels) only of a channel. So a process that passes the file proves the channel is
+    its own, or was handed to it by its owner."""
+    if not nvidia_file(fd):
+        return False
+    buf = ctypes.create_string_buffer(4)
+    arg = bytearray(pack_control(h_client, h_channel, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+                                 ctypes.addressof(buf), 4))
+    try:
+        fcntl.ioctl(fd, abi.IOCTL_RM_CONTROL, arg, True)
+    except OSError:
+        return False
+    return abi.NVOS54.unpack(arg)[6] == abi.NV_OK

@@ -368,14 +368,19 @@ class Scheduler:
         return out
 
     def _sync_sampling(self) -> None:
-        """Tell a source that can ask its processes to sample faster (the user-space
-        build's, PreloadSource.set_fast) which instances to ask, when the configuration
-        changed."""
-        set_fast = getattr(self.source, "set_fast", None)
-        if set_fast is None or self._fast_of is self.state:
+        """When the configuration changed, tell a source that listens per instance
+        (the user-space build's, PreloadSource.set_instances) which instances there are,
+        and one that can ask its processes to sample faster (PreloadSource.set_fast)
+        which to ask."""
+        if self._fast_of is self.state:
             return
         self._fast_of = self.state
-        set_fast(self.fast_instances(), self.online_sample_us, report_repeat_us(self.online_hold_ns))
+        set_instances = getattr(self.source, "set_instances", None)
+        if set_instances is not None:  # a socket per instance (PreloadSource)
+            set_instances(self.state.instances)
+        set_fast = getattr(self.source, "set_fast", None)
+        if set_fast is not None:
+            set_fast(self.fast_instances(), self.online_sample_us, report_repeat_us(self.online_hold_ns))
 
     # --- lifecycle ---
     def start(self) -> None:

@@ -26,12 +26,15 @@ import errno
 import json
 import logging
 import os
+import queue
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from . import netlink as nl
+from .rm import owns_channel
 
 log = logging.getLogger(__name__)
 
@@ -225,10 +228,62 @@ class _Conn:
     told: tuple[int, int] = (0, 0)  # (sample_us, repeat_us); the library starts from its own (0)
     partial: bytes = b""  # the rest of a line whose start was written
     pending: bytes = b""  # a whole line not begun (a newer request replaces it)
+    bound: str | None = None  # the instance of the socket it came in on; None: the host's socket
+    fds: list[int] = field(default_factory=list)  # files it passed, for its next "proof" lines
+
+
+class FdCloser:
+    """Closes the files containers pass us, on a thread of its own: a close flushes, and
+    the flush of a file from a container's own FUSE mount waits on its server. Past
+    ``limit`` files not closed yet, :attr:`full` is true and the caller takes no more."""
+
+    limit = 256
+
+    def __init__(self) -> None:
+        self._q: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._backlog = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def full(self) -> bool:
+        return self._backlog >= self.limit
+
+    def close(self, fds: Iterable[int]) -> None:
+        for fd in fds:
+            with self._lock:
+                self._backlog += 1
+            self._q.put(fd)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpuslice-fd-closer", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            fd = self._q.get()
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            with self._lock:
+                self._backlog -= 1
 
 
 class PreloadSource(EventTracker):
     """Unix stream socket server for the LD_PRELOAD library's JSON-line events.
+
+    Two kinds of socket (docs/threat-model.md, "The user-space build"):
+
+    * ``path`` (default /run/gpuslice/preload.sock, mode 0600): the host's. A process
+      connected there is of the instance it names (GPUSLICE_INSTANCE). Never mount it
+      into a container.
+    * ``instance_dir``/NAME/preload.sock (mode 0666), one per instance the scheduler
+      knows (:meth:`set_instances`): a container gets its instance's directory mounted
+      at /run/gpuslice, where the library looks. A process connected there is of that
+      instance whatever it names; a line naming another is a bad line.
+
+    A channel counts only with a proof that the process owns it: the library sends its
+    CHANNEL_NEW lines with ``"proof":1`` and, in the same message (SCM_RIGHTS), the RM
+    file the channel's client was made through; ``verify(fd, client, handle)``
+    (default :func:`gpuslice.rm.owns_channel`) asks RM through that file.
 
     It writes back one kind of line, ``{"sample_us":N,"repeat_us":M}``, to the processes
     of the instances the scheduler must see work of at once (:meth:`set_fast`): their
@@ -236,22 +291,69 @@ class PreloadSource(EventTracker):
     keeps submitting every M us; 0 gives back the process's own setting
     (preload/report.c)."""
 
-    def __init__(self, path: str = "/run/gpuslice/preload.sock") -> None:
+    def __init__(self, path: str = "/run/gpuslice/preload.sock", instance_dir: str | None = None,
+                 verify: Callable[[int, int, int], bool] | None = None) -> None:
         super().__init__()
         self.path = path
+        self.instance_dir = instance_dir
+        self.verify: Callable[[int, int, int], bool] = verify or owns_channel
+        self._listeners: dict[socket.socket, str] = {}  # listening socket -> its instance ("": the host's)
+        self._by_name: dict[str, socket.socket] = {}
+        self.sock = self._listen(path, 0o600)
+        self._listeners[self.sock] = ""
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._owner: dict[tuple[int, int], _Conn] = {}  # channel -> the connection that registered it
+        self._closer = FdCloser()
+        self.bad_lines = 0
+        self.unproven = 0  # channels refused: no file passed, or RM says it is not the sender's
+        self._fast: frozenset[str] = frozenset()
+        self._fast_us = (0, 0)
+
+    @staticmethod
+    def _listen(path: str, mode: int) -> socket.socket:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        os.chmod(path, 0o666)  # containers connect as any user
-        self.sock.listen(64)
-        self.sock.setblocking(False)
-        self._conns: dict[socket.socket, _Conn] = {}
-        self._owner: dict[tuple[int, int], _Conn] = {}  # channel -> the connection that registered it
-        self.bad_lines = 0
-        self._fast: frozenset[str] = frozenset()
-        self._fast_us = (0, 0)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(path)
+            os.chmod(path, mode)
+            s.listen(64)
+        except BaseException:
+            s.close()
+            raise
+        s.setblocking(False)
+        return s
+
+    def instance_socket(self, name: str) -> str | None:
+        """Where instance ``name``'s processes connect (None: no instance_dir)."""
+        return os.path.join(self.instance_dir, name, "preload.sock") if self.instance_dir else None
+
+    def set_instances(self, names: Iterable[str]) -> None:
+        """Listen on a socket of its own for each instance in ``names`` and on none for the
+        others (their connections stay, bound to the name, until they close)."""
+        if not self.instance_dir:
+            return
+        want = {n for n in names if n not in (".", "..") and "/" not in n}
+        for name in set(self._by_name) - want:
+            s = self._by_name.pop(name)
+            del self._listeners[s]
+            s.close()
+            path = self.instance_socket(name) or ""
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(path))
+        for name in sorted(want - set(self._by_name)):
+            path = self.instance_socket(name) or ""
+            try:
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                s = self._listen(path, 0o666)  # containers connect as any user
+            except OSError as e:
+                log.warning("preload socket of instance %s: %s", name, e)
+                continue
+            self._by_name[name] = s
+            self._listeners[s] = name
 
     def set_fast(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None:
         """Ask the processes of instances ``names`` to sample every ``sample_us`` and to
@@ -266,37 +368,61 @@ class PreloadSource(EventTracker):
     # a line that never ends closes its connection
     reads_per_refresh = 16
     max_line = 1 << 20
+    max_fds = 4  # files a connection may have passed and not used yet
 
-    def refresh(self) -> None:
+    def _accept(self, lsock: socket.socket, name: str) -> None:
         while True:
             try:
-                c, _ = self.sock.accept()
+                c, _ = lsock.accept()
             except BlockingIOError:
-                break
+                return
             except OSError as e:  # out of fds (EMFILE, ENFILE): the others are served
                 if not getattr(self, "_accept_failed", False):
                     log.warning("preload socket: accept: %s", e)
                 self._accept_failed = True
-                break
+                return
             c.setblocking(False)
-            self._conns[c] = _Conn()
+            self._conns[c] = _Conn(bound=name or None)
+            if name:
+                self._conns[c].name = name
+
+    def _recv(self, c: socket.socket, conn: _Conn) -> bytes | None:
+        """Some bytes (b"": the peer closed; None: nothing now), and the files passed with
+        them. While the closer is behind, files are not taken (the kernel drops them
+        without a flush)."""
+        try:
+            if self._closer.full:
+                return c.recv(65536)
+            data, fds, _flags, _addr = socket.recv_fds(c, 65536, self.max_fds, socket.MSG_CMSG_CLOEXEC)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return b""
+        if fds:
+            room = max(0, self.max_fds - len(conn.fds))
+            conn.fds.extend(fds[:room])
+            if len(fds) > room:
+                self.bad_lines += 1
+                self._closer.close(fds[room:])
+        return data
+
+    def refresh(self) -> None:
+        for lsock, name in list(self._listeners.items()):
+            self._accept(lsock, name)
         for c in list(self._conns):
             conn = self._conns[c]
             closed = False
             for _ in range(self.reads_per_refresh):
-                try:
-                    data = c.recv(65536)
-                except BlockingIOError:
+                data = self._recv(c, conn)
+                if data is None:
                     break
-                except OSError:
-                    data = b""
                 if not data:
                     closed = True
                     break
                 conn.buf += data
-            *lines, conn.buf = conn.buf.split(b"\n")
-            for line in lines:
-                self._line(line, conn)
+                *lines, conn.buf = conn.buf.split(b"\n")
+                for line in lines:  # each as it comes: a line uses the file passed with it
+                    self._line(line, conn)
             if len(conn.buf) > self.max_line:
                 self.bad_lines += 1
                 closed = True
@@ -306,6 +432,8 @@ class PreloadSource(EventTracker):
                 c.close()
                 del self._conns[c]
                 self._drop_conn(conn)
+                self._closer.close(conn.fds)
+                conn.fds.clear()
 
     def _drop_conn(self, conn: _Conn, keys: Iterable[tuple[int, int]] | None = None) -> None:
         """The process is gone (or it reconnects, or it said one of its processes exited):
@@ -342,7 +470,19 @@ class PreloadSource(EventTracker):
 
     def filenos(self) -> list[int]:
         """What to wait on for new lines (the daemon wakes at once for online work)."""
-        return [self.sock.fileno()] + [c.fileno() for c in self._conns]
+        return [s.fileno() for s in self._listeners] + [c.fileno() for c in self._conns]
+
+    def _proven(self, r: Mapping[str, Any], conn: _Conn) -> bool:
+        """Did the sender pass, with this line, the file that holds the channel's client?"""
+        if r.get("proof") != 1 or not conn.fds:
+            return False
+        fd = conn.fds.pop(0)
+        try:
+            return bool(self.verify(fd, r.get("client", 0), r.get("handle", 0)))
+        except Exception:  # whatever the file is: not a proof
+            return False
+        finally:
+            self._closer.close([fd])
 
     def _line(self, line: bytes, conn: _Conn) -> None:
         if not line.strip():
@@ -355,6 +495,11 @@ class PreloadSource(EventTracker):
         except Exception:  # whatever a container writes (deep nesting, huge numbers): one bad line
             self.bad_lines += 1
             return
+        if conn.bound is not None:  # the socket says which instance, not the line
+            if r.get("name") and str(r["name"]) != conn.bound:
+                self.bad_lines += 1
+                return
+            r["name"] = conn.bound
         if r.get("pid"):
             conn.pids.add(r["pid"])
         if r.get("name"):
@@ -366,6 +511,9 @@ class PreloadSource(EventTracker):
             self._drop_conn(conn, {k for k in conn.keys if k in self._chans and self._chans[k][1].pid == r.get("pid")})
             return
         new_chan = e == nl.EVENTS["GPUSLICE_EV_CHANNEL_NEW"] or (not e and r.get("obj_kind") == nl.OBJ_CHANNEL)
+        if new_chan and not self._proven(r, conn):
+            self.unproven += 1  # not shown to be the sender's: another's, or a guess
+            return
         if owner is not None and owner is not conn and (new_chan or e in (
                 nl.EVENTS["GPUSLICE_EV_CHANNEL_DEL"], nl.EVENTS["GPUSLICE_EV_CHANNEL_WORK"])):
             self.bad_lines += 1  # another process's channel: the first to register it keeps it
@@ -382,13 +530,21 @@ class PreloadSource(EventTracker):
             conn.keys.discard(key)
 
     def close(self) -> None:
-        for c in self._conns:
+        for c, conn in self._conns.items():
             c.close()
+            self._closer.close(conn.fds)
         self._conns.clear()
         self._owner.clear()
-        self.sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        for s, name in self._listeners.items():
+            s.close()
+            path = self.instance_socket(name) if name else self.path
+            with contextlib.suppress(OSError):
+                os.unlink(path or "")
+            if name:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.dirname(path or ""))
+        self._listeners.clear()
+        self._by_name.clear()
 
 
 class StaticSource:

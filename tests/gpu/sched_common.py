@@ -177,7 +177,8 @@ class Daemon:
             return [sys.executable, "-c", FAKE_DAEMON, self.sock, self.status]
         return [sys.executable, "-c", "import sys; from gpuslice.cli import main; main()",
                 "--state", self.state, "--kernel", "no", "daemon", "--source", "preload",
-                "--preload-sock", self.sock, "--probe", self.probe, "--status-file", self.status,
+                "--preload-sock", self.sock, "--preload-dir", os.path.join(os.path.dirname(self.sock), "instances"),
+                "--probe", self.probe, "--status-file", self.status,
                 "--switch-order", self.order, "-v"] + self.extra + self.mode_args
 
     def start(self, members: list[str] = (), timeout: float = 15, need_switch: bool = True) -> float:

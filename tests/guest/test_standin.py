@@ -397,6 +397,32 @@ def test_channel_ids_and_engine_ids(sess: nvstub.Session) -> None:
                              ctypes.create_string_buffer(8)) == abi.NV_ERR_INVALID_ARGUMENT
 
 
+def test_a_channel_is_proven_only_through_its_clients_file(sess: nvstub.Session) -> None:
+    """rm.owns_channel, the user-space daemon's proof that a process passing a file owns
+    a channel: true through the file that made the channel's client (a dup of it is the
+    same file); false through another file of the driver (client.c rmclientValidate_IMPL,
+    strict: NV_ERR_INVALID_CLIENT), for a TSG, for a handle that does not exist."""
+    from gpuslice.rm import nvidia_file, owns_channel
+
+    tsg, ch = sess.tsg_channel()
+    assert nvidia_file(sess.ctl) and nvidia_file(sess.dev_fd)
+    assert owns_channel(sess.ctl, sess.client, ch)
+    dup = os.dup(sess.ctl)
+    other = nvstub.Session()
+    try:
+        assert owns_channel(dup, sess.client, ch)
+        assert not owns_channel(other.ctl, sess.client, ch)  # another process's file
+        assert not owns_channel(other.ctl, other.client, ch)  # its own client, not its channel
+        assert not owns_channel(sess.ctl, sess.client, tsg)
+        assert not owns_channel(sess.ctl, sess.client, 0x5C0000EE)
+        tok = ctypes.create_string_buffer(4)
+        assert nvstub.rm_control(other.ctl, sess.client, ch, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+                                 tok) == abi.NV_ERR_INVALID_CLIENT
+    finally:
+        os.close(dup)
+        other.close()
+
+
 def test_gpu_ids(sess: nvstub.Session) -> None:
     ids = ctypes.create_string_buffer(128)
     assert nvstub.rm_control(sess.ctl, sess.client, sess.client, abi.NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS,
