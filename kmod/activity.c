@@ -22,9 +22,11 @@
  *    (nv_io_remap_page_range), so a USERD is present from the start (until
  *    the driver revokes its mappings for a power transition or a reset:
  *    then this sees nothing until the process touches the page again);
- *  - every userd_sample_ms (module parameter, default 5; 0: off), while a
- *    netlink listener is subscribed to the events group, the instance's work
- *    item takes its announced channels from the core (again only when one
+ *  - every userd_sample_ms (module parameter, default 5; 0: off), or every
+ *    SAMPLE_US of the instance when the controller set it (INSTANCE_SET:
+ *    online instances beside offline ones, whose work must preempt at once),
+ *    while a netlink listener is subscribed to the events group, the
+ *    instance's work item takes its announced channels from the core (again only when one
  *    came or went: CHANNEL_NEW / CHANNEL_DEL, or every second), finds each
  *    one's USERD in a recorded mapping, and reads the 8 bytes of GPGet |
  *    GPPut with one load through the process's own page tables
@@ -52,15 +54,19 @@
  *    channels; a channel's USERD is looked for once per memory object, not
  *    once per channel;
  *  - what reaches the controller is bounded: at most one CHANNEL_WORK per
- *    instance a tick and per GS_ACT_REPEAT_NS (the controller decides per
+ *    instance a tick and per GS_ACT_REPEAT_NS, or per the instance's
+ *    REPEAT_US (at least GPUSLICE_REPEAT_US_MIN; the controller decides per
  *    instance), so no instance can flood the events socket that carries
- *    every instance's events.
+ *    every instance's events. Only the controller (CAP_SYS_ADMIN) sets an
+ *    instance's SAMPLE_US and REPEAT_US.
  *
  * The work item runs in a kernel thread (a workqueue worker), as
- * kthread_use_mm() requires. Its period is rounded up to whole jiffies.
+ * kthread_use_mm() requires; an hrtimer queues it after each period, so
+ * SAMPLE_US is not rounded to jiffies (a quarter of the period is left to
+ * the timer as slack).
  */
 #include <linux/file.h>
-#include <linux/jiffies.h>
+#include <linux/hrtimer.h>
 #include <linux/kthread.h>
 #include <linux/mm.h>
 #include <linux/module.h>
@@ -128,7 +134,8 @@ struct gs_act_chan {
 
 struct gs_activity {
 	struct gs_instance *inst;
-	struct delayed_work work;
+	struct work_struct work;
+	struct hrtimer timer;	/* queues work when the period is over */
 	struct mutex lock;	/* maps, nr_maps, map_seq, stopping, the act_note of the instance's files */
 	struct gs_act_map maps[GS_ACT_MAPS];
 	unsigned int nr_maps;
@@ -145,13 +152,33 @@ struct gs_activity {
 	unsigned int nr_next;
 };
 
-static unsigned long gs_act_period(bool listening)
+/* ns to the next look: the instance's SAMPLE_US, else userd_sample_ms, while someone listens */
+static u64 gs_act_period_ns(struct gs_activity *act, bool listening)
 {
 	unsigned int ms = READ_ONCE(gs_sample_ms);
+	u32 us = READ_ONCE(act->inst->sample_us);
 
+	if (listening && us)
+		return (u64)us * NSEC_PER_USEC;
 	if (!listening || !ms)
 		ms = GS_ACT_IDLE_MS;
-	return msecs_to_jiffies(min_t(unsigned int, ms, GS_ACT_MAX_MS));
+	return (u64)min_t(unsigned int, ms, GS_ACT_MAX_MS) * NSEC_PER_MSEC;
+}
+
+/* CHANNEL_WORK of the instance, and of one channel, at most this often while it submits */
+static u64 gs_act_repeat_ns(struct gs_activity *act, u64 dflt)
+{
+	u32 us = READ_ONCE(act->inst->repeat_us);
+
+	return us ? (u64)us * NSEC_PER_USEC : dflt;
+}
+
+static enum hrtimer_restart gs_act_tick(struct hrtimer *timer)
+{
+	struct gs_activity *act = container_of(timer, struct gs_activity, timer);
+
+	queue_work(system_unbound_wq, &act->work);
+	return HRTIMER_NORESTART;
 }
 
 /* Caller holds act->lock; the map's mm is returned for mmdrop() after it. */
@@ -344,10 +371,11 @@ static void gs_act_read(struct gs_activity *act)
 	}
 }
 
-/* At most one CHANNEL_WORK per instance a tick and per GS_ACT_REPEAT_NS. */
+/* At most one CHANNEL_WORK per instance a tick and per GS_ACT_REPEAT_NS (or REPEAT_US). */
 static void gs_act_report(struct gs_activity *act)
 {
 	u64 now = ktime_get_ns();
+	u64 chan_repeat = gs_act_repeat_ns(act, GS_WORK_REPEAT_NS);
 	struct gs_act_chan *first = NULL;
 	unsigned int i;
 
@@ -355,10 +383,11 @@ static void gs_act_report(struct gs_activity *act)
 		struct gs_act_chan *c = &act->chans[i];
 
 		/* every channel's look is judged: each keeps its own state */
-		if (c->ok && gs_userd_seen(&c->seen, c->word, c->entries, now) && !first)
+		if (c->ok && gs_userd_seen_every(&c->seen, c->word, c->entries, now, chan_repeat) &&
+		    !first)
 			first = c;
 	}
-	if (first && (!act->sent_ns || now - act->sent_ns >= GS_ACT_REPEAT_NS)) {
+	if (first && (!act->sent_ns || now - act->sent_ns >= gs_act_repeat_ns(act, GS_ACT_REPEAT_NS))) {
 		struct gs_event ev = {
 			.type = GPUSLICE_EV_CHANNEL_WORK,
 			.obj_kind = GPUSLICE_OBJ_CHANNEL,
@@ -383,7 +412,7 @@ static void gs_act_mark_stale(struct gs_activity *act, u64 seq)
 
 static void gs_act_work(struct work_struct *work)
 {
-	struct gs_activity *act = container_of(to_delayed_work(work), struct gs_activity, work);
+	struct gs_activity *act = container_of(work, struct gs_activity, work);
 	bool listening = READ_ONCE(gs_sample_ms) && gs_netlink_listening();
 	struct mm_struct *gone[8];
 	unsigned int i, nr_gone = 0;
@@ -407,8 +436,11 @@ static void gs_act_work(struct work_struct *work)
 		else
 			i++;
 	}
-	if (act->nr_maps && !act->stopping)
-		queue_delayed_work(system_unbound_wq, &act->work, gs_act_period(listening));
+	if (act->nr_maps && !act->stopping) {
+		u64 ns = gs_act_period_ns(act, listening);
+
+		hrtimer_start_range_ns(&act->timer, ns_to_ktime(ns), ns / 4, HRTIMER_MODE_REL);
+	}
 	mutex_unlock(&act->lock);
 	for (i = 0; i < act->nr_chans; i++) {
 		struct gs_act_chan *c = &act->chans[i];
@@ -442,7 +474,9 @@ int gs_activity_new(struct gs_instance *inst)
 	act->inst = inst;
 	act->walked_gen = -1;
 	mutex_init(&act->lock);
-	INIT_DELAYED_WORK(&act->work, gs_act_work);
+	INIT_WORK(&act->work, gs_act_work);
+	hrtimer_init(&act->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	act->timer.function = gs_act_tick;
 	inst->act = act;
 	return 0;
 }
@@ -456,7 +490,9 @@ void gs_activity_free(struct gs_instance *inst)
 	mutex_lock(&act->lock);
 	act->stopping = true;
 	mutex_unlock(&act->lock);
-	cancel_delayed_work_sync(&act->work);
+	/* the timer queues the work, the work arms the timer only while not stopping */
+	hrtimer_cancel(&act->timer);
+	cancel_work_sync(&act->work);
 	while (act->nr_maps)
 		mmdrop(gs_act_map_remove(act, act->nr_maps - 1));
 	mutex_destroy(&act->lock);
@@ -548,7 +584,7 @@ void gs_activity_mmap(struct gs_file *gf, struct vm_area_struct *vma)
 	 * it running back to back).
 	 */
 	if (first)
-		queue_delayed_work(system_unbound_wq, &act->work, 0);
+		queue_work(system_unbound_wq, &act->work);
 out:
 	mutex_unlock(&act->lock);
 	if (evicted)

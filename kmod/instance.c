@@ -347,6 +347,10 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	inst->weight = cfg->set & GS_CFG_WEIGHT ? cfg->weight : 100;
 	inst->share = cfg->set & GS_CFG_SHARE ? cfg->share : 0;
 	inst->timeslice_us = cfg->set & GS_CFG_TIMESLICE ? cfg->timeslice_us : 0;
+	if (cfg->set & GS_CFG_SAMPLE) {
+		inst->sample_us = cfg->sample_us;
+		inst->repeat_us = cfg->repeat_us;
+	}
 	inst->uid = make_kuid(&init_user_ns, cfg->set & GS_CFG_UID ? cfg->uid : 0);
 	inst->gid = make_kgid(&init_user_ns, cfg->set & GS_CFG_GID ? cfg->gid : 0);
 	inst->mode = cfg->set & GS_CFG_MODE ? cfg->mode : 0600;
@@ -468,6 +472,10 @@ int gs_instance_set(const struct gs_inst_cfg *cfg)
 	if (cfg->set & GS_CFG_TIMESLICE && cfg->timeslice_us != inst->timeslice_us) {
 		WRITE_ONCE(inst->timeslice_us, cfg->timeslice_us);
 		atomic_inc(&inst->timeslice_gen);
+	}
+	if (cfg->set & GS_CFG_SAMPLE) {
+		WRITE_ONCE(inst->sample_us, cfg->sample_us);
+		WRITE_ONCE(inst->repeat_us, cfg->repeat_us);
 	}
 	if (cfg->set & (GS_CFG_UID | GS_CFG_GID | GS_CFG_MODE)) {
 		if (cfg->set & GS_CFG_UID)

@@ -82,6 +82,8 @@ struct gs_instance {
 	u64 refused_size;
 	struct gs_nl_ratelimit refusal_events;
 	struct gs_activity *act;	/* the USERD sampler (activity.c) */
+	u32 sample_us;		/* its period for this instance, 0: userd_sample_ms (READ_ONCE) */
+	u32 repeat_us;		/* CHANNEL_WORK at most this often, 0: 50 ms (READ_ONCE) */
 };
 
 /* What INSTANCE_NEW / INSTANCE_SET carry; 'set' says which fields are given. */
@@ -93,6 +95,7 @@ struct gs_instance {
 #define GS_CFG_GID		BIT(5)
 #define GS_CFG_MODE		BIT(6)
 #define GS_CFG_GPU_MEM_LIMIT	BIT(7)
+#define GS_CFG_SAMPLE		BIT(8)	/* sample_us and repeat_us */
 
 struct gs_inst_cfg {
 	char name[GPUSLICE_NAME_MAX];
@@ -105,6 +108,8 @@ struct gs_inst_cfg {
 	u32 uid;
 	u32 gid;
 	u32 mode;
+	u32 sample_us;
+	u32 repeat_us;
 	u32 set;
 };
 

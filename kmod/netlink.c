@@ -49,6 +49,8 @@ static const struct nla_policy gs_nl_policy[GPUSLICE_A_MAX + 1] = {
 	[GPUSLICE_A_GID]		= { .type = NLA_U32 },
 	[GPUSLICE_A_MODE]		= { .type = NLA_U32 },
 	[GPUSLICE_A_GPU_MEM_LIMIT]	= NLA_POLICY_EXACT_LEN(sizeof(u64) * GPUSLICE_MAX_GPUS),
+	[GPUSLICE_A_SAMPLE_US]		= { .type = NLA_U32 },
+	[GPUSLICE_A_REPEAT_US]		= { .type = NLA_U32 },
 };
 
 /*
@@ -152,6 +154,18 @@ static int gs_nl_parse_cfg(struct genl_info *info, struct gs_inst_cfg *cfg, bool
 			return -EINVAL;
 		cfg->set |= GS_CFG_MODE;
 	}
+	if (!a[GPUSLICE_A_SAMPLE_US] != !a[GPUSLICE_A_REPEAT_US])
+		return -EINVAL;
+	if (a[GPUSLICE_A_SAMPLE_US]) {
+		cfg->sample_us = nla_get_u32(a[GPUSLICE_A_SAMPLE_US]);
+		cfg->repeat_us = nla_get_u32(a[GPUSLICE_A_REPEAT_US]);
+		if ((cfg->sample_us && (cfg->sample_us < GPUSLICE_SAMPLE_US_MIN ||
+					cfg->sample_us > GPUSLICE_SAMPLE_US_MAX)) ||
+		    (cfg->repeat_us && (cfg->repeat_us < GPUSLICE_REPEAT_US_MIN ||
+					cfg->repeat_us > GPUSLICE_REPEAT_US_MAX)))
+			return -EINVAL;
+		cfg->set |= GS_CFG_SAMPLE;
+	}
 	return 0;
 }
 
@@ -235,6 +249,8 @@ struct gs_nl_inst {
 	u32 uid;
 	u32 gid;
 	u32 mode;
+	u32 sample_us;
+	u32 repeat_us;
 	u64 nr_events_suppressed;
 	struct gs_stats st;
 	u64 gpu_limit[GPUSLICE_MAX_GPUS];
@@ -316,6 +332,8 @@ static struct gs_instance *gs_nl_hold_at(long *pos, const struct nlattr *filter,
 		s->uid = from_kuid(&init_user_ns, found->uid);
 		s->gid = from_kgid(&init_user_ns, found->gid);
 		s->mode = found->mode;
+		s->sample_us = READ_ONCE(found->sample_us);
+		s->repeat_us = READ_ONCE(found->repeat_us);
 	}
 	mutex_unlock(&gs_instances_lock);
 	return found;
@@ -429,6 +447,8 @@ static int gs_nl_fill_instance(struct sk_buff *skb, const struct gs_nl_inst *s,
 	     nla_put_u32(skb, GPUSLICE_A_UID, s->uid) ||
 	     nla_put_u32(skb, GPUSLICE_A_GID, s->gid) ||
 	     nla_put_u32(skb, GPUSLICE_A_MODE, s->mode) ||
+	     nla_put_u32(skb, GPUSLICE_A_SAMPLE_US, s->sample_us) ||
+	     nla_put_u32(skb, GPUSLICE_A_REPEAT_US, s->repeat_us) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_IOCTLS, st->nr_ioctls) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_QUOTA, st->nr_refused_quota) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_FILTER, st->nr_refused_filter) ||

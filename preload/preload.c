@@ -335,6 +335,13 @@ int gs_event_fd(void)
 	return gs_fd_now;
 }
 
+nv_u64 gs_fd_file(int fd)
+{
+	nv_u64 v = gs_fd_state(fd);
+
+	return gs_is_nv(v) ? v >> 16 : 0;
+}
+
 int gs_fd_of_file(nv_u64 file_id)
 {
 	int i, max = atomic_load(&gs_max_fd);

@@ -29,6 +29,7 @@ struct gs_preload {
 	nv_u64 ctl_repeat_ns;	/* its "repeat_us"; 0: GS_WORK_REPEAT_NS (__atomic) */
 	char ctl_line[64];	/* a controller's line being read (under sock_lock) */
 	int ctl_len;		/* bytes in ctl_line; -1: the rest of a too long line */
+	nv_u64 proof_file;	/* the RM file sent last as {"proof_file":1} on sock, 0: none (under sock_lock) */
 	nv_u64 timeslice_us;	/* GPUSLICE_TIMESLICE_US; 0: RM's default */
 	int interleave;		/* GPUSLICE_INTERLEAVE: NVA06C_CTRL_INTERLEAVE_LEVEL_*; -1: RM's default */
 };
@@ -48,6 +49,8 @@ nv_u64 gs_sample_period(void);
 int gs_event_fd(void);
 /* an fd of ours on the open file file_id (RM ties clients to it), or -1 */
 int gs_fd_of_file(nv_u64 file_id);
+/* the open file of fd if it is an NVIDIA one, else 0 */
+nv_u64 gs_fd_file(int fd);
 /* copy from the process's memory: -EFAULT for a bad pointer, never a crash */
 int gs_copy_in(void *dst, const void *src, size_t len);
 

@@ -135,7 +135,7 @@ int gs_parse_limits(const char *s, nv_u64 *dflt, nv_u64 *gpu)
 	return 0;
 }
 
-/* proof: the line goes with the file of the object's client (gs_send_fd_locked) */
+/* proof: the file of the channel's client went before, as {"proof_file":1} (gs_prove_locked) */
 static int gs_format_event(char *line, int size, const struct gs_event *ev, int proof)
 {
 	int n;
@@ -159,6 +159,7 @@ static void gs_sock_close_locked(nv_u64 now, nv_u64 pause)
 {
 	close(gs_pl.sock);
 	gs_pl.sock = -1;
+	gs_pl.proof_file = 0;
 	gs_pl.ctl_len = 0;
 	__atomic_store_n(&gs_pl.ctl_sample_ns, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&gs_pl.ctl_repeat_ns, 0, __ATOMIC_RELAXED);
@@ -180,37 +181,52 @@ static int gs_send_locked(const char *buf, size_t len)
 }
 
 /*
- * A CHANNEL_NEW line goes with the RM file its client was made through, in one
- * message (SCM_RIGHTS): the controller asks RM through that file whether the
- * channel is ours (pyctl/gpuslice/rm.py owns_channel), so no process can make
- * it gate another's channel. fd < 0, or a file closed meanwhile: the line alone
- * (and the controller does not take the channel).
+ * Before the CHANNEL_NEW lines of a channel whose client was made through RM
+ * file file_id (open as fd here), the line {"proof_file":1} goes in a message
+ * of its own with that file (SCM_RIGHTS), once per file and connection: the
+ * controller asks RM through the file whether each channel is ours
+ * (pyctl/gpuslice/rm.py owns_channel), so no process can make it gate
+ * another's channel, and the lines say "proof":1 only after it. 1: the file
+ * went (or had gone); 0: it could not (no fd: the line goes unproven, and the
+ * controller does not take the channel). The in-flight files of a user are
+ * limited (ETOOMANYREFS), which another tenant of that user can exhaust: then
+ * the line goes unproven rather than the connection.
  */
-static int gs_send_fd_locked(const char *buf, size_t len, int fd)
+static int gs_prove_locked(nv_u64 file_id, int fd)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	static const char line[] = "{\"proof_file\":1}\n";
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = (void *)line, .iov_len = sizeof(line) - 1 };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct cmsghdr *cm;
 	ssize_t n;
 
-	if (fd < 0 || gs_pl.sock < 0)
-		return gs_send_locked(buf, len);
-	memset(cbuf, 0, sizeof(cbuf));
-	mh.msg_control = cbuf;
-	mh.msg_controllen = sizeof(cbuf);
+	if (gs_pl.sock < 0 || !file_id)
+		return 0;
+	if (file_id == gs_pl.proof_file)
+		return 1;
+	if (fd < 0)
+		return 0;
+	memset(&u, 0, sizeof(u));
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
 	cm = CMSG_FIRSTHDR(&mh);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
 	n = sendmsg(gs_pl.sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-	if (n < 0 && errno == EBADF)
-		return gs_send_locked(buf, len);
-	if (n == (ssize_t)len)
+	if (n == (ssize_t)iov.iov_len) {
+		gs_pl.proof_file = file_id;
+		return 1;
+	}
+	if (n < 0 && (errno == EBADF || errno == ETOOMANYREFS))
 		return 0;
 	gs_sock_close_locked(gs_now_ns(), GS_RETRY_NS);
-	return -1;
+	return 0;
 }
 
 /* the live TSGs and channels, TSGs first, as NEW events */
@@ -240,13 +256,19 @@ static int gs_snap_cb(void *ctx, const struct gs_object *o)
 	ev.parent = o->parent;
 	ev.klass = o->klass;
 	ev.engine = o->engine;
-	n = gs_format_event(line, sizeof(line), &ev, ev.type == GPUSLICE_EV_CHANNEL_NEW);
+	if (ev.type == GPUSLICE_EV_CHANNEL_NEW && o->file_id != gs_pl.proof_file) {
+		/* the lines before go first, then the file of these */
+		if (sn->len && gs_send_locked(sn->buf, sn->len))
+			return 1;
+		sn->len = 0;
+		gs_prove_locked(o->file_id, gs_fd_of_file(o->file_id));
+		if (gs_pl.sock < 0)
+			return 1;
+	}
+	n = gs_format_event(line, sizeof(line), &ev,
+			    ev.type == GPUSLICE_EV_CHANNEL_NEW && o->file_id == gs_pl.proof_file);
 	if (!n)
 		return 0;
-	if (ev.type == GPUSLICE_EV_CHANNEL_NEW) {	/* each with its file */
-		gs_send_fd_locked(line, n, gs_fd_of_file(o->file_id));
-		return gs_pl.sock < 0;
-	}
 	if (sn->len + n > sn->cap) {
 		size_t cap = sn->cap ? sn->cap * 2 : 8192;
 		char *b = realloc(sn->buf, cap);
@@ -294,19 +316,19 @@ static void gs_connect_locked(nv_u64 now)
 		return;
 	}
 	/* the core lock is taken under sock_lock, never the other way round */
+	gs_pl.proof_file = 0;
 	sn.kind = GPUSLICE_OBJ_TSG;
 	gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
+	sn.kind = GPUSLICE_OBJ_CHANNEL;
+	if (!sn.failed && gs_pl.sock >= 0)
+		gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
 	if (sn.failed)
 		gs_sock_close_locked(now, GS_RETRY_NS);
 	else if (sn.len)
 		gs_send_locked(sn.buf, sn.len);
 	free(sn.buf);
-	sn.kind = GPUSLICE_OBJ_CHANNEL;	/* sent as they come, each with its file */
-	if (gs_pl.sock >= 0)
-		gs_for_each_object(gs_pl.inst, gs_snap_cb, &sn);
 	if (gs_pl.debug && gs_pl.sock >= 0)
-		fprintf(stderr, "gpuslice: connected to %s, %zu bytes of live TSGs sent, then the channels\n",
-			gs_pl.sock_path, sn.len);
+		fprintf(stderr, "gpuslice: connected to %s, live objects sent\n", gs_pl.sock_path);
 }
 
 nv_u64 gs_sample_period(void)
@@ -501,8 +523,12 @@ static void gs_reporter_start(void)
 	pthread_attr_destroy(&attr);
 }
 
-static void gs_send_line(const char *line, int len, int fd)
+/* ev with the file of the RM call this thread is in, for a CHANNEL_NEW (gs_prove_locked) */
+static void gs_send_event(const struct gs_event *ev)
 {
+	int fd = ev->type == GPUSLICE_EV_CHANNEL_NEW ? gs_event_fd() : -1;
+	char line[512];
+	int n, proof = 0;
 	nv_u64 now;
 
 	pthread_mutex_lock(&gs_pl.sock_lock);
@@ -511,21 +537,19 @@ static void gs_send_line(const char *line, int len, int fd)
 		if (now >= gs_pl.next_try_ns)
 			gs_connect_locked(now);	/* the snapshot already shows this event */
 	}
-	gs_send_fd_locked(line, len, fd);
+	if (fd >= 0)
+		proof = gs_prove_locked(gs_fd_file(fd), fd);
+	n = gs_format_event(line, sizeof(line), ev, proof);
+	if (n && gs_pl.debug)
+		fprintf(stderr, "gpuslice: %s", line);
+	if (n)
+		gs_send_locked(line, n);
 	pthread_mutex_unlock(&gs_pl.sock_lock);
 }
 
 void gs_report_event(void *ctx, const struct gs_event *ev)
 {
-	char line[512];
-	int n;
-
-	n = gs_format_event(line, sizeof(line), ev, ev->type == GPUSLICE_EV_CHANNEL_NEW);
-	if (!n)
-		return;
-	if (gs_pl.debug)
-		fprintf(stderr, "gpuslice: %s", line);
-	gs_send_line(line, n, ev->type == GPUSLICE_EV_CHANNEL_NEW ? gs_event_fd() : -1);
+	gs_send_event(ev);
 	if ((ev->type == GPUSLICE_EV_TSG_NEW || ev->type == GPUSLICE_EV_CHANNEL_NEW) &&
 	    gs_pl.sock_path[0])
 		gs_reporter_start();

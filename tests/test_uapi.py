@@ -78,6 +78,8 @@ def test_kinds_events_and_defines(header: str) -> None:
     assert int(d["GPUSLICE_WEIGHT_MAX"]) == N.WEIGHT_MAX
     assert int(d["GPUSLICE_LOCK_HIST_BUCKETS"]) == N.LOCK_HIST_BUCKETS
     assert int(d["GPUSLICE_MAX_GPUS"]) == N.MAX_GPUS
+    assert (int(d["GPUSLICE_SAMPLE_US_MIN"]), int(d["GPUSLICE_SAMPLE_US_MAX"])) == (N.SAMPLE_US_MIN, N.SAMPLE_US_MAX)
+    assert (int(d["GPUSLICE_REPEAT_US_MIN"]), int(d["GPUSLICE_REPEAT_US_MAX"])) == (N.REPEAT_US_MIN, N.REPEAT_US_MAX)
 
 
 def nla(typ: int, payload: bytes) -> bytes:

@@ -12,7 +12,8 @@
  * CTRL_CMD_GETFAMILY, which gpuctl reads before its first request and refuses
  * to go on when it differs from its own), and refuses every request whose
  * genetlink header carries another version with -EPROTO. Version 1 was the
- * contract before the handshake (no check); 2 adds only the check.
+ * contract before the handshake (no check); 2 adds only the check; 3 adds
+ * SAMPLE_US and REPEAT_US.
  *
  * Every command needs CAP_NET_ADMIN and CAP_SYS_ADMIN in the initial user
  * namespace (-EPERM without), reads and dumps included: replies name host
@@ -23,7 +24,8 @@
  *
  *   GPUSLICE_CMD_INSTANCE_NEW
  *       in:  NAME (required), GPU_MASK (required), MEM_LIMIT (required),
- *            GPU_MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE
+ *            GPU_MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
+ *            SAMPLE_US and REPEAT_US (as INSTANCE_SET)
  *       Creates /dev/gpuslice/<NAME>/{nvidiactl,nvidia<N>...,nvidia-uvm}.
  *       -EEXIST if NAME exists, -EINVAL on a bad name, mask or limit,
  *       -ENODEV if a GPU in GPU_MASK is not present.
@@ -31,14 +33,22 @@
  *       in:  NAME. -EBUSY while any of its nodes is open (no draining).
  *   GPUSLICE_CMD_INSTANCE_SET
  *       in:  NAME, any of MEM_LIMIT, GPU_MEM_LIMIT, WEIGHT, SHARE,
- *            TIMESLICE_US, UID, GID, MODE.
+ *            TIMESLICE_US, UID, GID, MODE, SAMPLE_US, REPEAT_US.
  *       Takes effect for the next call; lowering a limit below what is used
  *       refuses further allocations but frees nothing.
+ *       SAMPLE_US and REPEAT_US (both or neither; -EINVAL otherwise, or out
+ *       of range) make the module's sampler look at this instance's channels
+ *       every SAMPLE_US (GPUSLICE_SAMPLE_US_MIN..MAX; 0: every
+ *       userd_sample_ms, as every instance by default) and send its
+ *       CHANNEL_WORK at most every REPEAT_US (GPUSLICE_REPEAT_US_MIN..MAX;
+ *       0: every 50 ms) while it keeps submitting. A controller asks it of the
+ *       instances whose work must preempt others' at once (online ones
+ *       beside offline ones); it costs a CPU wake-up per SAMPLE_US.
  *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump; NAME filters a dump)
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
  *            MEM_USED, MEM_PEAK, GPU_MEM_LIMIT, GPU_MEM_USED, GPU_MEM_PEAK,
- *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
- *            NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
+ *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE, SAMPLE_US,
+ *            REPEAT_US, NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
  *            NR_EVENTS_SUPPRESSED, the LOCK_* figures of the instance's core
  *            lock (below), and PIDS: one or more nests of PID (at most 4096
  *            each; the list is their concatenation, in increasing order).
@@ -66,7 +76,8 @@
  *            and then at most every 10 ms while it keeps submitting: by the
  *            module's sampler (kmod/activity.c, every userd_sample_ms while
  *            the group has a listener; at most one per instance every 50
- *            ms, naming one of its channels that submitted) and by the
+ *            ms, naming one of its channels that submitted; an instance's
+ *            SAMPLE_US and REPEAT_US replace both periods) and by the
  *            user-space build's (preload/userd.c, per channel). The object
  *            attributes other than OBJ_KIND, CLIENT and HANDLE are 0.
  *
@@ -97,7 +108,7 @@
 #define _UAPI_GPUSLICE_H
 
 #define GPUSLICE_GENL_NAME		"gpuslice"
-#define GPUSLICE_GENL_VERSION		2
+#define GPUSLICE_GENL_VERSION		3
 #define GPUSLICE_MCGRP_EVENTS		"events"
 
 #define GPUSLICE_NAME_MAX		32	/* including the NUL */
@@ -106,6 +117,10 @@
 #define GPUSLICE_DEV_DIR		"gpuslice"	/* /dev/gpuslice/<name>/ */
 #define GPUSLICE_LOCK_HIST_BUCKETS	32	/* of LOCK_HOLD_HIST and LOCK_WAIT_HIST */
 #define GPUSLICE_MAX_GPUS		32	/* bits of GPU_MASK, entries of GPU_MEM_* */
+#define GPUSLICE_SAMPLE_US_MIN		50	/* SAMPLE_US other than 0 */
+#define GPUSLICE_SAMPLE_US_MAX		1000000
+#define GPUSLICE_REPEAT_US_MIN		500	/* REPEAT_US other than 0 */
+#define GPUSLICE_REPEAT_US_MAX		10000
 
 enum gpuslice_cmd {
 	GPUSLICE_CMD_UNSPEC,
@@ -162,6 +177,8 @@ enum gpuslice_attr {
 	GPUSLICE_A_GPU_MEM_LIMIT,	/* u64[GPUSLICE_MAX_GPUS] bytes per GPU, 0: MEM_LIMIT */
 	GPUSLICE_A_GPU_MEM_USED,	/* u64[GPUSLICE_MAX_GPUS] bytes per GPU */
 	GPUSLICE_A_GPU_MEM_PEAK,	/* u64[GPUSLICE_MAX_GPUS] bytes per GPU */
+	GPUSLICE_A_SAMPLE_US,		/* u32 the sampler's period for the instance, 0: default */
+	GPUSLICE_A_REPEAT_US,		/* u32 its CHANNEL_WORK at most this often, 0: default */
 	__GPUSLICE_A_MAX,
 };
 #define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)

@@ -891,6 +891,13 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
                 logging.error("cleanup: %s", e)
 
     atexit.register(cleanup)
+    try:  # connections and the files they pass for their proofs (sources.PreloadSource)
+        import resource
+
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as e:
+        logging.info("RLIMIT_NOFILE stays: %s", e)
     if rt_priority:
         try:  # children (the watchdog) do not inherit it
             os.sched_setscheduler(0, os.SCHED_FIFO | getattr(os, "SCHED_RESET_ON_FORK", 0),

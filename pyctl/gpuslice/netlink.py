@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 # below are needed by processes that never open a netlink socket (sources, workloads).
 
 FAMILY = "gpuslice"
-VERSION = 2  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
+VERSION = 3  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
 MCGRP_EVENTS = "events"
 EVENTS_RCVBUF = 8 << 20  # bytes: about 60 s of one instance's CHANNEL_WORK at its most
 NAME_MAX = 32
@@ -27,6 +27,8 @@ WEIGHT_MAX = 10000
 DEV_DIR = "gpuslice"
 LOCK_HIST_BUCKETS = 32
 MAX_GPUS = 32  # GPUSLICE_MAX_GPUS: bits of GPU_MASK, entries of GPU_MEM_*
+SAMPLE_US_MIN, SAMPLE_US_MAX = 50, 1000000  # GPUSLICE_SAMPLE_US_*: an instance's sampler period
+REPEAT_US_MIN, REPEAT_US_MAX = 500, 10000  # GPUSLICE_REPEAT_US_*: its CHANNEL_WORK at most this often
 
 # enum gpuslice_cmd
 CMD_UNSPEC = 0
@@ -90,6 +92,8 @@ ATTRS: tuple[tuple[str, str], ...] = (
     ("GPUSLICE_A_GPU_MEM_LIMIT", "array(uint64)"),
     ("GPUSLICE_A_GPU_MEM_USED", "array(uint64)"),
     ("GPUSLICE_A_GPU_MEM_PEAK", "array(uint64)"),
+    ("GPUSLICE_A_SAMPLE_US", "uint32"),
+    ("GPUSLICE_A_REPEAT_US", "uint32"),
 )
 ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
 

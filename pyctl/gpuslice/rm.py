@@ -385,6 +385,16 @@ _AT_STATX_DONT_SYNC = 0x4000  # FUSE and NFS answer from their cache: never a re
 _STATX_TYPE = 0x1
 _S_IFMT, _S_IFCHR = 0o170000, 0o020000
 _libc = ctypes.CDLL(None, use_errno=True)
+_SYS_STATX = {"x86_64": 332, "aarch64": 291}.get(os.uname().machine)
+
+
+def _statx(fd: int, buf: ctypes.Array) -> int:
+    flags = _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC
+    if hasattr(_libc, "statx"):
+        return int(_libc.statx(fd, b"", flags, _STATX_TYPE, buf))
+    if _SYS_STATX is None:  # glibc before 2.28 on another architecture: nothing is an NVIDIA file
+        raise OSError(errno.ENOSYS, "statx")
+    return int(_libc.syscall(_SYS_STATX, fd, b"", flags, _STATX_TYPE, buf))
 
 
 def nvidia_file(fd: int) -> bool:
@@ -392,7 +402,7 @@ def nvidia_file(fd: int) -> bool:
     with statx(AT_STATX_DONT_SYNC), so that a file a container passed us from its own
     FUSE mount cannot make us wait on its server."""
     buf = ctypes.create_string_buffer(256)  # struct statx
-    if _libc.statx(fd, b"", _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC, _STATX_TYPE, buf) != 0:
+    if _statx(fd, buf) != 0:
         return False
     mode = struct.unpack_from("<H", buf, 28)[0]
     major, minor = struct.unpack_from("<II", buf, 128)

@@ -28,6 +28,8 @@ import logging
 import os
 import queue
 import socket
+import struct
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -168,19 +170,28 @@ class NetlinkSource(EventTracker):
 
     poll_limit = 256  # events a refresh reads: the scheduler's loop gets control back
 
-    def __init__(self, client: nl.GpusliceNetlink | None = None, resync_s: float = 10.0) -> None:
+    def __init__(self, client: nl.GpusliceNetlink | None = None, resync_s: float = 10.0,
+                 requests: nl.GpusliceNetlink | None = None) -> None:
         super().__init__()
         self.nl = client or nl.GpusliceNetlink()
-        self.dumps = nl.GpusliceNetlink()
+        self.dumps = requests or nl.GpusliceNetlink()
         self.resync_s = resync_s
         self._last_dump = 0.0
+        self._fast: dict[str, tuple[int, int]] = {}  # instance -> (SAMPLE_US, REPEAT_US) asked
+        self._fast_us = (0, 0)
+        self._want_fast: dict[str, tuple[int, int]] = {}
         self.nl.subscribe()  # before the dump: no event falls between the two
         self._dump()
 
     @property
     def report_gap_ns(self) -> int:
         """The longest gap between two reports of an instance whose work goes on: the
-        module's per-instance limit plus one look of its sampler (userd_sample_ms)."""
+        module's per-instance limit plus one look of its sampler (userd_sample_ms), or,
+        for the instances asked to report sooner (:meth:`set_fast`), their REPEAT_US
+        plus two looks."""
+        sample_us, repeat_us = self._fast_us
+        if self._fast and sample_us and repeat_us:
+            return (repeat_us + 2 * sample_us) * 1000
         try:
             with open(USERD_SAMPLE_PARAM) as f:
                 ms = int(f.read().strip() or 0)
@@ -188,11 +199,38 @@ class NetlinkSource(EventTracker):
             ms = 5
         return MODULE_REPORT_GAP_NS + 2 * ms * 1_000_000
 
+    def set_fast(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None:
+        """Have the module sample instances ``names`` every ``sample_us`` and report them
+        every ``repeat_us`` while they keep submitting (INSTANCE_SET SAMPLE_US and
+        REPEAT_US; kmod/activity.c); the others go back to the module's defaults. Both
+        values are needed (either 0: nobody is asked)."""
+        fast = (sample_us, max(nl.REPEAT_US_MIN, min(nl.REPEAT_US_MAX, repeat_us)))
+        want = {n: fast for n in names} if sample_us > 0 and repeat_us > 0 else {}
+        self._fast_us = fast if want else (0, 0)
+        for name in set(self._fast) - set(want):
+            if self._ask(name, (0, 0)):
+                del self._fast[name]
+        for name, v in want.items():
+            if self._fast.get(name) != v and self._ask(name, v):
+                self._fast[name] = v
+        self._want_fast = want
+
+    def _ask(self, name: str, v: tuple[int, int]) -> bool:
+        try:
+            self.dumps.instance_set(name, sample_us=v[0], repeat_us=v[1])
+            return True
+        except OSError as e:  # not created in the module (yet): asked again at the next resync
+            log.info("instance %s: sampling %s us not set: %s", name, v, e)
+            return False
+
     def _dump(self) -> None:
         self.clear()
         for rec in self.dumps.objects():
             self.add_object(rec)
         self._last_dump = time.monotonic()
+        for name, v in self._want_fast.items():  # an instance made (or made again) since
+            if self._ask(name, v):
+                self._fast[name] = v
 
     def refresh(self) -> None:
         try:
@@ -213,6 +251,12 @@ class NetlinkSource(EventTracker):
         return [self.nl.fileno()]
 
     def close(self) -> None:
+        """The instances asked to sample sooner go back to the module's defaults (a
+        daemon killed with SIGKILL leaves them: its successor asks again, and the module
+        samples only while someone listens)."""
+        for name in list(self._fast):
+            self._ask(name, (0, 0))
+        self._fast.clear()
         self.nl.close()
         self.dumps.close()
 
@@ -221,50 +265,67 @@ class NetlinkSource(EventTracker):
 class _Conn:
     """One preloaded process's connection: what it sent that is not a line yet, the pids
     and instance it reported, and what it was last asked to sample at."""
+    lane: str = ""  # the instance of the socket it came in on; "": the host's socket
     buf: bytes = b""
+    base: int = 0  # where buf starts in the stream
+    fds_at: dict[int, list[int]] = field(default_factory=dict)  # line start in the stream -> files passed with it
+    files: list[int] = field(default_factory=list)  # its RM files ({"proof_file":1}), newest last
     pids: set[int] = field(default_factory=set)
     keys: set[tuple[int, int]] = field(default_factory=set)  # the channels it registered (owns)
     name: str = ""
     told: tuple[int, int] = (0, 0)  # (sample_us, repeat_us); the library starts from its own (0)
     partial: bytes = b""  # the rest of a line whose start was written
     pending: bytes = b""  # a whole line not begun (a newer request replaces it)
-    bound: str | None = None  # the instance of the socket it came in on; None: the host's socket
-    fds: list[int] = field(default_factory=list)  # files it passed, for its next "proof" lines
 
 
-class FdCloser:
-    """Closes the files containers pass us, on a thread of its own: a close flushes, and
-    the flush of a file from a container's own FUSE mount waits on its server. Past
-    ``limit`` files not closed yet, :attr:`full` is true and the caller takes no more."""
+class Closer:
+    """Closes what a container handed us (passed files, its connections with what is
+    still queued on them) on a thread of its own, one per instance: the last close of a
+    file runs its release, and a container can make that wait (a FUSE file's flush, a
+    TCP socket's SO_LINGER). Past ``limit`` closes not done, :attr:`full` is true and the
+    source stops reading that instance's connections: only its own reports wait."""
 
-    limit = 256
+    limit = 512
 
-    def __init__(self) -> None:
-        self._q: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self._backlog = 0
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._q: queue.SimpleQueue[int | socket.socket] = queue.SimpleQueue()
+        self.backlog = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     @property
     def full(self) -> bool:
-        return self._backlog >= self.limit
+        return self.backlog >= self.limit
 
-    def close(self, fds: Iterable[int]) -> None:
-        for fd in fds:
+    def close(self, items: Iterable[int | socket.socket]) -> None:
+        for it in items:
             with self._lock:
-                self._backlog += 1
-            self._q.put(fd)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpuslice-fd-closer", daemon=True)
+                self.backlog += 1
+            self._q.put(it)
+        if self._thread is None and self.backlog:
+            self._thread = threading.Thread(target=self._run, name=f"gpuslice-close-{self.name or 'host'}",
+                                            daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
         while True:
-            fd = self._q.get()
+            it = self._q.get()
             with contextlib.suppress(OSError):
-                os.close(fd)
+                if isinstance(it, socket.socket):
+                    it.close()
+                else:
+                    os.close(it)
             with self._lock:
-                self._backlog -= 1
+                self.backlog -= 1
+
+
+_SCM_MAX_FD = 253  # the most files one message carries (include/net/scm.h): none is dropped on our thread
+
+
+def _last_line_start(buf: bytes) -> int:
+    """Where the last line of ``buf`` begins (complete or not)."""
+    return buf.rfind(b"\n", 0, len(buf) - 1) + 1
 
 
 class PreloadSource(EventTracker):
@@ -280,16 +341,25 @@ class PreloadSource(EventTracker):
       at /run/gpuslice, where the library looks. A process connected there is of that
       instance whatever it names; a line naming another is a bad line.
 
-    A channel counts only with a proof that the process owns it: the library sends its
-    CHANNEL_NEW lines with ``"proof":1`` and, in the same message (SCM_RIGHTS), the RM
-    file the channel's client was made through; ``verify(fd, client, handle)``
-    (default :func:`gpuslice.rm.owns_channel`) asks RM through that file.
+    A channel counts only with a proof that the process owns it: before its CHANNEL_NEW
+    lines (``"proof":1``) the library sends ``{"proof_file":1}`` with, in the same
+    message (SCM_RIGHTS), the RM file their client was made through, and
+    ``verify(fd, client, handle)`` (default :func:`gpuslice.rm.owns_channel`) asks RM
+    through that file; it asks again every ``reverify_s`` while the channel is known.
 
     It writes back one kind of line, ``{"sample_us":N,"repeat_us":M}``, to the processes
     of the instances the scheduler must see work of at once (:meth:`set_fast`): their
     library then looks at its channels at least every N us and reports a channel that
     keeps submitting every M us; 0 gives back the process's own setting
     (preload/report.c)."""
+
+    # what one connection may cost a refresh: the scheduler's loop gets control back, and
+    # a line that never ends closes its connection
+    reads_per_refresh = 16
+    max_line = 1 << 20
+    max_files = 4  # RM files a connection keeps for its proofs (the oldest goes)
+    max_conns = 256  # connections per instance; past it, its socket is not accepted on
+    reverify_s = 1.0
 
     def __init__(self, path: str = "/run/gpuslice/preload.sock", instance_dir: str | None = None,
                  verify: Callable[[int, int, int], bool] | None = None) -> None:
@@ -299,31 +369,49 @@ class PreloadSource(EventTracker):
         self.verify: Callable[[int, int, int], bool] = verify or owns_channel
         self._listeners: dict[socket.socket, str] = {}  # listening socket -> its instance ("": the host's)
         self._by_name: dict[str, socket.socket] = {}
-        self.sock = self._listen(path, 0o600)
+        self._closers: dict[str, Closer] = {}
+        self._tmp: dict[str, str] = {}  # directory -> a private one in it, where sockets are made
+        self.sock = self._listen(path, 0o600, os.path.dirname(os.path.abspath(path)))
         self._listeners[self.sock] = ""
         self._conns: dict[socket.socket, _Conn] = {}
         self._owner: dict[tuple[int, int], _Conn] = {}  # channel -> the connection that registered it
-        self._closer = FdCloser()
+        self._proof: dict[tuple[int, int], int] = {}  # channel -> the file it was proven through
+        self._verified_at = time.monotonic()
         self.bad_lines = 0
         self.unproven = 0  # channels refused: no file passed, or RM says it is not the sender's
         self._fast: frozenset[str] = frozenset()
         self._fast_us = (0, 0)
 
-    @staticmethod
-    def _listen(path: str, mode: int) -> socket.socket:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+    def _listen(self, path: str, mode: int, private_in: str) -> socket.socket:
+        """A socket at ``path`` with ``mode``, made in a private directory in
+        ``private_in`` (which no container sees, on the same filesystem) and renamed into
+        place: a container that can write the directory it is mounted from cannot have us
+        chmod what a symlink points to (rename replaces a symlink, it does not follow it)."""
+        os.makedirs(private_in, exist_ok=True)
+        if private_in not in self._tmp:
+            self._tmp[private_in] = tempfile.mkdtemp(prefix=".gpuslice-", dir=private_in)
+        tmp = os.path.join(self._tmp[private_in], "s")
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s.bind(path)
-            os.chmod(path, mode)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            s.bind(tmp)
+            os.chmod(tmp, mode)  # ours alone: the directory is 0700 and seen by no container
+            os.rename(tmp, path)
             s.listen(64)
         except BaseException:
             s.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
             raise
         s.setblocking(False)
         return s
+
+    def _closer(self, lane: str) -> Closer:
+        c = self._closers.get(lane)
+        if c is None:
+            c = self._closers[lane] = Closer(lane)
+        return c
 
     def instance_socket(self, name: str) -> str | None:
         """Where instance ``name``'s processes connect (None: no instance_dir)."""
@@ -331,24 +419,22 @@ class PreloadSource(EventTracker):
 
     def set_instances(self, names: Iterable[str]) -> None:
         """Listen on a socket of its own for each instance in ``names`` and on none for the
-        others (their connections stay, bound to the name, until they close)."""
+        others (their connections stay, bound to the name, until they close). Directories
+        stay: a running container's mount of one sees the socket of the next daemon."""
         if not self.instance_dir:
             return
-        want = {n for n in names if n not in (".", "..") and "/" not in n}
+        want = {n for n in names if n not in (".", "..") and "/" not in n and not n.startswith(".")}
         for name in set(self._by_name) - want:
             s = self._by_name.pop(name)
             del self._listeners[s]
-            s.close()
-            path = self.instance_socket(name) or ""
+            self._closer(name).close([s])  # connections not accepted go with it, and what they hold
             with contextlib.suppress(OSError):
-                os.unlink(path)
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(path))
+                os.unlink(self.instance_socket(name) or "")
         for name in sorted(want - set(self._by_name)):
             path = self.instance_socket(name) or ""
             try:
                 os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-                s = self._listen(path, 0o666)  # containers connect as any user
+                s = self._listen(path, 0o666, self.instance_dir)  # containers connect as any user
             except OSError as e:
                 log.warning("preload socket of instance %s: %s", name, e)
                 continue
@@ -364,14 +450,13 @@ class PreloadSource(EventTracker):
         self._fast = frozenset(names) if sample_us > 0 or repeat_us > 0 else frozenset()
         self._fast_us = (sample_us, repeat_us) if self._fast else (0, 0)
 
-    # what one connection may cost a refresh: the scheduler's loop gets control back, and
-    # a line that never ends closes its connection
-    reads_per_refresh = 16
-    max_line = 1 << 20
-    max_fds = 4  # files a connection may have passed and not used yet
+    def _lane_open(self, lane: str) -> bool:
+        """Are this instance's connections read (its closes are not behind)?"""
+        c = self._closers.get(lane)
+        return c is None or not c.full
 
-    def _accept(self, lsock: socket.socket, name: str) -> None:
-        while True:
+    def _accept(self, lsock: socket.socket, lane: str) -> None:
+        while sum(1 for x in self._conns.values() if x.lane == lane) < self.max_conns:
             try:
                 c, _ = lsock.accept()
             except BlockingIOError:
@@ -382,35 +467,50 @@ class PreloadSource(EventTracker):
                 self._accept_failed = True
                 return
             c.setblocking(False)
-            self._conns[c] = _Conn(bound=name or None)
-            if name:
-                self._conns[c].name = name
+            self._conns[c] = _Conn(lane=lane, name=lane)
 
     def _recv(self, c: socket.socket, conn: _Conn) -> bytes | None:
-        """Some bytes (b"": the peer closed; None: nothing now), and the files passed with
-        them. While the closer is behind, files are not taken (the kernel drops them
-        without a flush)."""
+        """Some bytes (b"": the peer closed; None: nothing now). Files passed with them
+        belong to the line that begins last in them (the library sends one per message);
+        there is room for every file a message can carry, so the kernel drops none here."""
         try:
-            if self._closer.full:
-                return c.recv(65536)
-            data, fds, _flags, _addr = socket.recv_fds(c, 65536, self.max_fds, socket.MSG_CMSG_CLOEXEC)
+            data, anc, _flags, _addr = c.recvmsg(65536, socket.CMSG_SPACE(_SCM_MAX_FD * 4),
+                                                 socket.MSG_CMSG_CLOEXEC)
         except BlockingIOError:
             return None
         except OSError:
             return b""
+        fds: list[int] = []
+        for level, typ, payload in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fds += struct.unpack(f"{len(payload) // 4}i", payload[: len(payload) // 4 * 4])
         if fds:
-            room = max(0, self.max_fds - len(conn.fds))
-            conn.fds.extend(fds[:room])
-            if len(fds) > room:
+            start = _last_line_start(conn.buf + data)
+            if data and start >= len(conn.buf):
+                conn.fds_at.setdefault(conn.base + start, []).extend(fds)
+            else:
                 self.bad_lines += 1
-                self._closer.close(fds[room:])
+                self._closer(conn.lane).close(fds)
         return data
 
+    def _retire(self, c: socket.socket, conn: _Conn) -> None:
+        """The connection is over: its channels go; it and every file it passed are
+        closed on its instance's closer (what is queued on it is released there)."""
+        del self._conns[c]
+        self._drop_conn(conn)
+        closer = self._closer(conn.lane)
+        closer.close([fd for fds in conn.fds_at.values() for fd in fds] + conn.files + [c])
+        conn.fds_at.clear()
+        conn.files.clear()
+
     def refresh(self) -> None:
-        for lsock, name in list(self._listeners.items()):
-            self._accept(lsock, name)
+        for lsock, lane in list(self._listeners.items()):
+            if self._lane_open(lane):
+                self._accept(lsock, lane)
         for c in list(self._conns):
             conn = self._conns[c]
+            if not self._lane_open(conn.lane):
+                continue
             closed = False
             for _ in range(self.reads_per_refresh):
                 data = self._recv(c, conn)
@@ -420,20 +520,40 @@ class PreloadSource(EventTracker):
                     closed = True
                     break
                 conn.buf += data
-                *lines, conn.buf = conn.buf.split(b"\n")
-                for line in lines:  # each as it comes: a line uses the file passed with it
-                    self._line(line, conn)
+                *lines, rest = conn.buf.split(b"\n")
+                at = conn.base
+                for line in lines:  # each as it comes: a proof_file line keeps its file
+                    self._line(line, conn, conn.fds_at.pop(at, []))
+                    at += len(line) + 1
+                conn.base, conn.buf = at, rest
+                for k in [k for k in conn.fds_at if k < conn.base]:
+                    self._closer(conn.lane).close(conn.fds_at.pop(k))
             if len(conn.buf) > self.max_line:
                 self.bad_lines += 1
                 closed = True
             if not closed:
                 closed = not self._tell(c, conn)
             if closed:
-                c.close()
-                del self._conns[c]
-                self._drop_conn(conn)
-                self._closer.close(conn.fds)
-                conn.fds.clear()
+                self._retire(c, conn)
+        if time.monotonic() - self._verified_at >= self.reverify_s:
+            self._reverify()
+
+    def _reverify(self) -> None:
+        """Each known channel still the sender's? (It may have freed its client, whose
+        handle RM could give to another process.) Those that are not are forgotten."""
+        self._verified_at = time.monotonic()
+        for key, fd in list(self._proof.items()):
+            conn = self._owner.get(key)
+            if conn is None or fd not in conn.files or self._ask(fd, key):
+                continue
+            self.unproven += 1
+            self._drop_conn(conn, {key})
+
+    def _ask(self, fd: int, key: tuple[int, int]) -> bool:
+        try:
+            return bool(self.verify(fd, key[0], key[1]))
+        except Exception:  # whatever the file is: not a proof
+            return False
 
     def _drop_conn(self, conn: _Conn, keys: Iterable[tuple[int, int]] | None = None) -> None:
         """The process is gone (or it reconnects, or it said one of its processes exited):
@@ -444,6 +564,7 @@ class PreloadSource(EventTracker):
                 del self._owner[key]
                 self._chans.pop(key, None)
                 self._work.pop(key, None)
+                self._proof.pop(key, None)
             conn.keys.discard(key)
 
     def _tell(self, c: socket.socket, conn: _Conn) -> bool:
@@ -469,22 +590,36 @@ class PreloadSource(EventTracker):
         return True
 
     def filenos(self) -> list[int]:
-        """What to wait on for new lines (the daemon wakes at once for online work)."""
-        return [s.fileno() for s in self._listeners] + [c.fileno() for c in self._conns]
+        """What to wait on for new lines (the daemon wakes at once for online work); an
+        instance whose closes are behind is not waited on."""
+        per_lane: dict[str, int] = {}
+        for conn in self._conns.values():
+            per_lane[conn.lane] = per_lane.get(conn.lane, 0) + 1
+        return ([s.fileno() for s, lane in self._listeners.items()
+                 if self._lane_open(lane) and per_lane.get(lane, 0) < self.max_conns]
+                + [c.fileno() for c, conn in self._conns.items() if self._lane_open(conn.lane)])
 
-    def _proven(self, r: Mapping[str, Any], conn: _Conn) -> bool:
-        """Did the sender pass, with this line, the file that holds the channel's client?"""
-        if r.get("proof") != 1 or not conn.fds:
-            return False
-        fd = conn.fds.pop(0)
+    def _keep_file(self, conn: _Conn, fds: list[int]) -> None:
+        """{"proof_file":1}: the file passed with it proves the channels that follow."""
+        closer = self._closer(conn.lane)
+        if not fds:
+            return
+        closer.close(fds[1:])
+        conn.files.append(fds[0])
+        if len(conn.files) > self.max_files:
+            old = conn.files.pop(0)
+            for key in [k for k, fd in self._proof.items() if fd == old]:
+                self._proof.pop(key)  # proven once; not asked again
+            closer.close([old])
+
+    def _line(self, line: bytes, conn: _Conn, fds: list[int]) -> None:
         try:
-            return bool(self.verify(fd, r.get("client", 0), r.get("handle", 0)))
-        except Exception:  # whatever the file is: not a proof
-            return False
+            self._parse(line, conn, fds)
         finally:
-            self._closer.close([fd])
+            if fds and not (conn.files and conn.files[-1] == fds[0]):
+                self._closer(conn.lane).close(fds)
 
-    def _line(self, line: bytes, conn: _Conn) -> None:
+    def _parse(self, line: bytes, conn: _Conn, fds: list[int]) -> None:
         if not line.strip():
             return
         try:
@@ -495,11 +630,14 @@ class PreloadSource(EventTracker):
         except Exception:  # whatever a container writes (deep nesting, huge numbers): one bad line
             self.bad_lines += 1
             return
-        if conn.bound is not None:  # the socket says which instance, not the line
-            if r.get("name") and str(r["name"]) != conn.bound:
+        if r.get("proof_file") == 1:
+            self._keep_file(conn, fds)
+            return
+        if conn.lane:  # the socket says which instance, not the line
+            if r.get("name") and str(r["name"]) != conn.lane:
                 self.bad_lines += 1
                 return
-            r["name"] = conn.bound
+            r["name"] = conn.lane
         if r.get("pid"):
             conn.pids.add(r["pid"])
         if r.get("name"):
@@ -511,40 +649,46 @@ class PreloadSource(EventTracker):
             self._drop_conn(conn, {k for k in conn.keys if k in self._chans and self._chans[k][1].pid == r.get("pid")})
             return
         new_chan = e == nl.EVENTS["GPUSLICE_EV_CHANNEL_NEW"] or (not e and r.get("obj_kind") == nl.OBJ_CHANNEL)
-        if new_chan and not self._proven(r, conn):
-            self.unproven += 1  # not shown to be the sender's: another's, or a guess
-            return
         if owner is not None and owner is not conn and (new_chan or e in (
                 nl.EVENTS["GPUSLICE_EV_CHANNEL_DEL"], nl.EVENTS["GPUSLICE_EV_CHANNEL_WORK"])):
             self.bad_lines += 1  # another process's channel: the first to register it keeps it
             return
+        if new_chan:
+            fd = conn.files[-1] if conn.files and r.get("proof") == 1 else -1
+            if fd < 0 or not self._ask(fd, key):
+                self.unproven += 1  # not shown to be the sender's: another's, or a guess
+                return
         if e:
             self.apply(r)
         else:
             self.add_object(r)
         if new_chan and key in self._chans:
             self._owner[key] = conn
+            self._proof[key] = fd
             conn.keys.add(key)
         elif e == nl.EVENTS["GPUSLICE_EV_CHANNEL_DEL"] and owner is conn:
             del self._owner[key]
+            self._proof.pop(key, None)
             conn.keys.discard(key)
 
     def close(self) -> None:
-        for c, conn in self._conns.items():
-            c.close()
-            self._closer.close(conn.fds)
-        self._conns.clear()
+        """Every connection, with the files it passed, is closed on its instance's closer
+        (a daemon that exits does not wait on a container's close); the sockets go, the
+        directories stay."""
+        for c, conn in list(self._conns.items()):
+            self._retire(c, conn)
         self._owner.clear()
+        self._proof.clear()
         for s, name in self._listeners.items():
-            s.close()
-            path = self.instance_socket(name) if name else self.path
+            self._closer(name).close([s])
             with contextlib.suppress(OSError):
-                os.unlink(path or "")
-            if name:
-                with contextlib.suppress(OSError):
-                    os.rmdir(os.path.dirname(path or ""))
+                os.unlink((self.instance_socket(name) if name else self.path) or "")
         self._listeners.clear()
         self._by_name.clear()
+        for d in self._tmp.values():
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        self._tmp.clear()
 
 
 class StaticSource:

@@ -5,8 +5,9 @@ PreloadSource (pyctl/gpuslice/sources.py) that asks RM through the file the proc
 passes (rm.owns_channel). Checked here, on the H100:
 - the process's channels are registered, each proven (none refused);
 - another process, with an RM client of its own, cannot prove the CUDA process's
-  channel: RM answers NV_ERR_INVALID_CLIENT through its file, and its CHANNEL_NEW on
-  another instance's socket is refused;
+  channel: RM answers NV_ERR_INVALID_CLIENT through its file; on another instance's
+  socket, after passing its own file, its CHANNEL_NEW for that channel is refused, and
+  one for its own client's handle (not a channel) is unproven;
 - a line naming another instance than the socket's is a bad line.
 Also printed: what one proof costs (a figure, not asserted).
 
@@ -90,10 +91,12 @@ def run_proof() -> dict:
             c.connect(src.instance_socket("b") or "")
             line = {"event": 3, "pid": 1, "client": victim.client, "handle": victim.handle, "gpu": victim.gpu,
                     "obj_kind": 2, "proof": 1}
-            socket.send_fds(c, [(json.dumps(line) + "\n").encode()], [att.fd])
-            c.sendall((json.dumps({**line, "name": "a", "proof": 0}) + "\n").encode())
-            _pump(src, lambda: src.unproven > before and src.bad_lines > bad, 10)
-            out["attacker_refused"] = src.unproven - before
+            socket.send_fds(c, [b'{"proof_file":1}\n'], [att.fd])  # its own RM file, as the library does
+            c.sendall((json.dumps(line) + "\n").encode())  # the victim's channel: already the victim's
+            c.sendall((json.dumps({**line, "client": att.client, "handle": att.client}) + "\n").encode())
+            c.sendall((json.dumps({**line, "name": "a", "proof": 0}) + "\n").encode())  # another instance
+            _pump(src, lambda: src.unproven > before and src.bad_lines >= bad + 2, 10)
+            out["attacker_refused"] = src.unproven - before  # its own client, not a channel: RM says so
             out["attacker_bad_lines"] = src.bad_lines - bad
             c.close()
         # what a proof costs: the owner's file is the process's; a dup of our own client's file
@@ -118,7 +121,7 @@ def test_channels_are_proven_and_anothers_cannot_be() -> None:
     assert out["channels"] >= 1 and out["unproven_own"] == 0
     assert out["attacker_proves"] is False
     assert out["attacker_status"] == 0x23  # NV_ERR_INVALID_CLIENT
-    assert out["attacker_refused"] == 1 and out["attacker_bad_lines"] == 1
+    assert out["attacker_refused"] == 1 and out["attacker_bad_lines"] == 2
     assert out["channels_after"] == {"a": out["channels"]}
 
 

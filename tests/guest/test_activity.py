@@ -108,6 +108,59 @@ def test_submissions_in_userd_become_channel_work(nl, events):
             s2.close()
 
 
+def test_an_instance_asked_to_sample_sooner_is_reported_sooner(nl):
+    """SAMPLE_US and REPEAT_US (INSTANCE_SET: what the daemon asks of an online instance
+    beside offline ones, so that its work preempts at once): a channel whose entries wait
+    is reported at most every 50 ms by default, and about every REPEAT_US once asked (10 ms
+    here: 5 times as often);
+    INSTANCE_GET reads the values back; one without the other or a value out of range is
+    refused; 0 and 0 give the default back."""
+    import errno
+
+    from gpuslice.netlink import REPEAT_US_MAX, REPEAT_US_MIN, SAMPLE_US_MAX, SAMPLE_US_MIN
+
+    with Instance(nl, 64 << 20) as inst:
+        s = session(inst)
+        try:
+            _tsg, ch, u = s.userd_channel()
+            key = (s.client, ch)
+            assert (inst.get()["sample_us"], inst.get()["repeat_us"]) == (0, 0)
+            time.sleep(0.3)
+            u.put()  # not fetched: it waits, and stays visible
+
+            def rate() -> int:
+                """Its CHANNEL_WORK in a second, on a socket of its own (none queued before)."""
+                with GpusliceNetlink() as sock:
+                    sock.subscribe()
+                    return len(work_of(collect(sock, 1.0), inst.name, key))
+
+            slow = rate()
+            # every 10 ms (the stand-in's guest, under TCG, parses about 1000 events a second:
+            # faster reports would measure the reader)
+            nl.instance_set(inst.name, sample_us=1000, repeat_us=10000)
+            assert (inst.get()["sample_us"], inst.get()["repeat_us"]) == (1000, 10000)
+            fast = rate()
+            for bad in ({"sample_us": SAMPLE_US_MIN - 1, "repeat_us": 1000},
+                        {"sample_us": SAMPLE_US_MAX + 1, "repeat_us": 1000},
+                        {"sample_us": 200, "repeat_us": REPEAT_US_MIN - 1},
+                        {"sample_us": 200, "repeat_us": REPEAT_US_MAX + 1},
+                        {"sample_us": 200}, {"repeat_us": 1000}):
+                with pytest.raises(OSError) as e:
+                    nl.instance_set(inst.name, **bad)
+                assert e.value.errno == errno.EINVAL, bad
+            assert (inst.get()["sample_us"], inst.get()["repeat_us"]) == (1000, 10000)
+            nl.instance_set(inst.name, sample_us=0, repeat_us=0)
+            again = rate()
+            print(f"CHANNEL_WORK of a waiting channel in 1 s: default {slow}, asked 1000/10000 us {fast}, "
+                  f"default again {again}")
+            assert 1 <= slow <= 25 and 1 <= again <= 25
+            assert fast >= 60, (slow, fast)
+            fetch(u)
+            u.close()
+        finally:
+            s.close()
+
+
 def test_a_replaced_userd_is_not_read(nl, events):
     """Once the process unmaps its USERD the sampler reads nothing there, and when it maps
     its own memory at the same address and writes moving GPGet/GPPut words into it, the
