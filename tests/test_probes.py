@@ -311,7 +311,7 @@ class _FakeGenl:
 
 
 def test_the_module_is_asked_to_sample_online_instances_sooner(monkeypatch) -> None:
-    """NetlinkSource.set_fast: INSTANCE_SET SAMPLE_US / REPEAT_US for the named instances
+    """NetlinkSource.set_module_sampling: INSTANCE_SET SAMPLE_US / REPEAT_US for the named instances
     (REPEAT_US held to the module's range), (0, 0) for those that leave the set, nothing
     for what is unchanged; an instance the module does not hold yet is asked again at the
     next resync; the hold the scheduler keeps follows the module's gap for those
@@ -322,21 +322,21 @@ def test_the_module_is_asked_to_sample_online_instances_sooner(monkeypatch) -> N
     src = sources.NetlinkSource(_FakeGenl(set()), requests=genl)  # type: ignore[arg-type]
     slow_gap = src.report_gap_ns
     assert slow_gap >= sources.MODULE_REPORT_GAP_NS
-    src.set_fast({"svc", "late"}, 200, 100)
+    src.set_module_sampling({"svc", "late"}, 200, 100)
     assert genl.sets == [("svc", 200, 500)]  # repeat raised to REPEAT_US_MIN
     assert src.report_gap_ns == (500 + 2 * 200) * 1000
-    src.set_fast({"svc", "late"}, 200, 100)
+    src.set_module_sampling({"svc", "late"}, 200, 100)
     assert genl.sets == [("svc", 200, 500)]  # nothing new to ask
     genl.names.add("late")
     src._dump()  # the resync asks what could not be asked
     assert ("late", 200, 500) in genl.sets
     genl.sets.clear()
-    src.set_fast({"web"}, 200, 2500)
+    src.set_module_sampling({"web"}, 200, 2500)
     assert sorted(genl.sets) == [("late", 0, 0), ("svc", 0, 0), ("web", 200, 2500)]
     genl.sets.clear()
-    src.set_fast({"web"}, 0, 2500)  # --online-sample 0: nobody is asked
+    src.set_module_sampling({"web"}, 0, 2500)  # --online-sample 0: nobody is asked
     assert genl.sets == [("web", 0, 0)] and src.report_gap_ns == slow_gap
-    src.set_fast({"svc"}, 200, 2500)
+    src.set_module_sampling({"svc"}, 200, 2500)
     genl.sets.clear()
     src.close()
     assert genl.sets == [("svc", 0, 0)]

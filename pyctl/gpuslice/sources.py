@@ -199,11 +199,16 @@ class NetlinkSource(EventTracker):
             ms = 5
         return MODULE_REPORT_GAP_NS + 2 * ms * 1_000_000
 
-    def set_fast(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None:
+    def set_module_sampling(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None:
         """Have the module sample instances ``names`` every ``sample_us`` and report them
         every ``repeat_us`` while they keep submitting (INSTANCE_SET SAMPLE_US and
         REPEAT_US; kmod/activity.c); the others go back to the module's defaults. Both
-        values are needed (either 0: nobody is asked)."""
+        values are needed (either 0: nobody is asked).
+
+        Not the scheduler's ``set_fast`` yet: asked of an online instance at 200 us, the
+        guest's priority-through-the-module test saw the offline instance never resume
+        once the online one went idle (tests/guest/test_gpuctl_kernel.py, session 13; not
+        understood), so the daemon does not ask it until that is."""
         fast = (sample_us, max(nl.REPEAT_US_MIN, min(nl.REPEAT_US_MAX, repeat_us)))
         want = {n: fast for n in names} if sample_us > 0 and repeat_us > 0 else {}
         self._fast_us = fast if want else (0, 0)
