@@ -23,8 +23,8 @@ bash scripts/vm.sh --timeout 3000 -- bash scripts/guest-tests.sh -rfE --duration
 # loaded with allow_test_escapes=1 (never in the main run, whose isolation tests
 # check that instances refuse it): a second boot for those tests alone.
 echo "== guest tests, scheduler through the module (allow_test_escapes=1)"
-bash scripts/vm.sh --timeout 1200 -- env GPUSLICE_ARGS="require_device_cgroup=0 allow_test_escapes=1" \
-    bash scripts/guest-tests.sh -rfE -k test_gpuctl_kernel || guest_rc=$?
+bash scripts/vm.sh --timeout 1800 -- env GPUSLICE_ARGS="require_device_cgroup=0 allow_test_escapes=1" \
+    bash scripts/guest-tests.sh -rfE --durations=10 -k test_gpuctl_kernel || guest_rc=$?
 
 echo "== host rc=$host_rc guest rc=$guest_rc"
 [ "$host_rc" -eq 0 ] && [ "$guest_rc" -eq 0 ]

@@ -41,6 +41,13 @@ def stop_all(d: Daemon | None, loads: list[Workload]) -> None:
         w.stop()
 
 
+def why(d: Daemon) -> str:
+    """What a failed assertion shows: the daemon's view of GPU 0, the stand-in's engine,
+    whether the daemon still runs, and its log's tail."""
+    return json.dumps({"daemon": d.status()["gpus"]["0"], "exit": d.proc.poll(), "log": d.log_tail(),
+                       "engine": [r for r in engine().values()]}, default=str)
+
+
 def delete_all(state: Path, names: tuple[str, ...]) -> None:
     """After the daemon stopped: nothing left disabled; the instances deleted, nodes gone."""
     assert not [r for r in engine().values() if r.get("disabled")]
@@ -164,18 +171,19 @@ def test_priority_through_the_module(tmp_path: Path, signal: str) -> None:
         time.sleep(2.0)
         wall = time.monotonic_ns() - t0
         got = {w.name: (w.executed() - e0[w.name]) / wall / u0 for w in loads}
-        assert got[batch] <= 0.08 and got[svc] >= 0.92, got
+        assert got[batch] <= 0.08 and got[svc] >= 0.92, f"{got} {why(d)}"
         on.stop()  # its work ends with its process; an idle one takes its place
         loads[0] = on = Workload.start(svc, busy=False, dev=f"/dev/gpuslice/{svc}", **kw)
         end = time.monotonic() + 60
         while d.status()["gpus"]["0"]["instances"][svc]["active"] and time.monotonic() < end:
             time.sleep(0.1)
+        assert not d.status()["gpus"]["0"]["instances"][svc]["active"], why(d)
         time.sleep(0.5)
         e0b = off.executed()
         t0 = time.monotonic_ns()
         time.sleep(2.0)
         back = (off.executed() - e0b) / (time.monotonic_ns() - t0) / u0
-        assert back >= 0.92, back
+        assert back >= 0.92, f"{back} {why(d)}"
     finally:
         stop_all(d, loads)
     delete_all(state, (svc, batch))

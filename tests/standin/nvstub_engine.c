@@ -461,11 +461,11 @@ void nvstub_engine_report(struct seq_file *m)
 
 			if (!ch->disabled)
 				enabled += ktime_get_ns() - ch->enabled_at;
-			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu enabled_ns=%llu",
+			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu enabled_ns=%llu debt_ns=%llu",
 				   tsg->obj->client->root.handle, ch->obj->handle,
 				   tsg->obj->handle, ch->pid, ch->executed_ns,
 				   ch->pending_ns, ch->disabled, tsg->timeslice_us,
-				   enabled);
+				   enabled, tsg->debt_ns);
 			if (ch->rm_userd)
 				seq_printf(m, " gp_get=%u gp_put=%u",
 					   READ_ONCE(*nvstub_userd_word(ch, 0x88)),
