@@ -205,10 +205,10 @@ class NetlinkSource(EventTracker):
         REPEAT_US; kmod/activity.c); the others go back to the module's defaults. Both
         values are needed (either 0: nobody is asked).
 
-        Not the scheduler's ``set_fast`` yet: asked of an online instance at 200 us, the
-        guest's priority-through-the-module test saw the offline instance never resume
-        once the online one went idle (tests/guest/test_gpuctl_kernel.py, session 13; not
-        understood), so the daemon does not ask it until that is."""
+        Not the scheduler's ``set_fast`` yet: the guest's priority-through-the-module
+        test fails now and then (the offline instance executes nothing once the online one
+        went idle; seen with this asked, session 13, and without it, session 14), and the
+        daemon does not ask it until that is explained (docs/policies.md)."""
         fast = (sample_us, max(nl.REPEAT_US_MIN, min(nl.REPEAT_US_MAX, repeat_us)))
         want = {n: fast for n in names} if sample_us > 0 and repeat_us > 0 else {}
         self._fast_us = fast if want else (0, 0)
