@@ -345,6 +345,47 @@ def test_timeslice_ratio_1_to_3() -> None:
     assert abs(ratio - 1 / 3) <= 0.05 * (1 / 3)
 
 
+def stall_every_cpu(seconds: float) -> None:
+    """Keep every CPU busy at SCHED_FIFO 99 for `seconds`: the engine thread (SCHED_FIFO 50)
+    wakes that much late, as a stalled TCG vCPU would make it."""
+    pids = []
+    for cpu in sorted(os.sched_getaffinity(0)):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.sched_setaffinity(0, {cpu})
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    pass
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+def test_a_stalled_engine_keeps_running_a_lone_tsg() -> None:
+    """A turn the engine thread saw late by hundreds of its TSG's slices is an overrun the
+    TSG owes to others; with nobody else runnable it owes nothing, and it must go on
+    running. (The stand-in used to wait out the debt idle, 64 slices per 100 ms, and
+    charge that idle time to the next turn as a new, larger debt: a lone offline instance
+    stopped for seconds in the second boot's priority test, 1 run in 3.)"""
+    with busy_workers([250]) as workers:
+        chans = [(c, ch) for _, c, ch in workers]
+        time.sleep(0.3)
+        stall_every_cpu(0.3)
+        time.sleep(0.1)
+        before = executed(chans)
+        t0 = time.monotonic()
+        time.sleep(1.5)
+        after = executed(chans)
+        wall = time.monotonic() - t0
+    got = (after[0] - before[0]) / 1e9
+    print(f"\nlone TSG after a 0.3 s stall: executed {got:.3f} s of {wall:.3f} s")
+    assert got >= 0.5 * wall, f"executed {got:.3f} s of {wall:.3f} s after the stall"
+
+
 def test_disable_channels_from_a_third_client(sess: nvstub.Session) -> None:
     with busy_workers([1000, 1000]) as workers:
         (_, ca, cha), (_, cb, chb) = workers

@@ -22,11 +22,13 @@
  *  - the next turn starts where the last one ended (or when its TSG became
  *    runnable, if later), not when the thread gets to it;
  *  - a turn that overran its timeslice (sleep wake-up latency) carries the
- *    excess into the TSG's next turn, so long-run shares follow the
- *    timeslice ratio (deficit round-robin).
+ *    excess, up to NVSTUB_MAX_DEBT_SLICES slices, into the TSG's next turn,
+ *    so long-run shares follow the timeslice ratio (deficit round-robin); a
+ *    TSG in debt gives its turn to another runnable one, never to an idle
+ *    engine.
  * The thread runs SCHED_FIFO (above the daemon) and mostly sleeps.
  * /proc/nvstub/engine reports executed, pending and enabled (not disabled by
- * FIFO_DISABLE_CHANNELS) time per channel.
+ * FIFO_DISABLE_CHANNELS) time per channel, and its TSG's debt.
  */
 #include <linux/kthread.h>
 #include <linux/ktime.h>
@@ -42,6 +44,7 @@
 #define NVSTUB_DEFAULT_TIMESLICE_US	1000
 #define NVSTUB_MIN_TIMESLICE_NS		(100 * NSEC_PER_USEC)
 #define NVSTUB_CHUNK_NS			(100 * NSEC_PER_USEC)
+#define NVSTUB_MAX_DEBT_SLICES		8
 
 struct nvstub_tsg {
 	struct list_head node;		/* nvstub_tsgs, in round-robin order */
@@ -311,13 +314,19 @@ static u64 nvstub_tsg_ready_at(struct nvstub_tsg *tsg)
 	return ch ? max(ch->enabled_at, ch->work_at) : 0;
 }
 
-/* Next TSG in round-robin order with runnable work; paying off debts. */
+/*
+ * Next TSG in round-robin order with runnable work, paying off debts: a TSG
+ * that owes a slice or more gives up its turn to the next runnable one. The
+ * engine never idles while a TSG is runnable (a GPU's runlist is work
+ * conserving), so a lone runnable TSG pays off its debt at once; the loop
+ * ends because every pass lowers a debt that is capped (nvstub_tsg_owe).
+ */
 static struct nvstub_tsg *nvstub_pick(u64 *budget)
 {
-	struct nvstub_tsg *tsg, *found = NULL;
-	unsigned int tries;
+	struct nvstub_tsg *tsg, *found;
 
-	for (tries = 0; tries < 64 && !found; tries++) {
+	for (;;) {
+		found = NULL;
 		list_for_each_entry(tsg, &nvstub_tsgs, node) {
 			if (nvstub_tsg_runnable_chan(tsg)) {
 				found = tsg;
@@ -327,16 +336,27 @@ static struct nvstub_tsg *nvstub_pick(u64 *budget)
 		if (!found)
 			return NULL;
 		list_move_tail(&found->node, &nvstub_tsgs);
-		if (found->debt_ns >= nvstub_tsg_slice_ns(found)) {
-			found->debt_ns -= nvstub_tsg_slice_ns(found);
-			found = NULL;
-		}
+		if (found->debt_ns < nvstub_tsg_slice_ns(found))
+			break;
+		found->debt_ns -= nvstub_tsg_slice_ns(found);
 	}
-	if (!found)
-		return NULL;
 	*budget = nvstub_tsg_slice_ns(found) - found->debt_ns;
 	found->debt_ns = 0;
 	return found;
+}
+
+/*
+ * A turn overran its budget by @over_ns: the TSG owes it to the others, up to
+ * NVSTUB_MAX_DEBT_SLICES of its slices. A GPU carries no debt at all; the cap
+ * keeps long-run shares by the timeslice ratio under the thread's usual
+ * lateness, while a stall of the thread itself (a TCG vCPU held off for
+ * hundreds of milliseconds) does not keep the TSG off the engine for as long.
+ */
+static void nvstub_tsg_owe(struct nvstub_tsg *tsg, u64 over_ns)
+{
+	u64 cap = NVSTUB_MAX_DEBT_SLICES * nvstub_tsg_slice_ns(tsg);
+
+	tsg->debt_ns = min(over_ns, cap);
 }
 
 /*
@@ -374,7 +394,7 @@ static u64 nvstub_run_turn(u64 start, u64 budget)
 		runnable = nvstub_tsg_runnable_chan(tsg);
 		stop = used >= budget || !runnable;
 		if (used > budget)
-			tsg->debt_ns = used - budget;
+			nvstub_tsg_owe(tsg, used - budget);
 		if (stop)
 			nvstub_running = NULL;
 		mutex_unlock(&nvstub_lock);
