@@ -311,7 +311,7 @@ class _FakeGenl:
 
 
 def test_the_module_is_asked_to_sample_online_instances_sooner(monkeypatch) -> None:
-    """NetlinkSource.set_module_sampling: INSTANCE_SET SAMPLE_US / REPEAT_US for the named instances
+    """NetlinkSource.set_module_sampling (the scheduler's set_fast): INSTANCE_SET SAMPLE_US / REPEAT_US for the named instances
     (REPEAT_US held to the module's range), (0, 0) for those that leave the set, nothing
     for what is unchanged; an instance the module does not hold yet is asked again at the
     next resync; the hold the scheduler keeps follows the module's gap for those
@@ -336,7 +336,8 @@ def test_the_module_is_asked_to_sample_online_instances_sooner(monkeypatch) -> N
     genl.sets.clear()
     src.set_module_sampling({"web"}, 0, 2500)  # --online-sample 0: nobody is asked
     assert genl.sets == [("web", 0, 0)] and src.report_gap_ns == slow_gap
-    src.set_module_sampling({"svc"}, 200, 2500)
+    src.set_fast({"svc"}, 200, 2500)  # what the scheduler calls (Scheduler._sync_sampling)
+    assert genl.sets[-1] == ("svc", 200, 2500)
     genl.sets.clear()
     src.close()
     assert genl.sets == [("svc", 0, 0)]

@@ -203,12 +203,8 @@ class NetlinkSource(EventTracker):
         """Have the module sample instances ``names`` every ``sample_us`` and report them
         every ``repeat_us`` while they keep submitting (INSTANCE_SET SAMPLE_US and
         REPEAT_US; kmod/activity.c); the others go back to the module's defaults. Both
-        values are needed (either 0: nobody is asked).
-
-        Not the scheduler's ``set_fast`` yet: the guest's priority-through-the-module
-        test fails now and then (the offline instance executes nothing once the online one
-        went idle; seen with this asked, session 13, and without it, session 14), and the
-        daemon does not ask it until that is explained (docs/policies.md)."""
+        values are needed (either 0: nobody is asked). The scheduler asks it of the
+        online instances of each GPU with offline ones (:meth:`set_fast`)."""
         fast = (sample_us, max(nl.REPEAT_US_MIN, min(nl.REPEAT_US_MAX, repeat_us)))
         want = {n: fast for n in names} if sample_us > 0 and repeat_us > 0 else {}
         self._fast_us = fast if want else (0, 0)
@@ -219,6 +215,8 @@ class NetlinkSource(EventTracker):
             if self._fast.get(name) != v and self._ask(name, v):
                 self._fast[name] = v
         self._want_fast = want
+
+    set_fast = set_module_sampling  # the scheduler's name for it (Scheduler._sync_sampling)
 
     def _ask(self, name: str, v: tuple[int, int]) -> bool:
         try:

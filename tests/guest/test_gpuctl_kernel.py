@@ -160,6 +160,9 @@ def test_priority_through_the_module(tmp_path: Path, signal: str) -> None:
         d.wait_periods(min_periods=2)
         g = d.status()["gpus"]["0"]
         assert g["preemptions"] == 0 and g["instances"][batch]["priority"] == "offline", g
+        if signal == "module":  # the daemon asked the module to report the online instance sooner
+            assert module_sampling(svc) == (200, 10_000)  # --online-sample; half the hold, at most 10 ms
+            assert module_sampling(batch) == (0, 0)
         on.busy(True)
         end = time.monotonic() + 30
         while d.status()["gpus"]["0"]["preemptions"] == 0 and time.monotonic() < end:
@@ -186,7 +189,19 @@ def test_priority_through_the_module(tmp_path: Path, signal: str) -> None:
         assert back >= 0.92, f"{back} {why(d)}"
     finally:
         stop_all(d, loads)
+    if signal == "module":  # the module's defaults come back with the daemon's exit
+        assert module_sampling(svc) == (0, 0)
     delete_all(state, (svc, batch))
+
+
+def module_sampling(name: str) -> tuple[int, int]:
+    """The instance's SAMPLE_US and REPEAT_US as the module holds them (INSTANCE_GET; in
+    this process: a gpuctl's start-up costs seconds under TCG)."""
+    from gpuslice.netlink import GpusliceNetlink
+
+    with GpusliceNetlink() as nl:
+        (k,) = nl.instances(name)
+    return k["sample_us"], k["repeat_us"]
 
 
 @pytest.mark.parametrize("policy", ["burst", "equal"])
