@@ -128,16 +128,16 @@ def test_cli_drives_the_module_and_every_policy_through_netlink(tmp_path: Path) 
     assert not failures, failures
 
 
-@pytest.mark.parametrize("signal", ["standin", "module"])
-def test_priority_through_the_module(tmp_path: Path, signal: str) -> None:
+def test_priority_through_the_module(tmp_path: Path) -> None:
     """Issue 14 through the module: instances made by the CLI (one --priority offline),
-    channels from netlink, the stand-in's engine. The offline instance has the engine
-    while the online one is idle; the online one's first work preempts it before the
-    (500 ms) period ends, it executes nothing while the online work runs, and it gets the
-    engine back once the online instance is idle. Activity from the stand-in's engine
-    (the test double), or from the module's USERD sampler alone (--probe submit; the
-    workloads submit through their mapped USERD; the online hold covers the 50 ms between
-    the module's reports, docs/policies.md)."""
+    channels from netlink, the stand-in's engine, activity from the module's USERD sampler
+    alone (--probe submit; the workloads submit through their mapped USERD). The offline
+    instance has the engine while the online one is idle; the online one's first work
+    preempts it before the (500 ms) period ends, it executes nothing while the online work
+    runs, and it gets the engine back once the online instance is idle. The daemon asks
+    the module to report the online instance sooner; the 60 ms hold also covers the
+    workload's 50 ms between submissions. (The same with the stand-in's own activity
+    probe: test_scheduler.py::test_online_work_preempts_offline_work, in the main boot.)"""
     state = tmp_path / "state.json"
     svc, batch = f"s{uuid.uuid4().hex[:6]}", f"o{uuid.uuid4().hex[:6]}"
     r = gpuctl(state, "instance", "create", svc, "--memory", "1GiB", "--mode", "666")
@@ -148,21 +148,19 @@ def test_priority_through_the_module(tmp_path: Path, signal: str) -> None:
     loads: list[Workload] = []
     d = None
     try:
-        kw = {"forever": False, "steady": True, "depth_ms": 100, "userd": True} if signal == "module" else {}
+        kw = {"forever": False, "steady": True, "depth_ms": 100, "userd": True}
         on = Workload.start(svc, busy=False, dev=f"/dev/gpuslice/{svc}", **kw)
         off = Workload.start(batch, dev=f"/dev/gpuslice/{batch}", **kw)
         loads = [on, off]
         u0 = max(0.05, native_utilisation([off]))
-        extra = ("--online-hold", "60ms") if signal == "module" else ()
-        probe = {"probe": "submit"} if signal == "module" else {}
-        d = Daemon(str(state), str(tmp_path / "status.json"), "--preempt-poll", "5ms", *extra, source="netlink",
-                   kernel="yes", **probe)
+        d = Daemon(str(state), str(tmp_path / "status.json"), "--preempt-poll", "5ms", "--online-hold", "60ms",
+                   source="netlink", kernel="yes", probe="submit")
         d.wait_periods(min_periods=2)
         g = d.status()["gpus"]["0"]
         assert g["preemptions"] == 0 and g["instances"][batch]["priority"] == "offline", g
-        if signal == "module":  # the daemon asked the module to report the online instance sooner
-            assert module_sampling(svc) == (200, 10_000)  # --online-sample; half the hold, at most 10 ms
-            assert module_sampling(batch) == (0, 0)
+        # the daemon asked the module to report the online instance sooner
+        assert module_sampling(svc) == (200, 10_000)  # --online-sample; half the hold, at most 10 ms
+        assert module_sampling(batch) == (0, 0)
         on.busy(True)
         end = time.monotonic() + 30
         while d.status()["gpus"]["0"]["preemptions"] == 0 and time.monotonic() < end:
@@ -189,8 +187,7 @@ def test_priority_through_the_module(tmp_path: Path, signal: str) -> None:
         assert back >= 0.92, f"{back} {why(d)}"
     finally:
         stop_all(d, loads)
-    if signal == "module":  # the module's defaults come back with the daemon's exit
-        assert module_sampling(svc) == (0, 0)
+    assert module_sampling(svc) == (0, 0)  # the module's defaults come back with the daemon's exit
     delete_all(state, (svc, batch))
 
 
