@@ -30,7 +30,8 @@ latency (first CHANNEL_WORK of the service reaching the daemon -> last offline c
 disabled). Raw latencies: priority.json.
 
 --rounds R: per load, the modes run R times in turn (alone, native, priority, alone, ...)
-and each mode's latencies are pooled; the p99 of each round is printed too, so the drift
+and each mode's latencies are pooled; the modes of one round are given the same Poisson
+arrivals (a seed per round and load), so they differ by the mode, not by the draw; the p99 of each round is printed too, so the drift
 of the machine between phases shows beside the differences between modes.
 
 Environment: SERVICE_MS fixes the service time the loads are reckoned from (runs then
@@ -40,7 +41,8 @@ BATCH_TIMESLICE_US give each process's TSGs that hardware timeslice
 (GPUSLICE_TIMESLICE_US); SVC_INTERLEAVE / BATCH_INTERLEAVE their runlist interleave level
 (GPUSLICE_INTERLEAVE); SVC_SAMPLE_MS (default 1) or SVC_SAMPLE_US how often the service's
 library looks at its channels; SERVICE_GC=freeze the service's objects frozen out of
-Python's garbage collector after its warm-up (wl_service.py); DAEMON_ARGS more options for `gpuctl daemon` (for example
+Python's garbage collector after its warm-up (wl_service.py); SERVICE_BATCH the service's
+batch (wl_service.py, default 4); DAEMON_ARGS more options for `gpuctl daemon` (for example
 --preempt-after 10ms).
 """
 
@@ -112,7 +114,7 @@ def main() -> int:
     log(f"timeslices (us, '' = RM's default): {ts}; interleave levels: {il}; service kind: {kind or 'model'}")
     svc_env = {"GPUSLICE_SAMPLE_MS": os.environ.get("SVC_SAMPLE_MS", "1"), "SERVICE_MS": os.environ.get("SERVICE_MS", ""),
                "SERVICE_KIND": kind, "GPUSLICE_TIMESLICE_US": ts["svc"], "GPUSLICE_INTERLEAVE": il["svc"],
-               "SERVICE_GC": os.environ.get("SERVICE_GC", "")}
+               "SERVICE_GC": os.environ.get("SERVICE_GC", ""), "SERVICE_BATCH": os.environ.get("SERVICE_BATCH", "")}
     if os.environ.get("SVC_SAMPLE_US"):
         svc_env["GPUSLICE_SAMPLE_US"] = os.environ["SVC_SAMPLE_US"]
     svc = sc.Workload("svc", 0, work, d.sock, log, cmd=[sys.executable, str(HERE / "wl_service.py")],
@@ -132,12 +134,12 @@ def main() -> int:
     results = []
     tag_n = 0
 
-    def phase(load: float, diag: dict[str, list[float]] | None = None) -> list[float]:
+    def phase(load: float, diag: dict[str, list[float]] | None = None, seed: int | None = None) -> list[float]:
         nonlocal tag_n
         tag_n += 1
         tag = f"p{tag_n}"
         with open(svc.ctl, "w") as f:
-            f.write(f"run {load} {args.seconds} {tag}")
+            f.write(f"run {load} {args.seconds} {tag}" + (f" {seed}" if seed is not None else ""))
         end = time.monotonic() + args.seconds + 60
         while time.monotonic() < end:
             try:
@@ -160,7 +162,7 @@ def main() -> int:
     for load in (float(x) for x in args.loads.split(",") if x):
         pooled: dict[str, dict] = {m: {"lat": [], "trainer": [], "status": [], "round_p99": [], "diag": {}}
                                    for m in modes}
-        for _ in range(max(1, args.rounds)):
+        for rnd in range(max(1, args.rounds)):
             for mode in modes:
                 status = None
                 gated = mode == "burst" or mode.startswith("priority")
@@ -175,7 +177,8 @@ def main() -> int:
                     d.start(members=["batch"], need_switch=False)
                 time.sleep(0.5)
                 t_0 = time.monotonic()
-                lat = phase(load, pooled[mode]["diag"])
+                # every mode of a round sees the same arrivals: their difference is the mode's
+                lat = phase(load, pooled[mode]["diag"], seed=1000 * rnd + int(load * 100))
                 t_1 = time.monotonic()
                 if gated:
                     status = d.stop()
@@ -188,6 +191,9 @@ def main() -> int:
                 g = ((status or {}).get("gpus") or {}).get("0") or {}
                 if g.get("preempt_latency_ns"):
                     pm["status"].append(g)
+                    # the FIFO_DISABLE_CHANNELS calls alone (under priority nearly all are
+                    # the preemptions' disables and the resumes' enables)
+                    pm.setdefault("calls", []).append((status or {}).get("rm_call_ns") or {})
         for mode in modes:
             pm = pooled[mode]
             lat = pm["lat"]
@@ -199,7 +205,8 @@ def main() -> int:
                    "p999": pct(lat, 0.999), "round_p99": pm["round_p99"], "trainer": tr,
                    "trainer_of_idle": tr / (1 - load) if load < 1 else None,
                    "preemptions": sum(g.get("preemptions") or 0 for g in gs) if gs else None,
-                   "preempt_latency_ns": pl or None, "lat_ms": lat, "diag": pm["diag"]}
+                   "preempt_latency_ns": pl or None, "rm_call_ns": pm.get("calls"), "lat_ms": lat,
+                   "diag": pm["diag"]}
             results.append(row)
             rounds = "" if len(pm["round_p99"]) < 2 else \
                 " (rounds' p99 " + " ".join(f"{x:.2f}" for x in pm["round_p99"]) + ")"
@@ -208,7 +215,11 @@ def main() -> int:
                 + (f", {row['trainer_of_idle']:.1%} of idle" if load < 1 else "")
                 + (f"; preemptions {row['preemptions']}, latency p50 {(pl.get('p50') or 0) / 1e3:.0f} "
                    f"p99 {(pl.get('p99') or 0) / 1e3:.0f} max {(pl.get('max') or 0) / 1e3:.0f} us"
-                   if mode.startswith("priority") and pl else ""))
+                   if mode.startswith("priority") and pl else "")
+                + ("; disable calls p50/p99 per round " + " ".join(
+                    f"{((c.get('disable') or {}).get('p50') or 0) / 1e3:.0f}/"
+                    f"{((c.get('disable') or {}).get('p99') or 0) / 1e3:.0f}" for c in pm.get("calls", [])) + " us"
+                   if mode.startswith("priority") and pm.get("calls") else ""))
             dg = pm["diag"]
             if dg.get("serve_ms"):
                 # requests served slowly: by the GPU (its own time) or by the machine (this
@@ -277,7 +288,8 @@ def main() -> int:
     trainer.stop()
     svc.proc.wait(timeout=30)
     (out / "priority.json").write_text(json.dumps({"service_ms": info["service_ms"], "trainer_alone": trainer_alone,
-                                                   "rows": results, "kills": kills}))
+                                                   "rows": results, "kills": kills,
+                                                   "paired": True}))  # the rounds' arrivals: see --rounds
     return 0
 
 

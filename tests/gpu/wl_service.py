@@ -5,8 +5,10 @@
 Builds a small transformer encoder in code (random weights, fp16: 6 layers, d_model 1024,
 16 heads, batch 4 x 256 tokens), measures its standalone service time (median of 50
 isolated forward passes + synchronize, 5 ms apart), prints {"ready": pid, "service_ms": ...}, then waits for
-phases. A line "run LOAD SECONDS TAG" in CTLFILE (re-read every 10 ms) runs a phase: Poisson
-arrivals at LOAD x (1 / service time) per second for SECONDS, served FIFO one at a time;
+phases. A line "run LOAD SECONDS TAG [SEED]" in CTLFILE (re-read every 10 ms) runs a phase: Poisson
+arrivals at LOAD x (1 / service time) per second for SECONDS, served FIFO one at a time
+(with SEED, the arrivals are those of random.Random(SEED): phases given one seed see the
+same request times, so modes can be compared on the same arrivals);
 each request's latency is its completion minus its arrival (queueing included). At the
 end of the phase one JSON line {"tag", "load", "rate", "lat_ms": [...]} is appended to
 OUTFILE. "exit" ends the process. SERVICE_MS: the service time the loads are reckoned
@@ -17,6 +19,9 @@ as latency-bound Python servers do), so a collection does not walk the model's.
 SERVICE_KIND=graph: the same forward pass captured as a CUDA graph and replayed, one
 launch per request (the model's own launches are Python's: about 2 ms of CPU time per
 pass, which a busy or slower CPU stretches; replayed, the request's time is the GPU's).
+
+SERVICE_BATCH=N: N sequences of 256 tokens per request instead of 4 (the request's GPU
+time grows with it: a larger service, whose p99 alone can hide the hardware's switch).
 
 SERVICE_KIND=ping: each request is one tiny kernel (an add on 256 floats) + synchronize
 instead of the model, and its latency runs from the launch, not the arrival: how soon
@@ -83,7 +88,7 @@ def main() -> None:
     else:
         layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
         model = torch.nn.TransformerEncoder(layer, 6).cuda().half().eval()
-        x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
+        x = torch.randn(int(os.environ.get("SERVICE_BATCH") or 4), 256, 1024, device="cuda", dtype=torch.half)
 
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -144,8 +149,9 @@ def main() -> None:
             cmd = []
         if cmd and cmd[0] == "exit":
             return
-        if len(cmd) == 4 and cmd[0] == "run" and cmd[3] not in done:
+        if len(cmd) in (4, 5) and cmd[0] == "run" and cmd[3] not in done:
             load, seconds, tag = float(cmd[1]), float(cmd[2]), cmd[3]
+            arrivals = random.Random(int(cmd[4])) if len(cmd) == 5 else rng
             rate = load / service_s
             lat: list[float] = []
             # per request, to tell the machine's stalls from the GPU's: the wait before
@@ -158,14 +164,14 @@ def main() -> None:
                                             "launch_ms": [], "gc_ms": [], "launch_cpu_ms": [],
                                             "launch_switches": []}
             t_end = time.monotonic() + seconds
-            nxt = time.monotonic() + rng.expovariate(rate)
+            nxt = time.monotonic() + arrivals.expovariate(rate)
             while nxt < t_end:
                 now = time.monotonic()
                 if now < nxt:
                     time.sleep(min(nxt - now, 0.0005))
                     continue
                 arrival = nxt
-                nxt += rng.expovariate(rate)
+                nxt += arrivals.expovariate(rate)
                 t_start = time.monotonic()
                 if ping:  # from the launch: how late this process woke is not the GPU's
                     arrival = t_start
