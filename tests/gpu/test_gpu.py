@@ -135,7 +135,7 @@ def test_foreign_disable_channels_refused_but_works_without():
     assert "ready" in line, victim.stderr.read()[-3000:]
     time.sleep(1.0)
     ev = lst.snapshot()
-    chans = [(e["client"], e["handle"]) for e in ev if e["event"] == 3]
+    chans = [(e["client"], e["handle"]) for e in ev if e.get("event") == 3]  # proof_file lines have none
     assert len(chans) >= 1
     pairs = [f"{c:#x}:{h:#x}" for c, h in chans[:64]]
     time.sleep(1.0)
