@@ -88,6 +88,9 @@ def test_create_with_policy(run) -> None:
         (["instance", "create", "x", "--memory", "1GiB", "--gpu", "a"], "not a GPU list"),
         (["instance", "create", "x", "--memory", "1GiB", "--gpu", "40"], "0..31"),
         (["instance", "create", "bad name", "--memory", "1GiB"], "bad instance name"),
+        # the module's rule: a name is a directory (run-args once gave /dev/gpuslice/../nvidia0)
+        (["instance", "create", "..", "--memory", "1GiB"], "bad instance name"),
+        (["instance", "create", ".", "--memory", "1GiB"], "bad instance name"),
         (["instance", "create", "x", "--memory", "1GiB", "--mode", "999"], "octal"),
         (["instance", "show", "nope"], "no instance 'nope'"),
         (["instance", "delete", "nope"], "no instance"),

@@ -38,6 +38,7 @@ def test_missing_file_is_empty(tmp_path) -> None:
         ('{"version": 1, "instances": {"a": {"gpus": [0], "memory": 0}}}', "memory must be positive"),
         ('{"version": 1, "instances": {"a": {"gpus": [0], "memory": 1, "weight": 0}}}', "weight 0"),
         ('{"version": 1, "instances": {"a b": {"gpus": [0], "memory": 1}}}', "bad instance name"),
+        ('{"version": 1, "instances": {"..": {"gpus": [0], "memory": 1}}}', "bad instance name"),
         ('{"version": 1, "instances": {"a": {"gpus": [0], "memory": 1, "bogus": 1}}}', "bogus"),
         ('{"version": 1, "instances": {"a": {"gpus": "0", "memory": 1}}}', "wrong type"),
         ('{"version": 1, "gpus": {"0": {"policy": "nope"}}}', "unknown policy"),
@@ -82,7 +83,7 @@ def test_locked_saves(tmp_path) -> None:
 inst_st = st.builds(
     lambda n, g, m, w, c, per: S.Instance(n, g, m, weight=w, ceiling=c,
                                          gpu_memory={x: m + i for i, x in enumerate(g)} if per else None),
-    st.from_regex(S.NAME_RE, fullmatch=True),
+    st.from_regex(S.NAME_RE, fullmatch=True).filter(S.valid_name),
     st.lists(st.integers(0, 31), min_size=1, max_size=4, unique=True),
     st.integers(1, 1 << 50),
     st.integers(1, 10000),

@@ -287,6 +287,7 @@ def test_check_events_tracefs(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib
         (["--refusals", "--scheduler"], "exclusive"),
         (["--scheduler", "--instance", "a"], "does not apply"),
         (["--instance", "bad name"], "bad instance name"),
+        (["--instance", ".."], "bad instance name"),
     ],
 )
 def test_bad_option_combinations(args: list[str], msg: str) -> None:

@@ -35,6 +35,15 @@ DEFAULT_PERIOD_NS = 50_000_000
 PERIOD_MIN_NS = 1_000_000
 PERIOD_MAX_NS = 10_000_000_000
 NAME_RE = re.compile(r"[a-zA-Z0-9_.-]{1,31}")
+NAME_RULE = "1-31 of a-z A-Z 0-9 _ . -, not . or .."
+
+
+def valid_name(name: str) -> bool:
+    """An instance name, by the module's rule (kmod/instance.c gs_instance_name_valid):
+    the name is a directory of /dev/gpuslice (and of the daemon's sockets), so "." and
+    ".." are refused too; `gpuctl run-args ..` once gave /dev/gpuslice/../nvidia0, the
+    host's own node."""
+    return NAME_RE.fullmatch(name) is not None and name not in (".", "..")
 
 
 class StateError(Exception):
@@ -174,8 +183,8 @@ def _check_types(inst: Instance) -> None:
 
 
 def _check_instance(name: str, inst: Instance) -> None:
-    if not NAME_RE.fullmatch(name) or name != inst.name:
-        raise StateError(f"bad instance name {name!r} (1-31 of a-z A-Z 0-9 _ . -)")
+    if not valid_name(name) or name != inst.name:
+        raise StateError(f"bad instance name {name!r} ({NAME_RULE})")
     _check_types(inst)
     if not inst.gpus or len(set(inst.gpus)) != len(inst.gpus) or not all(0 <= g < MAX_GPUS for g in inst.gpus):
         raise StateError(f"instance {name}: gpus must be distinct numbers 0..{MAX_GPUS - 1}")

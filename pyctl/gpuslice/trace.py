@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import click
 
 from . import tracebpf, tracefmt
-from .state import STATUS_PATH
+from .state import STATUS_PATH, valid_name
 
 TRACEFS_ROOTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 BCC_HINT = "bcc not importable: apt-get install python3-bpfcc and use a venv made with --system-site-packages"
@@ -305,7 +305,7 @@ def trace(interval: float | None, count: int | None, instance: str | None, pid: 
             raise TraceError("--refusals and --scheduler are exclusive")
         if scheduler and instance is not None:
             raise TraceError("--instance does not apply to --scheduler (the daemon is not in an instance)")
-        if instance is not None and not tracebpf.valid_instance(instance):
+        if instance is not None and not valid_name(instance):
             raise TraceError(f"bad instance name {instance!r}")
         bcc = load_bcc()
         check_root()

@@ -10,27 +10,21 @@ Three programs:
 
 from __future__ import annotations
 
-import re
-
 from . import abi
+from .state import valid_name
 from .tracefmt import FILE_UVM, UVM_KEY_BIT
 
 INST_LEN = 32  # GPUSLICE_NAME_MAX
-NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,31}")
 
 NVOS54_CMD_OFFSET = 8
 NVOS54_STATUS_OFFSET = 28
-
-
-def valid_instance(name: str) -> bool:
-    return NAME_RE.fullmatch(name) is not None
 
 
 def inst_filter_c(name: str | None, var: str) -> str:
     """C statements that return 0 unless the NUL-terminated char array `var` equals name."""
     if name is None:
         return ""
-    if not valid_instance(name):
+    if not valid_name(name):
         raise ValueError(f"bad instance name {name!r}")
     conds = [f"{var}[{i}] != {ord(ch)}" for i, ch in enumerate(name)]
     conds.append(f"{var}[{len(name)}] != 0")
