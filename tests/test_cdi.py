@@ -183,6 +183,25 @@ def test_cli_unwritable_output_is_one_line(gpuctl, tmp_path) -> None:
     assert "\n" not in err and err.startswith("gpuctl: cannot write the CDI spec")
 
 
+@pytest.mark.parametrize("content", ["cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n", "notes\n", "{{{"])
+def test_a_file_that_is_not_our_spec_is_neither_replaced_nor_removed(gpuctl, tmp_path, content: str) -> None:
+    """`cdi generate -o` and --cdi-spec at another vendor's spec, or any other file: one
+    line, the file as it was (with no instance left, it used to be deleted; with some,
+    replaced)."""
+    other = tmp_path / "nvidia.yaml"
+    other.write_text(content)
+    res = gpuctl("cdi", "generate", "-o", str(other))  # no instance: would remove
+    assert res.exit_code == 1 and res.stderr.strip() == (
+        f"gpuctl: {other} is not a CDI spec of kind {cdi.KIND}: left as it is")
+    res = gpuctl("--cdi-spec", str(other), "instance", "create", "web", "--memory", "1GiB")  # would replace
+    assert res.exit_code == 1 and "created web, but" in res.stderr and "left as it is" in res.stderr
+    assert other.read_text() == content
+    ours = tmp_path / "gpuslice.yaml"
+    assert gpuctl("cdi", "generate", "-o", str(ours)).exit_code == 0
+    assert gpuctl("instance", "delete", "web").exit_code == 0
+    assert gpuctl("cdi", "generate", "-o", str(ours)).exit_code == 0 and not ours.exists()  # ours: removed
+
+
 def test_run_args(gpuctl, monkeypatch) -> None:
     """Docker-style flags: the same nodes as the CDI device, HOST:CONTAINER."""
     monkeypatch.setattr(cdi, "scan_host", lambda: DRIVER + OTHER)

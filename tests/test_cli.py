@@ -91,6 +91,9 @@ def test_create_with_policy(run) -> None:
         # the module's rule: a name is a directory (run-args once gave /dev/gpuslice/../nvidia0)
         (["instance", "create", "..", "--memory", "1GiB"], "bad instance name"),
         (["instance", "create", ".", "--memory", "1GiB"], "bad instance name"),
+        (["instance", "create", "x", "--memory", "1GiB", "--uid", "-1"], "--uid"),
+        (["instance", "create", "x", "--memory", "1GiB", "--gid", "4294967295"], "--gid"),
+        (["--state", "", "instance", "list"], "empty path"),  # an unset variable, not the host's file
         (["instance", "create", "x", "--memory", "1GiB", "--mode", "999"], "octal"),
         (["instance", "show", "nope"], "no instance 'nope'"),
         (["instance", "delete", "nope"], "no instance"),
@@ -128,6 +131,19 @@ def test_status_and_top_without_daemon(run, tmp_path) -> None:
     assert len(lines) == 2 and json.loads(lines[1])["instances"][0]["instance"] == "a"
 
 
+@pytest.mark.parametrize("content", ["{}", '{"pid": 0}', '{"pid": -1}', '{"pid": true}', '{"pid": "1"}',
+                                     '{"pid": 99999999999999999999}', "[1, 2]", "null"])
+def test_a_report_that_names_no_live_pid_is_no_daemon(run, tmp_path, content: str) -> None:
+    """kill(0) signals our own group and kill(-1) everyone's: {} and {"pid": -1} once read
+    as a running daemon (then a KeyError); a list or a huge pid was a traceback."""
+    ok(run("instance", "create", "a", "--memory", "1GiB"))
+    sf = tmp_path / "status.json"
+    sf.write_text(content)
+    out = ok(run("status", "--status-file", str(sf), "--guard-file", str(sf)))
+    assert out.startswith("daemon: not running"), out
+    ok(run("top", "-n", "1", "--status-file", str(sf)))
+
+
 def test_status_reads_daemon_report(run, tmp_path) -> None:
     import os
 
@@ -161,9 +177,15 @@ def test_trace_registered() -> None:
 
 
 def test_daemon_without_device_fails_cleanly(run, tmp_path) -> None:
-    res = run("daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
-              "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s"))
-    one_line_error(res, "nvidiactl")
+    """... and leaves the status file alone: it is the running daemon's (a second daemon
+    that failed to start removed it), or not a report at all."""
+    sf = tmp_path / "s"
+    for content in ('{"pid": 1, "switches": 5}', "not a report\n"):
+        sf.write_text(content)
+        res = run("daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
+                  "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(sf))
+        one_line_error(res, "nvidiactl")
+        assert sf.read_text() == content
 
 
 def test_daemon_durations_take_zero_only_where_it_means_off(run, tmp_path) -> None:

@@ -14,7 +14,7 @@ from gpuslice import state as S
 from gpuslice.gate import RmGate
 from gpuslice.probes import AllActive
 from gpuslice.rm import RmError
-from gpuslice.scheduler import OFFLINE_TIMESLICE_US, Scheduler, timeslice_us
+from gpuslice.scheduler import OFFLINE_TIMESLICE_US, Scheduler, on_instance_gpus, timeslice_us
 from gpuslice.sources import Channel, EventTracker, PreloadSource, StaticSource
 
 MS = 1_000_000
@@ -172,6 +172,35 @@ def test_activity_change_reaches_the_plan() -> None:
         sched.run(lambda: False, until_ns=t_back + 3 * tl.period_ns)
         when, act = sched.snapshot()["gpus"]["0"]["active_changes"][-1]
         assert act == ["a", "b"] and t_back < when <= t_back + 2 * tl.period_ns, (offset, changes)
+
+
+@pytest.mark.parametrize("claimed", [7, 1, 4294967295])
+def test_a_channel_reported_on_another_gpu_is_gated_on_its_instances(claimed: int) -> None:
+    """The user-space build's library says which GPU a channel is on, from inside the
+    container. A greedy instance (20% fixed) that reports its channels on GPU 7 used to
+    be gated nowhere: enabled 100% of the time beside a neighbour's 80%."""
+    insts = [S.Instance("greedy", [0], 1, share=0.2), S.Instance("victim", [0], 1, share=0.8)]
+    sched, gate, clock, table, probe = make("fixed", insts)
+    real = table["greedy"]
+    sched.source.table["greedy"] = {Channel(claimed, c.client, c.handle, c.pid) for c in real}  # type: ignore[attr-defined]
+    t0, t1 = run_periods(sched, clock, 10)
+    assert share_of(gate, {"greedy": real}, "greedy", t0, t1) == pytest.approx(0.2, abs=0.02)
+    assert share_of(gate, table, "victim", t0, t1) == pytest.approx(0.8, abs=0.02)
+
+
+@given(st.dictionaries(st.sampled_from("abc"), st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True)),
+       st.dictionaries(st.sampled_from("abcd"), st.sets(st.tuples(st.integers(0, 9), st.integers(1, 4)), max_size=5)))
+def test_on_instance_gpus_keeps_every_channel_on_its_instances_gpus(gpus_of, reported) -> None:
+    chans = {n: {Channel(g, 0xC1D00000, h) for g, h in cs} for n, cs in reported.items()}
+    out = on_instance_gpus(chans, gpus_of)
+    assert set(out) == set(chans)
+    for n, cs in out.items():
+        assert {(c.client, c.handle) for c in cs} == {(c.client, c.handle) for c in chans[n]}
+        if n in gpus_of:
+            assert all(c.gpu in gpus_of[n] for c in cs)
+            assert {c for c in chans[n] if c.gpu in gpus_of[n]} <= cs  # truthful reports as they are
+        else:
+            assert cs == chans[n]
 
 
 def test_gated_busy_instance_is_kept_until_seen_idle_while_enabled() -> None:
@@ -899,7 +928,8 @@ def test_an_instance_socket_binds_its_processes_to_the_instance(tmp_path) -> Non
     decide its instance: naming another is a bad line, naming none is the socket's. An
     instance that goes takes its socket, not its directory (a running container's mount
     of it sees the next daemon's socket). A symlink left at the socket's path is
-    replaced, not followed."""
+    replaced, not followed. A name may start with "." (".hidden" once got no socket, as the
+    daemon's private directory was ".gpuslice-*"; it is "+gpuslice-*", in no name)."""
     import socket
     import stat
 
@@ -914,7 +944,8 @@ def test_an_instance_socket_binds_its_processes_to_the_instance(tmp_path) -> Non
     ch = {"event": 3, "pid": 1, "client": 0xC1D00001, "handle": 0x10, "gpu": 0, "obj_kind": 2}
     try:
         src.set_instances({"svc", "batch", "..", "a/b", ".hidden"})
-        assert sorted(x for x in os.listdir(d) if not x.startswith(".")) == ["batch", "svc"]
+        assert sorted(x for x in os.listdir(d) if not x.startswith("+")) == [".hidden", "batch", "svc"]
+        assert stat.S_ISSOCK(os.lstat(d / ".hidden" / "preload.sock").st_mode)
         assert stat.S_IMODE(target.stat().st_mode) == 0o600
         assert stat.S_ISSOCK(os.lstat(d / "batch" / "preload.sock").st_mode)
         assert stat.S_IMODE(os.stat(d / "batch" / "preload.sock").st_mode) == 0o666
@@ -938,7 +969,7 @@ def test_an_instance_socket_binds_its_processes_to_the_instance(tmp_path) -> Non
     finally:
         src.close()
         rmf.close()
-    assert sorted(x for x in os.listdir(d)) == ["batch", "svc"]  # no socket, no private directory left
+    assert sorted(x for x in os.listdir(d)) == [".hidden", "batch", "svc"]  # no socket, no private directory left
     assert os.listdir(d / "batch") == [] and os.listdir(d / "svc") == []
 
 

@@ -211,6 +211,28 @@ def find_nvidia_ctk(bin_dirs: Sequence[str] = BIN_DIRS) -> str | None:
     return None
 
 
+def is_ours(path: str) -> bool:
+    """May gpuctl replace or remove the file at ``path``: nothing there, an empty file,
+    or a CDI spec of our kind. Another vendor's spec (``-o /etc/cdi/nvidia.yaml``) or any
+    other file is not ours to overwrite or delete."""
+    import yaml
+
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 20)
+    except FileNotFoundError:
+        return True
+    except IsADirectoryError:
+        return False
+    if not text.strip():
+        return True
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(doc, dict) and doc.get("kind") == KIND
+
+
 def write_spec(path: str, text: str) -> None:
     """Write atomically (a runtime reading the directory never sees half a spec),
     mode 0644: podman run by a user reads it too."""

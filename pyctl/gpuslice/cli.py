@@ -9,6 +9,7 @@ JSON with --json. Errors are one line on stderr and a non-zero exit status.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import logging
@@ -231,9 +232,20 @@ PRIORITY_HELP = ("online (default) or offline: while any online instance of the 
 
 # ---- the command tree ----------------------------------------------------------------
 
+ID_RANGE = click.IntRange(0, 2**32 - 2)  # a kernel uid/gid: u32, (u32)-1 is no id
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
+
+
+def _non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An empty --state (an unset variable in a script) is an error, not the default file."""
+    if not value:
+        raise click.BadParameter("empty path", ctx=ctx, param=param)
+    return value
+
+
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--state", "state_path", envvar="GPUSLICE_STATE", default=S.DEFAULT_PATH, show_default=True,
-              help="State file (env GPUSLICE_STATE).")
+              callback=_non_empty, help="State file (env GPUSLICE_STATE).")
 @click.option("--kernel", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
               help="Apply changes to the gpuslice kernel module too: auto = when it is loaded.")
 @click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
@@ -263,8 +275,8 @@ def instance() -> None:
 @click.option("--ceiling", type=SHARE, help="At most this share (equal, burst), e.g. 50%.")
 @click.option("--priority", type=PRIORITY, default="online", show_default=True, help=PRIORITY_HELP)
 @click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs, e.g. 5%.")
-@click.option("--uid", type=int, help="Owner of the device nodes.")
-@click.option("--gid", type=int, help="Group of the device nodes.")
+@click.option("--uid", type=ID_RANGE, help="Owner of the device nodes.")
+@click.option("--gid", type=ID_RANGE, help="Group of the device nodes.")
 @click.option("--mode", type=str, help="Permission bits of the device nodes, octal (default 0660).")
 @json_option
 @click.pass_context
@@ -539,6 +551,8 @@ def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
     without devices, and older runtimes then ignore every spec in the directory."""
     from . import cdi
 
+    if not cdi.is_ours(path):
+        raise GpuctlError(f"{path} is not a CDI spec of kind {cdi.KIND}: left as it is")
     if spec["devices"]:
         cdi.write_spec(path, cdi.render(spec))
         return True
@@ -690,19 +704,41 @@ def policy_show(ctx: click.Context, gpus: list[int] | None) -> None:
                                          ("share", "SHARE(ALL BUSY)")]))
 
 
-def _read_status(path: str) -> dict[str, Any] | None:
+def _remove_own_report(path: str) -> None:
+    """Remove the report at ``path`` if this process wrote it: a daemon that failed to
+    start (a second one, a wrong --ctl) leaves the running daemon's, or any other file."""
+    d = _read_status(path)
+    if d is not None and d.get("pid") == os.getpid():
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _read_status(path: str, strict: bool = False) -> dict[str, Any] | None:
+    """A report of `gpuctl daemon` or `gpuctl guard` with "running": whether the process
+    it names is alive (None: no report). ``strict``: one this user cannot read is an error
+    (the daemon writes it 0600), not a daemon that is not running."""
     try:
         with open(path) as f:
             d = json.load(f)
+    except PermissionError as e:
+        if strict:
+            raise GpuctlError(f"cannot read {path}: {e.strerror} (the daemon's reports are root's)") from None
+        return None
     except (OSError, ValueError):
         return None
-    pid = d.get("pid", 0)
-    try:
-        os.kill(pid, 0)
-        d["running"] = True
-    except (OSError, TypeError):
-        d["running"] = False
-    return d if isinstance(d, dict) else None
+    if not isinstance(d, dict):
+        return None
+    pid = d.get("pid")
+    d["running"] = False
+    if type(pid) is int and 0 < pid <= PID_MAX:  # kill(0) or kill(-1) would signal us or everyone
+        try:
+            os.kill(pid, 0)
+            d["running"] = True
+        except PermissionError:  # alive, another user's
+            d["running"] = True
+        except OSError:
+            pass
+    return d
 
 
 def _status_rows(st: S.State, d: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -732,7 +768,7 @@ STATUS_COLS = [("gpu", "GPU"), ("instance", "INSTANCE"), ("policy", "POLICY"), (
 def status(ctx: click.Context, status_file: str, guard_file: str) -> None:
     """Daemon state and each instance's current share (shares are fractions of a GPU)."""
     st = S.load(ctx.obj["state"])
-    d = _read_status(status_file)
+    d = _read_status(status_file, strict=True)
     rows = _status_rows(st, d)
 
     def text() -> str:
@@ -760,7 +796,7 @@ def status(ctx: click.Context, status_file: str, guard_file: str) -> None:
                      f"{g.get('kills', 0)} processes killed over their instance's limit")
         return head + "\n" + table(rows, STATUS_COLS)
 
-    g = _read_status(guard_file)
+    g = _read_status(guard_file, strict=True)
     emit(ctx, {"daemon": d, "guard": g, "instances": rows}, text)
 
 
@@ -782,7 +818,7 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
             if n:
                 time.sleep(interval / 1e9)
             st = S.load(ctx.obj["state"])
-            d = _read_status(status_file)
+            d = _read_status(status_file, strict=True)
             rows = _status_rows(st, d)
             if ctx.obj.get("json"):
                 click.echo(json.dumps({"time": time.time(), "daemon": d, "instances": rows}))
@@ -929,10 +965,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         sched.run(lambda: "sig" in stop, until_ns=until)
     finally:
         cleanup()
-        try:
-            os.unlink(status_file)
-        except OSError:
-            pass
+        _remove_own_report(status_file)
     if "sig" in stop:
         logging.info("stopped by signal %d; every channel re-enabled", stop["sig"])
 

@@ -27,8 +27,8 @@ import select
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from . import state as st
 from .policy import (Slot, compute_shares, corrected_shares, gang_order, online_busy, slot_plan, sticky_active,
@@ -226,6 +226,28 @@ ONLINE_TIMESLICE_US = 8000
 # runs beside the offline work until its first submission is seen and the disable lands
 # (docs/h100-priority.md, run 6)
 ONLINE_SAMPLE_US = 200
+
+
+def on_instance_gpus(chans: Mapping[str, set[Channel]],
+                     gpus_of: Mapping[str, Sequence[int]]) -> dict[str, set[Channel]]:
+    """Each instance's channels, on its own GPUs only. A channel's GPU is what the source
+    says; the user-space build's library says it from inside the container, which can
+    lie. One reported on a GPU that is not its instance's is put on every GPU of its
+    instance, so that it is gated wherever it can run (before, it was gated nowhere: a
+    GPU's plan takes the channels reported on it). On the GPUs it is not on, RM refuses
+    the call, and that GPU's switches fall back to one call per channel. Instances the
+    state does not know keep their channels as reported."""
+    out: dict[str, set[Channel]] = {}
+    for name, cs in chans.items():
+        gpus = gpus_of.get(name)
+        if not gpus:
+            out[name] = set(cs)
+            continue
+        mine = set()
+        for c in cs:
+            mine |= {c} if c.gpu in gpus else {replace(c, gpu=g) for g in gpus}
+        out[name] = mine
+    return out
 
 
 def report_repeat_us(hold_ns: int) -> int:
@@ -430,7 +452,7 @@ class Scheduler:
             self.source.refresh()
         except OSError as e:
             log.warning("channel source: %s", e)
-        new = self.source.channels()
+        new = on_instance_gpus(self.source.channels(), {n: i.gpus for n, i in self.state.instances.items()})
         old = {c for cs in self.chans.values() for c in cs}
         cur = {c for cs in new.values() for c in cs}
         gone = old - cur

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from . import netlink as nl
 from .rm import owns_channel
+from .state import valid_name
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +393,8 @@ class PreloadSource(EventTracker):
         chmod what a symlink points to (rename replaces a symlink, it does not follow it)."""
         os.makedirs(private_in, exist_ok=True)
         if private_in not in self._tmp:
-            self._tmp[private_in] = tempfile.mkdtemp(prefix=".gpuslice-", dir=private_in)
+            # "+" is in no instance name (state.valid_name): no instance's directory
+            self._tmp[private_in] = tempfile.mkdtemp(prefix="+gpuslice-", dir=private_in)
         tmp = os.path.join(self._tmp[private_in], "s")
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -426,7 +428,12 @@ class PreloadSource(EventTracker):
         stay: a running container's mount of one sees the socket of the next daemon."""
         if not self.instance_dir:
             return
-        want = {n for n in names if n not in (".", "..") and "/" not in n and not n.startswith(".")}
+        want = set()
+        for n in names:
+            if valid_name(n):
+                want.add(n)
+            else:
+                log.warning("instance %r: not a valid name, no preload socket", n)
         for name in set(self._by_name) - want:
             s = self._by_name.pop(name)
             del self._listeners[s]
