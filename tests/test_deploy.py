@@ -67,7 +67,7 @@ def test_verify_would_catch_a_broken_unit(tmp_path) -> None:
     bad.mkdir()
     (path,) = staged(bad, UNITS[:1])
     text = open(path).read().replace("Restart=on-failure", "Restart=sometimes")
-    open(path, "w").write(text.replace("ExecStartPre=/usr/sbin/modprobe", "ExecStartPre=/nonexistent/modprobe"))
+    open(path, "w").write(text.replace("ExecStartPre=+/usr/sbin/modprobe", "ExecStartPre=+/nonexistent/modprobe"))
     r = verify([path])
     assert r.returncode != 0 and "/nonexistent/modprobe" in r.stderr and "sometimes" in r.stderr
 
@@ -76,7 +76,9 @@ def test_daemon_unit_semantics() -> None:
     text = open(os.path.join(DEPLOY, "systemd", "gpuslice-daemon.service")).read()
     assert "Restart=on-failure" in text
     assert re.search(r"^After=.*systemd-modules-load\.service", text, re.M)
-    assert re.search(r"^ExecStartPre=/usr/sbin/modprobe gpuslice$", text, re.M)  # no module, no daemon
+    # no module, no daemon; "+": the bounding set (no CAP_SYS_MODULE) would stop a load
+    assert re.search(r"^ExecStartPre=\+/usr/sbin/modprobe gpuslice$", text, re.M)
+    assert "CAP_SYS_MODULE" not in re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M).group(1)
     assert "/dev/nvidia" not in text.replace("/dev/nvidiactl", "")
 
 
