@@ -616,3 +616,28 @@ def test_a_dup_from_a_sibling_processs_client_is_registered_uncharged(so):
     finally:
         ca.close()
         cb.close()
+
+
+def test_a_free_through_a_file_that_does_not_hold_the_client_never_reaches_rm(core):
+    """RM refuses a free of a client's objects through another open file than the one
+    holding the client (NV_ERR_INVALID_CLIENT). The core took a free's outcome from the
+    reply, which a sibling thread can rewrite to NV_OK after the driver's copy-out
+    (docs/isolation.md): the core then forgot memory and channels RM still held. Now the
+    core answers such a free as RM would and never passes it, so no reply decides it."""
+    p = Proc(core, 5, 300)
+    h = p.mem(256 * MiB)
+    before = used(core)
+    objs = len(core.objects())
+    calls = []
+
+    def forged(a: bytearray) -> int:  # RM refused it; the sibling thread wrote NV_OK
+        calls.append(1)
+        struct.pack_into("<I", a, 12, abi.NV_OK)
+        return 0
+
+    for target in (h, DEV, p.client):
+        r = core.call(abi.IOCTL_RM_FREE, cs.free_arg(p.client, p.client, target), forged, file_id=6, pid=300)
+        assert (r.verdict, r.status, calls) == (cs.GS_REPLY, abi.NV_ERR_INVALID_CLIENT, [])
+        assert used(core) == before and len(core.objects()) == objs
+    p.free(h)  # through its own file: RM's answer stands
+    assert used(core) == before - 256 * MiB

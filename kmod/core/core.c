@@ -474,15 +474,33 @@ static enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c
 	return GS_PASS;
 }
 
-/* An RM_FREE is on the list of calls in flight until its gs_post(). */
+/*
+ * An RM_FREE is on the list of calls in flight until its gs_post().
+ *
+ * A free of a client's objects through another open file than the one that
+ * holds the client is answered here as RM answers it, NV_ERR_INVALID_CLIENT
+ * (src/nvidia/src/kernel/rmapi/client.c rmclientValidate_IMPL, strict by
+ * default; FINDINGS.md: status 35), and not passed: gs_post() takes a free's
+ * outcome from the reply, which a sibling thread can rewrite once the
+ * driver's copy-out has made the page writable (docs/isolation.md), and a
+ * failed free forged to NV_OK made the core forget channels and memory that
+ * RM still held.
+ */
 static enum gs_verdict gs_pre_free(struct gs_inst *in, struct gs_call *c)
 {
 	const struct nvos00_params *p = c->arg;
+	const struct gs_obj *client;
 	enum gs_verdict v;
 
 	v = gs_pre_client_first(in, c, sizeof(*p), 12);
 	if (v != GS_PASS)
 		return v;
+	client = gs_obj_find(in, p->h_root, p->h_root);
+	if (client && client->o.file_id != c->file_id) {
+		c->refusal = GS_REFUSE_FOREIGN;
+		gs_put_status(c, 12, NV_ERR_INVALID_CLIENT);
+		return GS_REPLY;
+	}
 	if (gs_busy_conflict(in, GS_BUSY_FREE, p->h_root, p->h_object_old))
 		return gs_busy_refuse(c, 12);
 	gs_busy_add(in, c, GS_BUSY_FREE, p->h_root, p->h_object_old);
