@@ -641,3 +641,20 @@ def test_a_free_through_a_file_that_does_not_hold_the_client_never_reaches_rm(co
         assert used(core) == before and len(core.objects()) == objs
     p.free(h)  # through its own file: RM's answer stands
     assert used(core) == before - 256 * MiB
+
+
+def test_register_fd_is_for_gpu_files_only(core):
+    """NV_ESC_REGISTER_FD on an nvidiactl file links it to another nvidiactl file, and RM
+    then checks every client named through it against that other file (escape.c,
+    rmclientValidate_IMPL compares nvfp->ctl_nvfp). The core's file of a client would no
+    longer be RM's, and a free RM refuses would pass the core's file check, its reply
+    open to a forged NV_OK (a reviewer's bypass of the check above). On a GPU file it is
+    what CUDA does, and passes."""
+    p = Proc(core, 5, 300)
+    h = p.mem(64 * MiB)
+    reg = bytearray(abi.REGISTER_FD.pack(7))  # the other nvidiactl's fd
+    r = core.call(abi.IOCTL_REGISTER_FD, reg, lambda a: 0, kind=cs.GS_FILE_CTL, file_id=5, pid=300)
+    assert (r.verdict, r.err) == (cs.GS_FAIL, 1)  # EPERM, not passed
+    r = core.call(abi.IOCTL_REGISTER_FD, reg, lambda a: 0, kind=cs.GS_FILE_GPU, file_id=9, pid=300)
+    assert r.verdict == cs.GS_PASS
+    p.free(h)

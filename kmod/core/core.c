@@ -603,6 +603,20 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		return gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
 	case NV_ESC_ATTACH_GPUS_TO_FD:
 		return gs_pre_attach_gpus(in, c);
+	case NV_ESC_REGISTER_FD:
+		/*
+		 * On a GPU file it names the nvidiactl file the GPU file acts
+		 * for (what CUDA does). On an nvidiactl file it links that file
+		 * to another (escape.c: "valid for both actual devices and ctrl
+		 * devices"), and RM then checks every client named through it
+		 * against the other file (rmclientValidate_IMPL compares
+		 * nvfp->ctl_nvfp): the core's file of a client would no longer
+		 * be RM's, and gs_pre_free() would let through a free RM refuses,
+		 * whose reply a sibling thread can forge. Not from a container.
+		 */
+		if (c->kind == GS_FILE_CTL)
+			return gs_fail(c, GS_REFUSE_ESCAPE, EPERM);
+		return GS_PASS;
 	case NV_ESC_SYS_PARAMS:
 		/*
 		 * The first caller on the host sets the NUMA memory block size

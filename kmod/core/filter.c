@@ -234,12 +234,12 @@ static const nv_u32 gs_allowed_classes[] = {
  * escapes on nvidiactl / nvidia<N> that need no decoding to be safe. Not here:
  * NV_ESC_ATTACH_GPUS_TO_FD (nv.c nvidia_dev_get() opens and pins any GPU of the
  * host by id, with no permission check: core.c lets it name the instance's
- * GPUs only) and NV_ESC_SYS_PARAMS (host-wide: core.c answers it without the
- * driver).
+ * GPUs only), NV_ESC_REGISTER_FD (on nvidiactl it changes which file RM
+ * checks clients against: core.c lets GPU files have it only) and
+ * NV_ESC_SYS_PARAMS (host-wide: core.c answers it without the driver).
  */
 static const nv_u32 gs_plain_escapes[] = {
 	NV_ESC_CARD_INFO,
-	NV_ESC_REGISTER_FD,
 	NV_ESC_STATUS_CODE,
 	NV_ESC_CHECK_VERSION_STR,
 	NV_ESC_NUMA_INFO,
