@@ -428,12 +428,7 @@ class PreloadSource(EventTracker):
         stay: a running container's mount of one sees the socket of the next daemon."""
         if not self.instance_dir:
             return
-        want = set()
-        for n in names:
-            if valid_name(n):
-                want.add(n)
-            else:
-                log.warning("instance %r: not a valid name, no preload socket", n)
+        want = {n for n in names if valid_name(n)}  # the state file's names pass; a path's never
         for name in set(self._by_name) - want:
             s = self._by_name.pop(name)
             del self._listeners[s]
