@@ -216,15 +216,17 @@ def test_lowering_limit_below_used_refuses_but_frees_nothing(env):
     assert core.stats()["used"] == 512 * MiB
 
 
-@pytest.mark.parametrize("klass", [abi.NV01_MEMORY_LOCAL_PRIVILEGED, abi.NV01_MEMORY_LOCAL_PHYSICAL,
-                                   abi.NV_MEMORY_FABRIC, abi.NV_MEMORY_MULTICAST_FABRIC,
-                                   abi.NV01_MEMORY_LIST_FBMEM])
-def test_uncounted_video_memory_classes_refused(env, klass):
+@pytest.mark.parametrize("klass,status", [
+    (abi.NV01_MEMORY_LOCAL_PRIVILEGED, PERM), (abi.NV01_MEMORY_LOCAL_PHYSICAL, PERM),
+    (abi.NV01_MEMORY_LIST_FBMEM, PERM),
+    # RM's answer on a GPU without multicast, so that CUDA and NCCL fall back
+    (abi.NV_MEMORY_MULTICAST_FABRIC, abi.NV_ERR_NOT_SUPPORTED)])
+def test_uncounted_video_memory_classes_refused(env, klass, status):
     core, rm = env
     p = Proc(core, rm)
     r, h, arg = p.alloc(DEV, klass, params=cs.mem_params(MiB))
-    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_CLASS)
-    assert struct.unpack_from("<I", arg, 40)[0] == PERM
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, status, cs.GS_REFUSE_CLASS)
+    assert struct.unpack_from("<I", arg, 40)[0] == status
     ev = [e for e in core.events() if e["type"] == cs.EV_FILTER_REFUSED]
     assert [(e["klass"], e["client"], e["parent"], e["handle"]) for e in ev] == [(klass, p.client, DEV, h)]
 
@@ -695,7 +697,7 @@ def test_a_container_cannot_raise_its_tsgs_interleave_level(env):
     tsg = p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A)[1]
     r, _ = p.control(tsg, abi.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, level, 4,
                      driver=lambda arg: passed.append(arg) or rm.control(arg))
-    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_UNLISTED)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, PERM, cs.GS_REFUSE_GLOBAL)
     assert not passed
 
 
@@ -718,7 +720,8 @@ def test_unlisted_control_denied_listed_allowed(env):
     core, rm = env
     p = Proc(core, rm)
     r, _ = p.control(SUB, 0x20801301)  # FB_GET_INFO (v1): not in the traces
-    assert (r.status, r.refusal) == (PERM, cs.GS_REFUSE_UNLISTED)
+    # answered as RM answers a control the object does not have (rs_resource.c resControlLookup_IMPL)
+    assert (r.status, r.refusal) == (abi.NV_ERR_NOT_SUPPORTED, cs.GS_REFUSE_UNLISTED)
     r, _ = p.control(SUB, 0x20800110)  # GPU_GET_NAME_STRING: traced
     assert r.verdict == cs.GS_PASS
     r, _ = p.control(0x5C000050, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, ctypes.create_string_buffer(8), 8)
@@ -752,14 +755,21 @@ def test_alloc_and_free_under_foreign_client(env):
     assert r.refusal == cs.GS_REFUSE_FOREIGN
 
 
-@pytest.mark.parametrize("klass,why", [(abi.NV20_SUBDEVICE_DIAG, cs.GS_REFUSE_UNLISTED),
-                                       (0xC637, cs.GS_REFUSE_UNLISTED),
-                                       (abi.NV01_MEMORY_LOCAL_PRIVILEGED, cs.GS_REFUSE_CLASS)])
-def test_classes_refused(env, klass, why):
+@pytest.mark.parametrize("klass,why,status", [
+    # a class on no row: RM's answer for a class it does not have (alloc_free.c)
+    (abi.NV20_SUBDEVICE_DIAG, cs.GS_REFUSE_UNLISTED, abi.NV_ERR_INVALID_CLASS),
+    (0xC637, cs.GS_REFUSE_UNLISTED, abi.NV_ERR_INVALID_CLASS),
+    (abi.NV01_MEMORY_LOCAL_PRIVILEGED, cs.GS_REFUSE_CLASS, PERM),
+    # fabric memory of other processes and nodes: RM's answer to a client without an IMEX channel
+    (abi.NV_MEMORY_FABRIC_IMPORT_V2, cs.GS_REFUSE_FOREIGN, PERM),
+    (abi.NV_MEMORY_FABRIC_IMPORTED_REF, cs.GS_REFUSE_FOREIGN, PERM),
+    (abi.NV_MEMORY_EXPORT, cs.GS_REFUSE_FOREIGN, PERM),
+])
+def test_classes_refused(env, klass, why, status):
     core, rm = env
     p = Proc(core, rm)
     r, _, _ = p.alloc(SUB, klass)
-    assert (r.status, r.refusal) == (PERM, why)
+    assert (r.status, r.refusal) == (status, why)
 
 
 @pytest.mark.parametrize("nr", [abi.NV_ESC_IOCTL_XFER_CMD, abi.NV_ESC_RM_VID_HEAP_CONTROL,

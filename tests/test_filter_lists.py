@@ -1,5 +1,6 @@
-"""The filter's allowlists (kmod/core/filter.c) against the traces and NVIDIA's source.
+"""The filter's tables (kmod/core/filter.c) against the traces and NVIDIA's source.
 
+- each row has a capability and a reason, and a refused row an RM status;
 - sorted (the core binary-searches them) and free of duplicates;
 - every control CUDA / PyTorch / nvidia-smi issue in the traces is listed;
 - no listed control carries RMCTRL_FLAGS_PRIVILEGED in src/nvidia/generated/g_*_nvoc.c
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import subprocess
@@ -25,11 +27,22 @@ FILTER = (cs.REPO / "kmod" / "core" / "filter.c").read_text()
 MIRROR = Path("/work/.mirror/NVIDIA+open-gpu-kernel-modules/repo")
 
 
-def c_array(name: str) -> list[str]:
+ROW = re.compile(r'\{\s*(\w+),\s*([\w |]+?),\s*((?:"[^"]*"\s*)+),\s*(GS_REFUSE_\w+),\s*(\w+)\s*\}', re.S)
+
+
+def c_rows(name: str) -> list[tuple[str, str, str, str, str]]:
+    """The rows of a table of struct gs_control_row / gs_class_row: (key, caps, why,
+    refusal, status)."""
     m = re.search(rf"{name}\[\] = {{(.*?)\n}};", FILTER, re.S)
     assert m, name
     body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
-    return [x.strip() for x in body.split(",") if x.strip()]
+    rows = ROW.findall(body)
+    assert len(rows) == body.count("{"), f"{name}: a row the test cannot read"
+    return [(k, caps, re.sub(r'"\s*"', "", why).strip('"'), ref, st) for k, caps, why, ref, st in rows]
+
+
+def allowed(name: str) -> list[int]:
+    return [value(r[0]) for r in c_rows(name) if r[3] == "GS_REFUSE_NONE"]
 
 
 def value(tok: str) -> int:
@@ -38,14 +51,36 @@ def value(tok: str) -> int:
     return getattr(abi, tok)
 
 
-ALLOWED = [value(t) for t in c_array("gs_allowed_controls")]
-CLASSES = [value(t) for t in c_array("gs_allowed_classes")]
-GLOBAL = [value(t) for t in c_array("gs_global_controls")]
+ALLOWED = allowed("gs_allowed_controls")
+CLASSES = allowed("gs_classes")
+REFUSED = [value(r[0]) for r in c_rows("gs_refused_controls")]
+GLOBAL = [value(r[0]) for r in c_rows("gs_refused_controls") if r[3] == "GS_REFUSE_GLOBAL"]
+# what RM answers a caller that may not have something, or a feature that is absent
+RM_REFUSALS = {"NV_ERR_INSUFFICIENT_PERMISSIONS", "NV_ERR_NOT_SUPPORTED", "NV_ERR_INVALID_CLASS"}
+TABLES = ("gs_allowed_controls", "gs_refused_controls", "gs_classes")
 
 
-@pytest.mark.parametrize("lst", [ALLOWED, CLASSES], ids=["controls", "classes"])
-def test_sorted_unique(lst):
-    assert lst == sorted(set(lst))
+@pytest.mark.parametrize("table", TABLES)
+def test_every_row_has_a_capability_a_reason_and_rms_answer(table):
+    for key, caps, why, refusal, status in c_rows(table):
+        assert caps and all(c.strip() in ("GS_CAP_COMPUTE", "GS_CAP_UTILITY", "GS_CAP_GRAPHICS",
+                                          "GS_CAP_VIDEO") for c in caps.split("|")), key
+        assert len(why) >= 10, key
+        if refusal == "GS_REFUSE_NONE":
+            assert status == "NV_OK", key
+        else:
+            assert status in RM_REFUSALS, key
+    assert table != "gs_allowed_controls" or all(r[3] == "GS_REFUSE_NONE" for r in c_rows(table))
+
+
+def test_no_control_is_both_allowed_and_refused():
+    assert not set(ALLOWED) & set(REFUSED)
+
+
+def test_sorted_unique():
+    assert ALLOWED == sorted(set(ALLOWED))
+    classes = [value(r[0]) for r in c_rows("gs_classes")]
+    assert len(classes) == len(set(classes))
 
 
 def test_no_global_control_listed():
@@ -66,6 +101,7 @@ def test_traced_controls_and_classes_listed():
     assert classes <= set(CLASSES), sorted(hex(c) for c in classes - set(CLASSES))
 
 
+@functools.lru_cache(maxsize=1)
 def nvoc_flags() -> dict[int, int]:
     files = subprocess.run(["git", "-C", str(MIRROR), "ls-tree", "--name-only", "580:src/nvidia/generated"],
                            capture_output=True, text=True, check=True).stdout.split()
@@ -96,6 +132,38 @@ def test_no_privileged_control_listed():
     # handler exported in 580's nvoc tables)
     missing = {c for c in GLOBAL if c not in flags}
     assert missing <= {abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS_FOR_KEY_ROTATION_V2, abi.NV0080_CTRL_CMD_BIF_RESET}
+
+
+def sdk_classes() -> set[int]:
+    """Every class id branch 580 knows (src/nvidia/generated/g_allclasses.h)."""
+    text = subprocess.run(["git", "-C", str(MIRROR), "show", "580:src/nvidia/generated/g_allclasses.h"],
+                          capture_output=True, text=True, check=True).stdout
+    return {int(m, 16) for m in re.findall(r"^#define\s+\w+\s+\(0x([0-9a-fA-F]+)\)", text, re.M)}
+
+
+def sdk_controls() -> set[int]:
+    """Every control command defined in branch 580's SDK headers (ctrl/**/*.h)."""
+    out = subprocess.run(["git", "-C", str(MIRROR), "grep", "-h", "-E", r"^#define[[:space:]]+[A-Za-z0-9_]+_CTRL_CMD_[A-Za-z0-9_]+[[:space:]]+\(0x[0-9a-fA-F]+U?\)",
+                          "580", "--", "src/common/sdk/nvidia/inc/ctrl/"],
+                         capture_output=True, text=True, check=True).stdout
+    return {int(m, 16) for m in re.findall(r"\(0x([0-9a-fA-F]+)U?\)", out)}
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="NVIDIA source mirror not present")
+def test_every_row_names_what_the_580_driver_has():
+    """Each control row is a control 580 has: a method of its nvoc tables, a command of its
+    SDK headers, or one RM forwards to GSP whole (RM_GSS_LEGACY_MASK, 0x8000: traced, not
+    in the open source), or one on an NV2081_BINAPI object (binapiControl forwards those to
+    GSP); each class row a class it knows. A row with a wrong number would allow or refuse
+    nothing. The one exception: ECC_GET_UNREPAIRABLE_MEMORY_FLAG, named in the 590 SDK and
+    answered by 580.159 (traced), absent from 580.142's source."""
+    known = set(nvoc_flags()) | sdk_controls() | {0x20803406}
+    missing = {hex(c) for c in ALLOWED + REFUSED if c not in known and not c & 0x8000 and c >> 16 != 0x2081}
+    assert missing == set(), sorted(missing)
+    classes = sdk_classes()
+    assert len(classes) > 100
+    rows = [value(r[0]) for r in c_rows("gs_classes")]
+    assert {hex(k) for k in rows if k not in classes} == set()
 
 
 def _traced_uvm() -> set[int]:

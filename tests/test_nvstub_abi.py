@@ -67,6 +67,9 @@ PROBE_EXPRS = {
     "EXPORT_OBJECTS_TO_FD_OBJECTS": "offsetof(struct nv0000_export_objects_to_fd_params, objects)",
     "IMPORT_OBJECTS_FROM_FD_SIZE": "sizeof(struct nv0000_import_objects_from_fd_params)",
     "IMPORT_OBJECTS_FROM_FD_NUM": "offsetof(struct nv0000_import_objects_from_fd_params, num_objects)",
+    "NV00F8_ALLOC_PARAMS_SIZE": "sizeof(struct nv00f8_alloc_params)",
+    "NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA": "NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA",
+    "NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL": "NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL",
 }
 
 

@@ -220,11 +220,18 @@ static void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status)
 	c->status = status;
 }
 
-static enum gs_verdict gs_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status_off)
+/* a refusal answered with status in the block (filter.c's rows say which) */
+static enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32 status_off,
+				    nv_u32 status)
 {
 	c->refusal = r;
-	gs_put_status(c, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
+	gs_put_status(c, status_off, status);
 	return GS_REPLY;
+}
+
+static enum gs_verdict gs_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status_off)
+{
+	return gs_refuse_as(c, r, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
 }
 
 static enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err)
@@ -335,19 +342,57 @@ static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *
 	return GS_PASS;
 }
 
+/*
+ * NV_MEMORY_FABRIC maps video memory of the caller's client (map.hVidMem; RM
+ * looks it up in the calling client: mem_fabric.c _memoryfabricValidatePhysMem)
+ * into the fabric address space, and holds a reference to it until the fabric
+ * object is freed. CUDA makes one for every cuMemCreate allocation on GPUs
+ * whose NVLink fabric is up (measured on the H100 and H200: JAX's and NCCL's
+ * allocations), and fails the allocation if it is refused. It allocates no
+ * video memory itself, so it is charged nothing of its own: it takes a
+ * reference on hVidMem's charge, as a duplicate does, so that freeing
+ * hVidMem first uncharges nothing RM still holds. A flexible object (no
+ * memory until NV00F8_CTRL_CMD_ATTACH_MEM, a control not listed) is answered
+ * as RM answers flexible objects it cannot make, NV_ERR_NOT_SUPPORTED.
+ * Reaching the memory from elsewhere needs an IMEX channel, which instances
+ * do not have (filter.c).
+ */
+static enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c,
+				     const struct gs_io *io, const struct nvos64_params *p)
+{
+	struct nv00f8_alloc_params fp;
+	const struct gs_obj *vid;
+
+	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &fp, sizeof(fp)))
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+	if (fp.alloc_flags & NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA)
+		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_NOT_SUPPORTED);
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_root, fp.map_h_vid_mem))
+		return gs_busy_refuse(c, 40);
+	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_root, fp.map_h_vid_mem);
+	vid = gs_obj_find(in, p->h_root, fp.map_h_vid_mem);
+	if (vid && vid->mem) {
+		c->src_found = 1;
+		c->src_mem = vid->mem;
+		c->src_mem->refs++;
+	}
+	return GS_PASS;
+}
+
 static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 				    const struct gs_io *io, struct gs_evq *q)
 {
 	struct nvos64_params *p = c->arg;
 	const nv_u32 st = 40;	/* offsetof(struct nvos64_params, status) */
 	enum gs_refusal r;
+	nv_u32 status;
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 	c->what = p->h_class;
-	r = gs_filter_class(p->h_class);
+	r = gs_filter_class(p->h_class, &status);
 	if (r != GS_REFUSE_NONE)
-		return gs_refuse(c, r, st);
+		return gs_refuse_as(c, r, st, status);
 	if (in->nr_objects >= GS_MAX_OBJECTS ||
 	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL && in->nr_channels >= GS_MAX_CHANNELS)) {
 		c->refusal = GS_REFUSE_LIMIT;
@@ -382,6 +427,8 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return gs_pre_other_clients(in, c, io, p);
 	if (gs_counted_class(p->h_class))
 		return gs_quota_pre(in, c, io, p, q);
+	if (p->h_class == NV_MEMORY_FABRIC)
+		return gs_pre_fabric(in, c, io, p);
 	return GS_PASS;
 }
 
@@ -391,6 +438,7 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	struct nvos54_params *p = c->arg;
 	const nv_u32 st = 28;	/* offsetof(struct nvos54_params, status) */
 	enum gs_refusal r;
+	nv_u32 status;
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
@@ -398,8 +446,6 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	if (!gs_is_client(in, p->h_client))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
 	if (gs_export_control(p->cmd)) {
-		nv_u32 status;
-
 		r = gs_export_pre(in, c, io, p, &status);
 		if (r == GS_REFUSE_NONE && status == NV_OK)
 			return GS_PASS;
@@ -407,16 +453,13 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 		gs_put_status(c, st, status);
 		return GS_REPLY;
 	}
-	r = gs_filter_control(in, c, io, p);
+	r = gs_filter_control(in, c, io, p, &status);
 	if (r == GS_REFUSE_NONE && !gs_virt_control_readable(io, p))
 		r = GS_REFUSE_MALFORMED;
-	if (r == GS_REFUSE_MALFORMED) {
-		c->refusal = r;
-		gs_put_status(c, st, NV_ERR_INVALID_POINTER);
-		return GS_REPLY;
-	}
+	if (r == GS_REFUSE_MALFORMED)
+		return gs_refuse_as(c, r, st, NV_ERR_INVALID_POINTER);
 	if (r != GS_REFUSE_NONE)
-		return gs_refuse(c, r, st);
+		return gs_refuse_as(c, r, st, status);
 	/*
 	 * A TSG's timeslice is the operator's (the instance's TIMESLICE_US,
 	 * which the glue applies itself): CUDA's own (2048 us at every
@@ -576,13 +619,14 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		return gs_pre_client_first(in, c, sizeof(struct nvos57_params), 20);
 	case NV_ESC_RM_ALLOC_MEMORY: {
 		struct nvos02_params *p = c->arg;
+		nv_u32 status;
 
 		if (gs_short(c, sizeof(struct nvos02_params_with_fd)))
 			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 		c->what = p->h_class;
-		r = gs_filter_alloc_memory_class(p->h_class);
+		r = gs_filter_alloc_memory_class(p->h_class, &status);
 		if (r != GS_REFUSE_NONE)
-			return gs_refuse(c, r, 40);
+			return gs_refuse_as(c, r, 40, status);
 		v = gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), 40);
 		if (v != GS_PASS)
 			return v;
@@ -678,6 +722,9 @@ int gs_nested(const struct gs_call *c, struct gs_nested *n)
 			n->stage = 1;
 		} else if (p->h_class == GT200_DEBUGGER) {
 			n->size = sizeof(struct nv83de_alloc_params);
+			n->stage = 1;
+		} else if (p->h_class == NV_MEMORY_FABRIC) {
+			n->size = sizeof(struct nv00f8_alloc_params);
 			n->stage = 1;
 		} else if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_TSG) {
 			n->size = 16;	/* up to engineType */
@@ -856,6 +903,29 @@ static nv_u32 gs_reply_status(const struct gs_call *c, nv_u32 replied)
 	return c->reply_lost ? NV_OK : replied;
 }
 
+/* NV_MEMORY_FABRIC: the object holds its hVidMem's charge (gs_pre_fabric()) */
+static void gs_post_fabric(struct gs_inst *in, struct gs_call *c, const struct nvos64_params *req,
+			   const struct nvos64_params *rep, nv_u32 status, struct gs_evq *q)
+{
+	struct gs_mem *mem = c->src_mem;
+	struct gs_object o;
+	nv_handle h = 0;
+
+	c->src_mem = NULL;	/* the reference goes to the new object, or back */
+	if (status == NV_OK)
+		h = gs_new_handle(in, req->h_root, req->h_object_new,
+				  c->reply_lost ? 0 : rep->h_object_new);
+	if (!h) {
+		if (mem)
+			gs_mem_put(in, mem);
+		return;
+	}
+	gs_obj_init(&o, in, c, mem ? GPUSLICE_OBJ_MEMORY : GPUSLICE_OBJ_OTHER, req->h_root,
+		    req->h_object_parent, h, req->h_class);
+	if (!gs_obj_add(in, c, &o, mem, q) && mem)
+		gs_mem_put(in, mem);
+}
+
 static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			  struct gs_evq *q)
 {
@@ -883,6 +953,10 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 
 	if (c->priv[0]) {
 		gs_quota_post(in, c, io, req, status, q);
+		return;
+	}
+	if (req->h_class == NV_MEMORY_FABRIC) {
+		gs_post_fabric(in, c, req, rep, status, q);
 		return;
 	}
 	if (status != NV_OK)

@@ -155,12 +155,42 @@ void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob);
 nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu);
 
 /* filter.c */
+/*
+ * The container capabilities a row is for, as libnvidia-container
+ * (NVIDIA_DRIVER_CAPABILITIES) and gVisor's nvproxy name them.
+ */
+#define GS_CAP_COMPUTE	0x1
+#define GS_CAP_UTILITY	0x2
+#define GS_CAP_GRAPHICS	0x4
+#define GS_CAP_VIDEO	0x8
+
+/*
+ * One control or class: its capability, why it is allowed or refused and,
+ * refused, the status the caller gets (RM's own answer to an unprivileged
+ * client, or to a client without the feature).
+ */
+struct gs_control_row {
+	nv_u32 cmd;
+	nv_u32 caps;
+	const char *why;
+	enum gs_refusal refusal;	/* GS_REFUSE_NONE: allowed */
+	nv_u32 status;
+};
+
+struct gs_class_row {
+	nv_u32 klass;
+	nv_u32 caps;
+	const char *why;
+	enum gs_refusal refusal;
+	nv_u32 status;
+};
+
 enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);
-enum gs_refusal gs_filter_class(nv_u32 klass);
+enum gs_refusal gs_filter_class(nv_u32 klass, nv_u32 *status);
 enum gs_refusal gs_filter_uvm(nv_u32 cmd);
-enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass);
+enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status);
 enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-				  const struct nvos54_params *p);
+				  const struct nvos54_params *p, nv_u32 *status);
 int gs_control_allowed(nv_u32 cmd);
 
 /* export.c */

@@ -123,7 +123,10 @@ typedef uint32_t nv_handle;
 #define NV01_MEMORY_LIST_FBMEM		0x0082
 #define NV01_MEMORY_LOCAL_PHYSICAL	0x00c2
 #define NV01_MEMORY_FLA			0x00f3
+#define NV_MEMORY_EXPORT		0x00e0
 #define NV_MEMORY_FABRIC		0x00f8
+#define NV_MEMORY_FABRIC_IMPORT_V2	0x00f9
+#define NV_MEMORY_FABRIC_IMPORTED_REF	0x00fb
 #define NV_MEMORY_MULTICAST_FABRIC	0x00fd
 #define NV50_MEMORY_VIRTUAL		0x50a0
 #define NV50_P2P			0x503b
@@ -631,6 +634,24 @@ struct nv0005_alloc_params {
 	nv_u64 data NV_ALIGN8;
 };
 
+/*
+ * class/cl00f8.h NV00F8_ALLOCATION_PARAMETERS (NV_MEMORY_FABRIC, 48 bytes): a
+ * range of the fabric (FLA) address space mapping map.hVidMem, video memory of
+ * the caller's own client (mem_mgr/mem_fabric.c memoryfabricConstruct_IMPL);
+ * with FLEXIBLE_FLA, no memory until NV00F8_CTRL_CMD_ATTACH_MEM.
+ */
+#define NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA	0x1
+struct nv00f8_alloc_params {
+	nv_u64 alignment NV_ALIGN8;
+	nv_u64 alloc_size NV_ALIGN8;
+	nv_u64 page_size NV_ALIGN8;
+	nv_u32 alloc_flags;
+	nv_u32 pad0;
+	nv_u64 map_offset NV_ALIGN8;
+	nv_handle map_h_vid_mem;
+	nv_u32 map_flags;
+};
+
 /* class/cl83de.h NV83DE_ALLOC_PARAMETERS (GT200_DEBUGGER, 12 bytes) */
 struct nv83de_alloc_params {
 	nv_handle h_debugger_client_obsolete;
@@ -674,6 +695,7 @@ struct nv0000_ctrl_client_get_addr_space_type_params {
 };
 
 #define NV0000_CTRL_CMD_CLIENT_SET_INHERITED_SHARE_POLICY	0xd04
+#define NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL	0xd08
 #define NV0000_CTRL_CLIENT_SET_INHERITED_SHARE_POLICY_PARAMS_SIZE 12	/* RS_SHARE_POLICY */
 
 /* ctrl0080/ctrl0080gpu.h */

@@ -23,11 +23,15 @@
  * NV01_MEMORY_LOCAL_USER (0x40) is what cuMemAlloc and cuMemCreate use
  * (video_mem.c, NV_MEMORY_ALLOCATION_PARAMS, size at offset 64 in and out).
  * NV01_MEMORY_LOCAL_PRIVILEGED (0x3f) is privileged; NV01_MEMORY_LOCAL_PHYSICAL
- * (0xc2, phys_mem.c) reports its size only on the way out; NV_MEMORY_FABRIC
- * (0xf8) and NV_MEMORY_MULTICAST_FABRIC (0xfd) allocate for other nodes too;
- * NV01_MEMORY_LIST_FBMEM (0x82) names existing framebuffer pages. None of them
- * appears in the traces: all are refused (gs_vidmem_class() < 0) rather than
- * left uncounted. NV_ESC_RM_VID_HEAP_CONTROL is refused by the escape filter.
+ * (0xc2, phys_mem.c) reports its size only on the way out;
+ * NV_MEMORY_MULTICAST_FABRIC (0xfd) takes memory attached by controls from
+ * several GPUs and nodes; NV01_MEMORY_LIST_FBMEM (0x82) names existing
+ * framebuffer pages. None of them appears in the traces: all are refused
+ * (gs_vidmem_class() < 0) rather than left uncounted. NV_ESC_RM_VID_HEAP_CONTROL
+ * is refused by the escape filter. NV_MEMORY_FABRIC (0xf8) allocates no
+ * memory: it maps video memory the caller already holds into the fabric
+ * address space (mem_fabric.c), and keeps it alive, so it shares that
+ * memory's charge (core.c, gs_pre_fabric()).
  *
  * NV01_MEMORY_SYSTEM (0x3e, system_mem.c) pins host pages for the GPU,
  * outside the container's memory cgroup: it is counted the same way on a
@@ -64,7 +68,6 @@ int gs_vidmem_class(nv_u32 klass)
 	case NV01_MEMORY_LOCAL_PRIVILEGED:
 	case NV01_MEMORY_LOCAL_PHYSICAL:
 	case NV01_MEMORY_LIST_FBMEM:
-	case NV_MEMORY_FABRIC:
 	case NV_MEMORY_MULTICAST_FABRIC:
 		return -1;
 	}

@@ -192,7 +192,7 @@ def _work(me: Spec, shm: mmap.mmap) -> int:
                 refused("FOREIGN", ESC_ALLOC, abi.NV01_MEMORY_LOCAL_USER, st)
             elif k == 3:
                 st = nvstub.get_timeslice(s.ctl, s.client, SUBDEVICE)[0]
-                refused("UNLISTED", ESC_CONTROL, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, st)
+                refused("UNLISTED", ESC_CONTROL, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, st, abi.NV_ERR_NOT_SUPPORTED)
             elif k == 4:
                 st = nvstub.disable_channels(s.ctl, s.client, s.subdevice, [], True)
                 refused("GLOBAL", ESC_CONTROL, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, st)

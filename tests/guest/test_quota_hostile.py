@@ -12,6 +12,7 @@ import mmap
 import os
 import signal
 import socket
+import struct
 import time
 
 import pytest
@@ -98,6 +99,45 @@ def test_register_fd_keeps_the_ctl_file_and_its_memory(nl, pool):
             assert inst.get()["mem_used"] == limit
         for fd in held_fds:
             os.close(fd)
+        check_drained(inst, pool)
+
+
+def _fabric(s, h_vid: int, size: int, flags: int = 0) -> tuple[int, int]:
+    """NV_MEMORY_FABRIC under the subdevice mapping h_vid (2 MiB pages); (status, handle)."""
+    p = ctypes.create_string_buffer(abi.NV00F8_ALLOC_PARAMS_SIZE)
+    # alignment, allocSize, pageSize, allocFlags, pad, map.offset, map.hVidMem, map.flags
+    struct.pack_into("<QQQIIQII", p, 0, 2 * MIB, size, 2 * MIB, flags, 0, 0, h_vid, 0)
+    h = s.handle()
+    st, _ = nvstub.rm_alloc(s.ctl, s.client, s.subdevice, h, abi.NV_MEMORY_FABRIC, p)
+    return st, h
+
+
+def test_memory_a_fabric_range_keeps_alive_stays_charged(nl, pool):
+    """CUDA maps its cuMemCreate memory into the fabric address space (NV_MEMORY_FABRIC, as
+    JAX and NCCL allocate on NVLink-fabric GPUs); the range holds the memory in RM after the
+    memory's own handle is freed. Map, free, allocate again, repeat: the instance never
+    holds more than its limit, and the charge goes when the range does."""
+    limit = 64 * MIB
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        ranges = []
+        for _ in range(4):
+            st, h, _ = s.alloc_vidmem(16 * MIB)
+            assert st == abi.NV_OK
+            st, f = _fabric(s, h, 16 * MIB)
+            assert st == abi.NV_OK
+            assert s.free(h) == abi.NV_OK
+            ranges.append(f)
+            check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit
+        assert s.alloc_vidmem(16 * MIB)[0] == abi.NV_ERR_NO_MEMORY
+        # a flexible range gets its memory through controls the module does not decode
+        assert _fabric(s, 0, 16 * MIB, abi.NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA)[0] == abi.NV_ERR_NOT_SUPPORTED
+        for f in ranges:
+            assert s.free(f, parent=s.subdevice) == abi.NV_OK
+        check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == 0
+        s.close()
         check_drained(inst, pool)
 
 

@@ -68,6 +68,8 @@ static const struct nvstub_class_info nvstub_classes[] = {
 	{ AMPERE_SMC_CONFIG_SESSION, { NV01_ROOT_CLIENT }, 0 },
 	{ AMPERE_SMC_MONITOR_SESSION, { NV01_ROOT_CLIENT }, 0 },
 	{ NV04_DISPLAY_COMMON, { NV01_DEVICE_0 }, 0, NV_ERR_NOT_SUPPORTED },
+	/* rmapi/resource_list.h: under a Subdevice, RS_REQUIRED(NV00F8_ALLOCATION_PARAMETERS) */
+	{ NV_MEMORY_FABRIC, { NV20_SUBDEVICE_0 }, sizeof(struct nv00f8_alloc_params) },
 	{ NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, { NV01_DEVICE_0, NV20_SUBDEVICE_0 }, 0 },
 };
 
@@ -80,7 +82,7 @@ const u32 nvstub_class_list[] = {
 	HOPPER_USERMODE_A, GF100_SUBDEVICE_MASTER, GF100_SUBDEVICE_INFOROM,
 	RM_USER_SHARED_DATA, GT200_DEBUGGER, NV_CONFIDENTIAL_COMPUTE,
 	AMPERE_SMC_CONFIG_SESSION, AMPERE_SMC_MONITOR_SESSION,
-	NV04_DISPLAY_COMMON, NV01_MEMORY_SYSTEM_OS_DESCRIPTOR,
+	NV04_DISPLAY_COMMON, NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, NV_MEMORY_FABRIC,
 };
 const unsigned int nvstub_class_count = ARRAY_SIZE(nvstub_class_list);
 
@@ -464,6 +466,40 @@ static u32 nvstub_vidmem_alloc(struct nvstub_obj *obj, struct nv_memory_allocati
 	return NV_OK;
 }
 
+/*
+ * NV_MEMORY_FABRIC, 580 mem_mgr/mem_fabric.c memoryfabricConstruct_IMPL: a
+ * range of the fabric address space. Its page size is 2 MiB, 512 MiB or
+ * 256 GiB, alignment and size multiples of it; a flexible range names no
+ * memory (NV_ERR_NOT_SUPPORTED if it does); any other maps map.hVidMem, video
+ * memory of the calling client on the same GPU (_memoryfabricValidatePhysMem:
+ * memGetByHandle() in the call's client, NV_ERR_INVALID_ARGUMENT for memory of
+ * another GPU), and holds its memdesc until the range is freed, as a
+ * duplicate does (fabric memdesc's destroy callback drops the reference).
+ */
+static u32 nvstub_fabric_setup(struct nvstub_obj *obj, const struct nv00f8_alloc_params *fp)
+{
+	struct nvstub_obj *vid;
+
+	if (!fp)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (fp->page_size != SZ_2M && fp->page_size != SZ_512M && fp->page_size != 256ull * SZ_1G)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (!IS_ALIGNED(fp->alignment, fp->page_size) || !IS_ALIGNED(fp->alloc_size, fp->page_size))
+		return NV_ERR_INVALID_ARGUMENT;
+	if (fp->alloc_flags & NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA)
+		return fp->map_h_vid_mem ? NV_ERR_NOT_SUPPORTED : NV_OK;
+	vid = nvstub_obj_get(obj->client, fp->map_h_vid_mem);
+	if (!vid)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (!vid->md || !vid->mem_vid || vid->gpu != obj->gpu)
+		return NV_ERR_INVALID_ARGUMENT;
+	obj->md = vid->md;
+	obj->md->dup_count++;
+	obj->md_owner = false;
+	list_add(&obj->dup_node, &vid->dup_node);
+	return NV_OK;
+}
+
 /* Per-class checks and side effects of an allocation. */
 static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 {
@@ -512,6 +548,8 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 		obj->mem_size = size;
 		obj->mem_vid = true;
 		return NV_OK;
+	case NV_MEMORY_FABRIC:
+		return nvstub_fabric_setup(obj, params);
 	case KEPLER_CHANNEL_GROUP_A:
 		return nvstub_tsg_create(obj) ? NV_ERR_NO_MEMORY : NV_OK;
 	case HOPPER_CHANNEL_GPFIFO_A:
