@@ -20,9 +20,15 @@
 # multigpu (not part of all; two GPUs): tests/gpu/bench_multigpu.py, DDP, model
 # parallel, OOM per GPU, CUDA IPC across instances under per-GPU limits: multigpu.txt,
 # multigpu.json, raw.txt.
+# compat (not part of all): tests/gpu/compat.py, the compatibility matrix: each workload of
+# tests/gpu/compat/ (PyTorch eager, torch.compile, CUDA graphs, AMP, cuDNN, transformers,
+# JAX, CuPy, Triton, NVML; DDP, FSDP and pmap on two GPUs) without and with the library,
+# results compared; COMPAT_ARGS: extra arguments (--limit 8G --only a,b --gpus 1|2). Its files:
+#   compat.txt   the table      compat.json   every figure, both runs' JSON, refusals
+#   raw.txt      each run's command line and output
 # The daemon needs click, pyroute2 and nvidia-ml-py; a folder .devsite (carried with the
 # device tool, git-ignored) is added to PYTHONPATH for what the machine lacks (pyroute2).
-# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu]   (default all)
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu|compat]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -65,6 +71,10 @@ if [[ $what == sched || $what == activity || $what == priority ]]; then
 fi
 if [[ $what == multigpu ]]; then
 	python3 tests/gpu/bench_multigpu.py --out "$OUT" ${MULTIGPU_ARGS:-}
+	rc=$?
+fi
+if [[ $what == compat ]]; then
+	python3 tests/gpu/compat.py --out "$OUT" ${COMPAT_ARGS:-}
 	rc=$?
 fi
 if [[ $what == priority ]]; then

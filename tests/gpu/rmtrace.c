@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * rmtrace.c - what a workload asks RM and what RM answers, counted.
+ *
+ * LD_PRELOAD=tests/gpu/rmtrace.so: wraps ioctl() and, for NVIDIA's RM escapes
+ * (type 'F' on a character device of major 195), counts each (escape, class
+ * or control, status) seen after the call returns. Put before libgpuslice.so
+ * ("rmtrace.so:libgpuslice.so") it sees the library's answers; alone, the
+ * driver's. For NV_MEMORY_FABRIC allocations it also keeps the parameters of
+ * the first few (kmod/core/nvrm_abi.h: struct nv00f8_alloc_params).
+ *
+ * RMTRACE_OUT: a file prefix; at exit each process appends JSON lines to
+ * PREFIX.PID: {"esc":..,"what":..,"status":..,"n":..}, then the fabric lines.
+ * A tool for finding the calls no trace has seen (tests/gpu/compat.py), not
+ * part of what ships.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#define NSLOT 4096
+#define NFAB 16
+
+struct slot {
+	uint32_t esc, what, status, used;
+	uint64_t n;
+};
+
+static struct slot slots[NSLOT];
+static uint64_t fab[NFAB][6];
+static int nfab;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int (*real_ioctl)(int, unsigned long, ...);
+
+static void count(uint32_t esc, uint32_t what, uint32_t status)
+{
+	uint32_t h = (esc * 2654435761u) ^ (what * 40503u) ^ status;
+	unsigned int i;
+
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < NSLOT; i++) {
+		struct slot *s = &slots[(h + i) % NSLOT];
+
+		if (!s->used) {
+			s->used = 1;
+			s->esc = esc;
+			s->what = what;
+			s->status = status;
+		}
+		if (s->esc == esc && s->what == what && s->status == status) {
+			s->n++;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+static int is_nvidia(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 195;
+}
+
+static uint32_t u32at(const void *p, unsigned int off)
+{
+	uint32_t v;
+
+	memcpy(&v, (const char *)p + off, sizeof(v));
+	return v;
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	void *arg;
+	int ret;
+	uint32_t nr = req & 0xff, what = 0, status = 0, st_off = 0;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (!real_ioctl)
+		real_ioctl = (int (*)(int, unsigned long, ...))dlsym(RTLD_NEXT, "ioctl");
+	ret = real_ioctl(fd, req, arg);
+	if (((req >> 8) & 0xff) != 'F' || !arg || !is_nvidia(fd))
+		return ret;
+	switch (nr) {
+	case 0x2b:	/* RM_ALLOC: hClass at 12, status at 40 */
+	case 0x27:	/* RM_ALLOC_MEMORY: hClass at 12, status at 40 */
+		what = u32at(arg, 12);
+		st_off = 40;
+		break;
+	case 0x2a:	/* RM_CONTROL: cmd at 8, status at 28 */
+		what = u32at(arg, 8);
+		st_off = 28;
+		break;
+	case 0x29:	/* RM_FREE: status at 12 */
+		st_off = 12;
+		break;
+	case 0x34:	/* RM_DUP_OBJECT: status at 24 */
+		st_off = 24;
+		break;
+	}
+	status = st_off ? u32at(arg, st_off) : (uint32_t)(ret ? 0xffff0000u : 0);
+	count(nr, what, status);
+	if (nr == 0x2b && what == 0xf8) {
+		uint64_t p;
+
+		memcpy(&p, (const char *)arg + 16, sizeof(p));
+		pthread_mutex_lock(&lock);
+		if (nfab < NFAB && p) {
+			/* alignment, allocSize, pageSize, allocFlags, map.offset, map.hVidMem */
+			memcpy(fab[nfab], (const void *)(uintptr_t)p, 8 * 3);
+			fab[nfab][3] = *(const uint32_t *)(uintptr_t)(p + 24);
+			memcpy(&fab[nfab][4], (const void *)(uintptr_t)(p + 32), 8);
+			fab[nfab][5] = *(const uint32_t *)(uintptr_t)(p + 40);
+			fab[nfab][5] |= (uint64_t)status << 32;
+			nfab++;
+		}
+		pthread_mutex_unlock(&lock);
+	}
+	return ret;
+}
+
+__attribute__((destructor)) static void dump(void)
+{
+	const char *pre = getenv("RMTRACE_OUT");
+	char path[4096];
+	FILE *f;
+	int i;
+
+	if (!pre)
+		return;
+	snprintf(path, sizeof(path), "%s.%d", pre, (int)getpid());
+	f = fopen(path, "a");
+	if (!f)
+		return;
+	for (i = 0; i < NSLOT; i++)
+		if (slots[i].used)
+			fprintf(f, "{\"esc\":%u,\"what\":%u,\"status\":%u,\"n\":%llu}\n",
+				slots[i].esc, slots[i].what, slots[i].status,
+				(unsigned long long)slots[i].n);
+	for (i = 0; i < nfab; i++)
+		fprintf(f, "{\"fabric\":{\"alignment\":%llu,\"allocSize\":%llu,\"pageSize\":%llu,"
+			"\"allocFlags\":%llu,\"offset\":%llu,\"hVidMem\":%llu,\"status\":%llu}}\n",
+			(unsigned long long)fab[i][0], (unsigned long long)fab[i][1],
+			(unsigned long long)fab[i][2], (unsigned long long)fab[i][3],
+			(unsigned long long)fab[i][4],
+			(unsigned long long)(fab[i][5] & 0xffffffffu),
+			(unsigned long long)(fab[i][5] >> 32));
+	fclose(f);
+}
