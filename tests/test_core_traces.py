@@ -1,4 +1,4 @@
-"""The decision core fed with the real calls recorded on an H100 (shared/traces).
+"""The decision core fed with the real calls recorded on an H100 (tests/traces).
 
 Each recorded call goes through gs_pre(); if the core passes it, RM's recorded reply
 (out, pout) is written into the block, as the real driver would, and gs_post() runs.
@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).parent / "core"))
 import coreshim as cs  # noqa: E402
 from coreshim import GiB, MiB, abi  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not cs.TRACES.is_dir(), reason="shared/traces not present")
 
 ALL = ["cuda-driver-alloc.log.gz", "torch-matmul.log.gz", "nvidia-smi-q.log.gz"]
 

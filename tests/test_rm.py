@@ -2,6 +2,7 @@
 
 import gzip
 import os
+from pathlib import Path
 import struct
 from typing import Iterator
 
@@ -9,13 +10,13 @@ import pytest
 
 from gpuslice import abi, rm
 
-TRACES = os.environ.get("GPUSLICE_TRACES", "/work/shared/traces")
+TRACES = os.environ.get("GPUSLICE_TRACES", str(Path(__file__).resolve().parent / "traces"))
 
 
 def trace_lines(name: str) -> Iterator[dict[str, str]]:
     path = os.path.join(TRACES, name)
     if not os.path.exists(path):
-        pytest.skip(f"no trace {path}")
+        pytest.fail(f"no trace {path}")
     with gzip.open(path, "rt") as f:
         for line in f:
             parts = line.split()

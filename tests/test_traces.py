@@ -1,5 +1,5 @@
-"""The trace decoder, checked against the facts shared/traces/README.md states, by
-decoding the real H100 traces (skipped only when shared/ is not beside the repo)."""
+"""The trace decoder, checked against the facts tests/traces/README.md states, by
+decoding the real H100 traces (tests/traces)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ import pytest
 from gpuslice import abi
 from gpuslice import traces as t
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "traces"
 NAMES = ("torch-matmul", "cuda-driver-alloc", "nvidia-smi-q")
 MIB = 1 << 20
 GIB = 1 << 30
 
-needs_traces = pytest.mark.skipif(not (TRACES / "torch-matmul.log.gz").exists(),
-                                  reason="shared/traces not beside the repo")
 
 
 def load(name: str) -> list[t.TraceCall]:
@@ -81,7 +79,6 @@ def test_memory_size_offset() -> None:
 
 # ---- the README's facts, on the real traces ----
 
-@needs_traces
 @pytest.mark.parametrize("name", NAMES)
 def test_every_line_decodes(name: str) -> None:
     calls = load(name)
@@ -106,7 +103,6 @@ def test_every_line_decodes(name: str) -> None:
                 assert "ESC_" not in c.name
 
 
-@needs_traces
 def test_torch_1gib_tensor_is_one_1024mib_local_alloc() -> None:
     allocs = list(t.memory_allocs(load("torch-matmul")))
     gib = [a for a in allocs if a.requested == GIB]
@@ -118,7 +114,6 @@ def test_torch_1gib_tensor_is_one_1024mib_local_alloc() -> None:
     assert {a.h_class for a in allocs} == {abi.NV01_MEMORY_LOCAL_USER, abi.NV01_MEMORY_SYSTEM}
 
 
-@needs_traces
 def test_failed_200gib_alloc_is_status_0x51_with_ioctl_ret_0() -> None:
     allocs = list(t.memory_allocs(load("cuda-driver-alloc")))
     failed = [a for a in allocs if a.status != abi.NV_OK]
@@ -132,7 +127,6 @@ def test_failed_200gib_alloc_is_status_0x51_with_ioctl_ret_0() -> None:
     assert {64 * MIB, 128 * MIB, 192 * MIB} <= ok_sizes
 
 
-@needs_traces
 @pytest.mark.parametrize("name", ["torch-matmul", "cuda-driver-alloc"])
 def test_context_has_4_tsgs_and_20_channels(name: str) -> None:
     calls = load(name)
@@ -149,14 +143,12 @@ def test_context_has_4_tsgs_and_20_channels(name: str) -> None:
     assert first_tsg < first_ch
 
 
-@needs_traces
 def test_fb_get_info_v2_six_times_in_torch() -> None:
     calls = load("torch-matmul")
     assert t.controls_by_cmd(calls)[abi.NV2080_CTRL_CMD_FB_GET_INFO_V2] == 6
     assert "RM_CONTROL(NV2080_CTRL_CMD_FB_GET_INFO_V2)" in {c.name for c in calls}
 
 
-@needs_traces
 def test_root_clients_are_driver_handles() -> None:
     for name in NAMES:
         clients = t.root_clients(load(name))
@@ -164,7 +156,6 @@ def test_root_clients_are_driver_handles() -> None:
         assert len(set(clients)) == len(clients)
 
 
-@needs_traces
 def test_nvidia_smi_nonzero_statuses() -> None:
     calls = load("nvidia-smi-q")
     statuses = {t.call_status(c) for c in calls} - {None}

@@ -7,7 +7,7 @@
  * driver: a control added by NVIDIA tomorrow must not become reachable before
  * someone has looked at it. So every control, class and escape that is let
  * through is listed here, taken from what CUDA, PyTorch and nvidia-smi issue
- * in the three recorded traces (shared/traces: d = cuda-driver-alloc,
+ * in the three recorded traces (tests/traces: d = cuda-driver-alloc,
  * s = nvidia-smi-q, t = torch-matmul), plus (h) the few that the runs on the
  * H100 showed missing (docs/real-gpu.md) and (p) peer access between an
  * instance's GPUs, from the 580 source and nvproxy's compute set, which a

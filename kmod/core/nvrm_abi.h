@@ -5,7 +5,7 @@
  * This is the ONE place the project spells out NVIDIA's ioctl numbers, struct
  * layouts, classes, control commands and status codes. Everything here is copied
  * (layouts and values only) from NVIDIA's open-gpu-kernel-modules, branch 580
- * (580.142; the traces in ../shared/traces were taken on 580.159.04), MIT licensed.
+ * (580.142; the traces in tests/traces were taken on 580.159.04), MIT licensed.
  * Each block names the file it comes from. Python mirrors these values in
  * pyctl/gpuslice/abi.py; tests/test_abi.py checks that the two agree.
  *

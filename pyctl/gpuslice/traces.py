@@ -1,6 +1,6 @@
-"""Decoder for the recorded NVIDIA ioctl traces (shared/traces/*.log.gz).
+"""Decoder for the recorded NVIDIA ioctl traces (tests/traces/*.log.gz, recorded on an H100).
 
-One line per ioctl on a /dev/nvidia* file (see shared/traces/README.md):
+One line per ioctl on a /dev/nvidia* file (see tests/traces/README.md):
 
     PID FD PATH req=REQ ret=RET us=MICROSECONDS in=HEX out=HEX [pin=HEX pout=HEX]
 

@@ -1,5 +1,5 @@
 """ctypes access to the decision core (kmod/core/*.c + tests/core/shim.c), a mock RM,
-and a decoder/replayer for the recorded traces in shared/traces.
+and a decoder/replayer for the recorded traces in tests/traces.
 
 The core is compiled from the same sources the kernel module and the preload use.
 """
@@ -53,9 +53,8 @@ OBJ_CLIENT, OBJ_TSG, OBJ_CHANNEL, OBJ_MEMORY, OBJ_OTHER = range(5)
     EV_FILTER_REFUSED,
 ) = range(1, 9)
 
-TRACES = REPO.parent / "shared" / "traces"
-if not TRACES.is_dir():
-    TRACES = Path("/work/shared/traces")
+# the recorded H100 traces, in the repository
+TRACES = REPO / "tests" / "traces"
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -9,7 +9,7 @@ an unmapped hole), and issues ioctls drawn from these categories:
 
   valid    well-formed calls (video memory, TSG/channel, dup, controls, UVM init)
   trace    argument and parameter blocks of the recorded H100 traces
-           (../shared/traces) with the handles replaced by the thread's, mutated
+           (tests/traces) with the handles replaced by the thread's, mutated
   random   random request words (direction, type, number, size) and bytes
   size     a valid block with a wrong size in the request word
   pointer  the argument block or the nested parameter pointer unmapped, PROT_NONE,
@@ -68,7 +68,7 @@ import nvstub
 PAGE = 4096
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[2]
-TRACES = REPO.parent / "shared" / "traces"
+TRACES = REPO / "tests" / "traces"
 
 # ---- libc ----------------------------------------------------------------------------
 
