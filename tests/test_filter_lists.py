@@ -27,18 +27,33 @@ FILTER = (cs.REPO / "kmod" / "core" / "filter.c").read_text()
 MIRROR = Path("/work/.mirror/NVIDIA+open-gpu-kernel-modules/repo")
 
 
-ROW = re.compile(r'\{\s*(\w+),\s*([\w |]+?),\s*((?:"[^"]*"\s*)+),\s*(GS_REFUSE_\w+),\s*(\w+)\s*\}', re.S)
+CONTROL_ROW = re.compile(
+    r'\{\s*(\w+),\s*([\w |]+?),\s*((?:"[^"]*"\s*)+),\s*(GS_REFUSE_\w+),\s*(\w+),\s*(NULL|&\w+)\s*\}', re.S)
+CLASS_ROW = re.compile(r"\{\s*\.klass = (\w+),(.*?)\s*\},", re.S)
+
+
+def _table(name: str) -> str:
+    m = re.search(rf"{name}\[\] = {{(.*?)\n}};", FILTER, re.S)
+    assert m, name
+    return re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
 
 
 def c_rows(name: str) -> list[tuple[str, str, str, str, str]]:
-    """The rows of a table of struct gs_control_row / gs_class_row: (key, caps, why,
+    """The rows of a table of struct gs_control_row (positional) or gs_class_row
+    (designated initializers; refusal and status default to allowed): (key, caps, why,
     refusal, status)."""
-    m = re.search(rf"{name}\[\] = {{(.*?)\n}};", FILTER, re.S)
-    assert m, name
-    body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
-    rows = ROW.findall(body)
-    assert len(rows) == body.count("{"), f"{name}: a row the test cannot read"
-    return [(k, caps, re.sub(r'"\s*"', "", why).strip('"'), ref, st) for k, caps, why, ref, st in rows]
+    body = _table(name)
+    out = []
+    if name == "gs_classes":
+        for key, fields in CLASS_ROW.findall(body):
+            f = dict(re.findall(r'\.(\w+) = ((?:"[^"]*"\s*)+|[^,]+)', fields))
+            out.append((key, f.get("caps", "").strip(), re.sub(r'"\s*"', "", f.get("why", "")).strip().strip('"'),
+                        f.get("refusal", "GS_REFUSE_NONE").strip(), f.get("status", "NV_OK").strip()))
+    else:
+        for key, caps, why, ref, st, _handler in CONTROL_ROW.findall(body):
+            out.append((key, caps, re.sub(r'"\s*"', "", why).strip('"'), ref, st))
+    assert len(out) == body.count("{"), f"{name}: a row the test cannot read"
+    return out
 
 
 def allowed(name: str) -> list[int]:

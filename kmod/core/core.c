@@ -308,8 +308,8 @@ static enum gs_verdict gs_pre_device_gpu(struct gs_inst *in, struct gs_call *c, 
 	return GS_PASS;
 }
 
-static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c,
-					    const struct gs_io *io, const struct nvos64_params *p)
+enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				     struct nvos64_params *p, struct gs_evq *q)
 {
 	union {
 		struct nv0080_alloc_params dev;
@@ -321,11 +321,10 @@ static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *
 		      p->h_class == NV01_EVENT_OS_EVENT ? sizeof(u.ev) : sizeof(u.dbg);
 	unsigned int i;
 
-	if (!io || io->read(io->ctx, p->p_alloc_parms, &u, size)) {
-		c->refusal = GS_REFUSE_MALFORMED;
-		gs_put_status(c, 40, NV_ERR_INVALID_POINTER);
-		return GS_REPLY;
-	}
+	if (!p->p_alloc_parms)
+		return GS_PASS;	/* names no other client */
+	if (!io || io->read(io->ctx, p->p_alloc_parms, &u, size))
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
 	if (p->h_class == NV01_DEVICE_0) {
 		if (gs_pre_device_gpu(in, c, u.dev.device_id) != GS_PASS)
 			return GS_REPLY;
@@ -340,6 +339,15 @@ static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *
 		if (named[i] && !gs_is_client(in, named[i]))
 			return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
 	return GS_PASS;
+}
+
+/* a device without parameters is device 0 (RM: externalClassId - NV01_DEVICE_0) */
+enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			      struct nvos64_params *p, struct gs_evq *q)
+{
+	if (!p->p_alloc_parms)
+		return gs_pre_device_gpu(in, c, 0);
+	return gs_pre_other_clients(in, c, io, p, q);
 }
 
 /*
@@ -357,8 +365,8 @@ static enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *
  * Reaching the memory from elsewhere needs an IMEX channel, which instances
  * do not have (filter.c).
  */
-static enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c,
-				     const struct gs_io *io, const struct nvos64_params *p)
+enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			      struct nvos64_params *p, struct gs_evq *q)
 {
 	struct nv00f8_alloc_params fp;
 	const struct gs_obj *vid;
@@ -379,26 +387,30 @@ static enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c,
 	return GS_PASS;
 }
 
+/*
+ * RM_ALLOC: the class's row (filter.c) says whether it is allowed and what RM
+ * answers when it is not (a class on no row: NV_ERR_INVALID_CLASS, as RM
+ * answers a class it does not have, rmapi/alloc_free.c); then the checks every
+ * allocation gets; then the class's own decision (its row's pre).
+ */
 static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 				    const struct gs_io *io, struct gs_evq *q)
 {
 	struct nvos64_params *p = c->arg;
 	const nv_u32 st = 40;	/* offsetof(struct nvos64_params, status) */
-	enum gs_refusal r;
-	nv_u32 status;
+	const struct gs_class_row *row;
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 	c->what = p->h_class;
-	r = gs_filter_class(p->h_class, &status);
-	if (r != GS_REFUSE_NONE)
-		return gs_refuse_as(c, r, st, status);
+	row = gs_class_row(p->h_class);
+	if (!row)
+		return gs_refuse_as(c, GS_REFUSE_UNLISTED, st, NV_ERR_INVALID_CLASS);
+	if (row->refusal != GS_REFUSE_NONE)
+		return gs_refuse_as(c, row->refusal, st, row->status);
 	if (in->nr_objects >= GS_MAX_OBJECTS ||
-	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL && in->nr_channels >= GS_MAX_CHANNELS)) {
-		c->refusal = GS_REFUSE_LIMIT;
-		gs_put_status(c, st, NV_ERR_INSUFFICIENT_RESOURCES);
-		return GS_REPLY;
-	}
+	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL && in->nr_channels >= GS_MAX_CHANNELS))
+		return gs_refuse_as(c, GS_REFUSE_LIMIT, st, NV_ERR_INSUFFICIENT_RESOURCES);
 	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
@@ -414,64 +426,81 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	 */
 	if (!p->h_object_new && (p->h_class == NV01_DEVICE_0 ||
 				 gs_obj_kind(p->h_class) == GPUSLICE_OBJ_TSG ||
-				 gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL)) {
-		c->refusal = GS_REFUSE_MALFORMED;
-		gs_put_status(c, st, NV_ERR_INVALID_ARGUMENT);
-		return GS_REPLY;
-	}
-	/* a device without parameters is device 0 (RM: externalClassId - NV01_DEVICE_0) */
-	if (p->h_class == NV01_DEVICE_0 && !p->p_alloc_parms)
-		return gs_pre_device_gpu(in, c, 0);
-	if (p->p_alloc_parms && (p->h_class == NV01_DEVICE_0 || p->h_class == NV01_EVENT_OS_EVENT ||
-				 p->h_class == GT200_DEBUGGER))
-		return gs_pre_other_clients(in, c, io, p);
-	if (gs_counted_class(p->h_class))
-		return gs_quota_pre(in, c, io, p, q);
-	if (p->h_class == NV_MEMORY_FABRIC)
-		return gs_pre_fabric(in, c, io, p);
+				 gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL))
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, st, NV_ERR_INVALID_ARGUMENT);
+	if (row->pre)
+		return row->pre(in, c, io, p, q);
 	return GS_PASS;
 }
 
+/*
+ * RM_CONTROL: the control's row (filter.c) says whether it is allowed, what
+ * RM answers when it is not (a control on no row: NV_ERR_NOT_SUPPORTED, as RM
+ * answers a control the object does not have, resserv/src/rs_resource.c
+ * resControlLookup_IMPL), and what the core does with it (its handler).
+ */
 static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 				      const struct gs_io *io)
 {
 	struct nvos54_params *p = c->arg;
 	const nv_u32 st = 28;	/* offsetof(struct nvos54_params, status) */
-	enum gs_refusal r;
-	nv_u32 status;
+	const struct gs_control_row *row;
+	nv_u32 status = NV_OK;
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 	c->what = p->cmd;
 	if (!gs_is_client(in, p->h_client))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
-	if (gs_export_control(p->cmd)) {
-		r = gs_export_pre(in, c, io, p, &status);
-		if (r == GS_REFUSE_NONE && status == NV_OK)
+	row = gs_control_row(p->cmd);
+	if (!row)
+		return gs_refuse_as(c, GS_REFUSE_UNLISTED, st, NV_ERR_NOT_SUPPORTED);
+	if (row->handler && row->handler->pre) {
+		if (row->handler->pre(in, c, io, p, &status) == GS_PASS)
 			return GS_PASS;
-		c->refusal = r;
 		gs_put_status(c, st, status);
 		return GS_REPLY;
 	}
-	r = gs_filter_control(in, c, io, p, &status);
-	if (r == GS_REFUSE_NONE && !gs_virt_control_readable(io, p))
-		r = GS_REFUSE_MALFORMED;
-	if (r == GS_REFUSE_MALFORMED)
-		return gs_refuse_as(c, r, st, NV_ERR_INVALID_POINTER);
-	if (r != GS_REFUSE_NONE)
-		return gs_refuse_as(c, r, st, status);
-	/*
-	 * A TSG's timeslice is the operator's (the instance's TIMESLICE_US,
-	 * which the glue applies itself): CUDA's own (2048 us at every
-	 * context, seen in the traces) and a tenant raising its share of the
-	 * runlist are answered NV_OK and not passed.
-	 */
-	if (p->cmd == NVA06C_CTRL_CMD_SET_TIMESLICE) {
-		gs_put_status(c, st, NV_OK);
-		return GS_REPLY;
-	}
+	if (row->refusal != GS_REFUSE_NONE)
+		return gs_refuse_as(c, row->refusal, st, row->status);
 	return GS_PASS;
 }
+
+/*
+ * FIFO_DISABLE_CHANNELS: gating belongs to the scheduler. Naming only the
+ * caller's own clients: GLOBAL (a container re-enabling its own channels
+ * would undo it); naming another's: FOREIGN. Never passed.
+ */
+static enum gs_verdict gs_disable_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				      const struct nvos54_params *p, nv_u32 *status)
+{
+	c->refusal = gs_filter_disable_channels(in, io, p);
+	*status = c->refusal == GS_REFUSE_MALFORMED ? NV_ERR_INVALID_POINTER :
+		  NV_ERR_INSUFFICIENT_PERMISSIONS;
+	return GS_REPLY;
+}
+
+const struct gs_control_handler gs_disable_handler = {
+	.pre = gs_disable_pre,
+};
+
+/*
+ * A TSG's timeslice is the operator's (the instance's TIMESLICE_US, which
+ * the glue applies itself): CUDA's own (2048 us at every context, seen in
+ * the traces) and a tenant raising its share of the runlist are answered
+ * NV_OK and not passed.
+ */
+static enum gs_verdict gs_timeslice_pre(struct gs_inst *in, struct gs_call *c,
+					const struct gs_io *io, const struct nvos54_params *p,
+					nv_u32 *status)
+{
+	*status = NV_OK;
+	return GS_REPLY;
+}
+
+const struct gs_control_handler gs_timeslice_handler = {
+	.pre = gs_timeslice_pre,
+};
 
 /*
  * NV_ESC_ATTACH_GPUS_TO_FD: an array of RM gpuIds; nv.c nvidia_dev_get() opens
@@ -705,34 +734,18 @@ int gs_nested(const struct gs_call *c, struct gs_nested *n)
 	switch (NV_IOC_NR(c->req)) {
 	case NV_ESC_RM_ALLOC: {
 		const struct nvos64_params *p = c->arg;
+		const struct gs_class_row *row;
 
 		if (c->arg_size < sizeof(*p) || !p->p_alloc_parms)
 			return 0;
 		n->uaddr = p->p_alloc_parms;
 		n->ptr_off = 16;	/* pAllocParms */
 		/* RM copies the class's parameter size (rmapiGetClassAllocParamSize) */
-		if (gs_counted_class(p->h_class)) {
-			n->size = sizeof(struct nv_memory_allocation_params);
-			n->stage = 1;
-		} else if (p->h_class == NV01_DEVICE_0) {
-			n->size = sizeof(struct nv0080_alloc_params);
-			n->stage = 1;
-		} else if (p->h_class == NV01_EVENT_OS_EVENT) {
-			n->size = sizeof(struct nv0005_alloc_params);
-			n->stage = 1;
-		} else if (p->h_class == GT200_DEBUGGER) {
-			n->size = sizeof(struct nv83de_alloc_params);
-			n->stage = 1;
-		} else if (p->h_class == NV_MEMORY_FABRIC) {
-			n->size = sizeof(struct nv00f8_alloc_params);
-			n->stage = 1;
-		} else if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_TSG) {
-			n->size = 16;	/* up to engineType */
-		} else if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL) {
-			n->size = 132;	/* up to engineType */
-		} else {
+		row = gs_class_row(p->h_class);
+		if (!row || !row->params_size)
 			return 0;
-		}
+		n->size = row->params_size;
+		n->stage = row->stage;
 		return 1;
 	}
 	case NV_ESC_RM_CONTROL: {
@@ -1057,16 +1070,16 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
  * success: a channel the controller then gates too early costs one refused
  * disable, one it never hears of would run ungated.
  */
-static void gs_post_schedule(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
+static void gs_schedule_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			     const struct nvos54_params *p, struct gs_evq *q)
 {
-	const struct nvos54_params *p = (const void *)c->checked;
-
-	if (p->cmd != NVA06C_CTRL_CMD_GPFIFO_SCHEDULE && p->cmd != NVA06F_CTRL_CMD_GPFIFO_SCHEDULE &&
-	    p->cmd != NVA06F_CTRL_CMD_BIND)
-		return;
 	if (gs_reply_status(c, c->status) == NV_OK)
 		gs_obj_scheduled(in, p->h_client, p->h_object, q);
 }
+
+const struct gs_control_handler gs_schedule_handler = {
+	.post = gs_schedule_post,
+};
 
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret)
 {
@@ -1092,14 +1105,12 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 		gs_post_alloc(in, c, io, &q);
 		break;
 	case NV_ESC_RM_CONTROL: {
-		struct nvos54_params *p = c->arg;
+		const struct nvos54_params *p = (const void *)c->checked;
+		const struct gs_control_row *row = gs_control_row(p->cmd);
 
-		c->status = p->status;
-		if (!c->reply_lost)
-			gs_virt_control_post(in, c, io, (const void *)c->checked);
-		gs_post_schedule(in, c, &q);
-		if (gs_export_control(((const struct nvos54_params *)c->checked)->cmd))
-			gs_export_post(in, c, io, (const void *)c->checked, c->status, &q);
+		c->status = ((struct nvos54_params *)c->arg)->status;
+		if (row && row->handler && row->handler->post)
+			row->handler->post(in, c, io, p, &q);
 		break;
 	}
 	case NV_ESC_RM_FREE: {

@@ -165,9 +165,30 @@ nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu);
 #define GS_CAP_VIDEO	0x8
 
 /*
- * One control or class: its capability, why it is allowed or refused and,
- * refused, the status the caller gets (RM's own answer to an unprivileged
- * client, or to a client without the feature).
+ * What the core does with a control beyond letting it through: pre decides
+ * before RM (GS_PASS, or GS_REPLY with *status the answer; it sets
+ * c->refusal for a refusal), post accounts for or rewrites RM's reply
+ * (c->status is RM's; c->reply_lost says whether it could be read back).
+ * Both run with in->lock held; p is the block as checked.
+ */
+struct gs_control_handler {
+	enum gs_verdict (*pre)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			       const struct nvos54_params *p, nv_u32 *status);
+	void (*post)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		     const struct nvos54_params *p, struct gs_evq *q);
+};
+
+extern const struct gs_control_handler gs_export_handler;	/* export.c */
+extern const struct gs_control_handler gs_virt_handler;		/* virt.c */
+extern const struct gs_control_handler gs_disable_handler;	/* core.c */
+extern const struct gs_control_handler gs_timeslice_handler;	/* core.c */
+extern const struct gs_control_handler gs_schedule_handler;	/* core.c */
+
+/*
+ * One control: its capability, why it is allowed or refused, and refused,
+ * the status the caller gets (RM's own answer to an unprivileged client, or
+ * to a client without the feature); handler: what the core does with it
+ * (NULL: passed, or refused, as it stands).
  */
 struct gs_control_row {
 	nv_u32 cmd;
@@ -175,23 +196,35 @@ struct gs_control_row {
 	const char *why;
 	enum gs_refusal refusal;	/* GS_REFUSE_NONE: allowed */
 	nv_u32 status;
+	const struct gs_control_handler *handler;
 };
 
+/*
+ * One allocation class, likewise; pre: the class's own decision once the
+ * common checks passed (core.c gs_pre_alloc()); params_size: the bytes of
+ * its parameters RM reads (rmapiGetClassAllocParamSize) that the core reads
+ * too, staged (the driver reads the checked copy) when stage is set.
+ */
 struct gs_class_row {
 	nv_u32 klass;
 	nv_u32 caps;
 	const char *why;
 	enum gs_refusal refusal;
 	nv_u32 status;
+	enum gs_verdict (*pre)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			       struct nvos64_params *p, struct gs_evq *q);
+	nv_u32 params_size;
+	nv_u8 stage;
 };
 
+const struct gs_control_row *gs_control_row(nv_u32 cmd);
+const struct gs_class_row *gs_class_row(nv_u32 klass);
+enum gs_refusal gs_filter_disable_channels(struct gs_inst *in, const struct gs_io *io,
+					   const struct nvos54_params *p);
+
 enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);
-enum gs_refusal gs_filter_class(nv_u32 klass, nv_u32 *status);
 enum gs_refusal gs_filter_uvm(nv_u32 cmd);
 enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status);
-enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-				  const struct nvos54_params *p, nv_u32 *status);
-int gs_control_allowed(nv_u32 cmd);
 
 /* export.c */
 int gs_export_control(nv_u32 cmd);
@@ -205,9 +238,12 @@ void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *i
 void gs_export_abort(struct gs_inst *in, struct gs_call *c);
 void gs_export_free_file(struct gs_inst *in, nv_u64 file_id);
 
-/* virt.c */
-int gs_virt_control_readable(const struct gs_io *io, const struct nvos54_params *p);
-void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-			  const struct nvos54_params *p);
+/* core.c: the classes' own decisions (struct gs_class_row.pre) */
+enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			      struct nvos64_params *p, struct gs_evq *q);
+enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				     struct nvos64_params *p, struct gs_evq *q);
+enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			      struct nvos64_params *p, struct gs_evq *q);
 
 #endif /* GPUSLICE_CORE_INT_H */

@@ -61,17 +61,12 @@
 #define GS_BITS_PER_LONG	(8 * sizeof(unsigned long))
 #define GS_EXPORT_BITMAP	(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS / 8)
 
+/* the controls whose row names this file's handler (filter.c) */
 int gs_export_control(nv_u32 cmd)
 {
-	switch (cmd) {
-	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD:
-	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD:
-	case NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO:
-	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD:
-	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD:
-		return 1;
-	}
-	return 0;
+	const struct gs_control_row *row = gs_control_row(cmd);
+
+	return row && row->handler == &gs_export_handler;
 }
 
 static nv_u32 gs_export_params_size(nv_u32 cmd)
@@ -593,3 +588,26 @@ void gs_export_free_file(struct gs_inst *in, nv_u64 file_id)
 {
 	gs_export_drop_if(in, NULL, file_id);
 }
+
+static enum gs_verdict gs_export_handler_pre(struct gs_inst *in, struct gs_call *c,
+					     const struct gs_io *io, const struct nvos54_params *p,
+					     nv_u32 *status)
+{
+	enum gs_refusal r = gs_export_pre(in, c, io, p, status);
+
+	if (r == GS_REFUSE_NONE && *status == NV_OK)
+		return GS_PASS;
+	c->refusal = r;
+	return GS_REPLY;
+}
+
+static void gs_export_handler_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				   const struct nvos54_params *p, struct gs_evq *q)
+{
+	gs_export_post(in, c, io, p, c->status, q);
+}
+
+const struct gs_control_handler gs_export_handler = {
+	.pre = gs_export_handler_pre,
+	.post = gs_export_handler_post,
+};

@@ -1,37 +1,39 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * filter.c - what a process in an instance may ask RM for.
+ * filter.c - what a process in an instance may ask RM for, as tables.
  *
  * Deny by default. A container must not reach what it does not need, and the
  * RM interface is large (about 1400 controls on 580) and grows with every
  * driver: a control added by NVIDIA tomorrow must not become reachable before
- * someone has looked at it. So every control, class and escape that is let
- * through is listed here, taken from what CUDA, PyTorch and nvidia-smi issue
- * in the three recorded traces (tests/traces: d = cuda-driver-alloc,
- * s = nvidia-smi-q, t = torch-matmul), plus (h) the few that the runs on the
- * H100 showed missing (docs/real-gpu.md) and (p) peer access between an
- * instance's GPUs, from the 580 source and nvproxy's compute set, which a
- * one-GPU trace cannot show (docs/multigpu.md; not yet seen on two GPUs). tests/test_filter_lists.py checks
- * against NVIDIA's source that none of them carries RMCTRL_FLAGS_PRIVILEGED
- * (0x4 in src/nvidia/generated/g_*_nvoc.c) and that the list still covers the
- * traces. Anything else is refused with NV_ERR_INSUFFICIENT_PERMISSIONS and
- * counted (GS_REFUSE_UNLISTED), and shows up in the events, so a workload that
- * needs more is seen at once and the list grows by review.
+ * someone has looked at it. So every control and class the core knows is a
+ * row here (nvproxy's version.go is the model): the container capability it
+ * is for (compute, utility, graphics, video: libnvidia-container's names), why
+ * it is allowed or refused, for a refusal the status the caller gets, and the
+ * handler that decides and accounts for it beyond that (core.c, export.c,
+ * virt.c). core.c's dispatcher looks the call up here and does what the row
+ * says, so a control's or class's whole story is its row and its handler.
  *
- * Named refusals, whatever the lists say:
- *  - controls that change the whole GPU (compute mode, ECC, power, MIG,
- *    persistence, drain, reset, channel disable): GS_REFUSE_GLOBAL;
- *  - FIFO_DISABLE_CHANNELS naming a client that is not the instance's:
- *    GS_REFUSE_FOREIGN (the denial-of-service path of FINDINGS.md); naming
- *    only its own: GS_REFUSE_GLOBAL, since gating belongs to the scheduler and
- *    a container re-enabling its own channels would undo it;
- *  - the NV0000 OS_UNIX export and import controls are decided in export.c
- *    (the fd they name must be a nvidiactl node of the caller's instance);
- *    the deprecated CREATE_EXPORT_OBJECT_FD, which sets an export file up
- *    without exporting (os.c), and the EXPORT/IMPORT escapes:
- *    GS_REFUSE_FOREIGN;
- *  - IOCTL_XFER_CMD: it wraps another escape whose block the core would not
- *    see, so it would bypass everything here: GS_REFUSE_ESCAPE.
+ * Where the allowed rows come from: what CUDA, PyTorch and nvidia-smi issue in
+ * the three recorded traces (tests/traces: d = cuda-driver-alloc,
+ * s = nvidia-smi-q, t = torch-matmul), plus (h) what runs on the H100 showed
+ * missing (docs/real-gpu.md, docs/compat.md) and (p) peer access between an
+ * instance's GPUs, from the 580 source and nvproxy's compute set
+ * (docs/multigpu.md).
+ *
+ * A refusal is answered the way RM answers when the feature is absent or not
+ * permitted, so that libraries take the fallback they take without us
+ * (docs/compat.md): a control on no row NV_ERR_NOT_SUPPORTED (RM's answer for
+ * a control the object does not have), a class on no row NV_ERR_INVALID_CLASS
+ * (a class RM does not have), a refused row its own status. Every refusal is
+ * counted and reported in the events, so a workload that needs more is seen at
+ * once and the tables grow by review. tests/test_filter_lists.py checks every
+ * row against NVIDIA's 580 source (it exists; no allowed control carries
+ * RMCTRL_FLAGS_PRIVILEGED) and that the rows still cover the traces.
+ *
+ * Escapes that core.c does not decode itself pass only from gs_plain_escapes;
+ * the rest fail with EPERM (GS_REFUSE_ESCAPE), among them IOCTL_XFER_CMD, which
+ * wraps another escape whose block the core would not see, and the legacy
+ * EXPORT/IMPORT escapes (the OS_UNIX controls are the way, export.c).
  */
 #include "core_int.h"
 
@@ -42,188 +44,194 @@
  * Sorted by cmd (gs_control_row() searches it).
  */
 static const struct gs_control_row gs_allowed_controls[] = {
-	{ 0x00000101, GS_CAP_COMPUTE, "dst: NV0000_SYSTEM_GET_BUILD_VERSION: driver build/version strings; read-only, host-wide constant", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000127, GS_CAP_COMPUTE, "p: NV0000_SYSTEM_GET_P2P_CAPS: read-only, peer access between the instance's GPUs", GS_REFUSE_NONE, NV_OK },
-	{ 0x0000012b, GS_CAP_COMPUTE, "p: NV0000_SYSTEM_GET_P2P_CAPS_V2: read-only, as above", GS_REFUSE_NONE, NV_OK },
-	{ 0x0000013a, GS_CAP_COMPUTE, "dt: NV0000_SYSTEM_GET_P2P_CAPS_MATRIX: P2P capability matrix between GPU pairs; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x000001f0, GS_CAP_COMPUTE, "dt: NV0000_SYSTEM_GET_FEATURES: system feature bits; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000201, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ATTACHED_IDS: ids of attached GPUs; read-only (lists every attached GPU, not only the instance's)", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000202, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ID_INFO: id/minor/flags of one GPU id; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000205, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ID_INFO_V2: same, v2 (maps device instance to minor); read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000214, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_PROBED_IDS: ids of probed GPUs; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000215, GS_CAP_COMPUTE, "dst: NV0000_GPU_ATTACH_IDS: attaches (initialises) GPUs in RM; what opening a device does anyway; idempotent", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000216, GS_CAP_UTILITY, "s: NV0000_GPU_DETACH_IDS: no-op on Linux in 580 (only validates the ids; client_resource.c)", GS_REFUSE_NONE, NV_OK },
-	{ 0x0000021b, GS_CAP_COMPUTE, "st: NV0000_GPU_GET_PCI_INFO: PCI ids of a GPU; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000279, GS_CAP_COMPUTE, "st: NV0000_GPU_QUERY_DRAIN_STATE: reads drain state; read-only (MODIFY_DRAIN_STATE refused as GLOBAL)", GS_REFUSE_NONE, NV_OK },
-	{ 0x0000027b, GS_CAP_COMPUTE, "dt: NV0000_GPU_GET_MEMOP_ENABLE: memop enable flag; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000288, GS_CAP_COMPUTE, "dt: NV0000_GPU_GET_ACTIVE_DEVICE_IDS: active device ids; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000289, GS_CAP_COMPUTE, "st: NV0000_GPU_ASYNC_ATTACH_ID: starts an asynchronous attach, as ATTACH_IDS", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000a04, GS_CAP_COMPUTE, "dt: NV0000_SYNC_GPU_BOOST_GROUP_INFO: SLI/boost group info; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000b02, GS_CAP_UTILITY, "s: NV0000_GPUACCT_GET_ACCOUNTING_STATE: whether accounting mode is on; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000d01, GS_CAP_COMPUTE, "dst: NV0000_CLIENT_GET_ADDR_SPACE_TYPE: address-space type of a handle of the caller's own client; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00000d04, GS_CAP_COMPUTE, "dt: NV0000_CLIENT_SET_INHERITED_SHARE_POLICY: share policy of the caller's own client (CUDA shares DUP and DEBUG with same-PID clients only, decoded from the traces)", GS_REFUSE_NONE, NV_OK },
-	{ 0x00410110, GS_CAP_COMPUTE, "h: NV0041_GET_SURFACE_INFO: cuMemImportFromShareableHandle on the H100; a read-only query of the caller's memory object (attributes, size, page size, aperture), non-privileged, in nvproxy's compute set", GS_REFUSE_NONE, NV_OK },
-	{ 0x00800280, GS_CAP_COMPUTE, "dt: NV0080_GPU_GET_NUM_SUBDEVICES: number of subdevices; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00800288, GS_CAP_UTILITY, "s: NV0080_GPU_QUERY_SW_STATE_PERSISTENCE: reads persistence mode; read-only (MODIFY refused as GLOBAL)", GS_REFUSE_NONE, NV_OK },
-	{ 0x00800289, GS_CAP_COMPUTE, "dst: NV0080_GPU_GET_VIRTUALIZATION_MODE: virtualization mode; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00800292, GS_CAP_COMPUTE, "dst: NV0080_GPU_GET_CLASSLIST_V2: class list of the device; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00801307, GS_CAP_COMPUTE, "dt: NV0080_FB_GET_CAPS_V2: FB caps; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00801402, GS_CAP_COMPUTE, "dt: NV0080_HOST_GET_CAPS_V2: host caps; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x0080170d, GS_CAP_COMPUTE, "dt: NV0080_FIFO_GET_CHANNELLIST: channel ids for handles of the caller's own client; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x00801909, GS_CAP_COMPUTE, "dt: NV0080_PERF_CUDA_LIMIT_SET_CONTROL: GPU-wide 'CUDA running' perf limit, but refcounted per device object and dropped when it is freed (kern_cuda_limit.c); every CUDA context issues it", GS_REFUSE_NONE, NV_OK },
-	{ 0x00de0001, GS_CAP_UTILITY, "s: NV00DE_REQUEST_DATA_POLL: asks RM to refresh the caller's user-shared-data page (read-only telemetry)", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800102, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_INFO_V2: GPU info table; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800110, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_NAME_STRING: GPU name; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800111, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_SHORT_NAME_STRING: short name; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800119, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_SIMULATION_INFO: simulation info; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080012f, GS_CAP_COMPUTE, "dst: NV2080_GPU_QUERY_ECC_STATUS: ECC status/counters; read-only, GPU-wide", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800131, GS_CAP_COMPUTE, "dst: NV2080_GPU_QUERY_COMPUTE_MODE_RULES: reads compute mode; read-only (SET refused as GLOBAL)", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800133, GS_CAP_UTILITY, "s: NV2080_GPU_QUERY_ECC_CONFIGURATION: reads ECC config; read-only (SET refused as GLOBAL)", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080013f, GS_CAP_UTILITY, "s: NV2080_GPU_GET_OEM_BOARD_INFO: OEM board info; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800145, GS_CAP_COMPUTE, "dt: NV2080_GPU_ACQUIRE_COMPUTE_MODE_RESERVATION: ACQUIRE_COMPUTE_MODE_RESERVATION: records the caller's client as holder; no effect in DEFAULT compute mode, first-caller-wins in EXCLUSIVE modes (GPU-wide); a shared GPU must stay in DEFAULT (SET_COMPUTE_MODE_RULES refused)", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080014a, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_GID_INFO: GPU UUID; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080014b, GS_CAP_UTILITY, "s: NV2080_GPU_GET_INFOROM_OBJECT_VERSION: InfoROM object version; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800156, GS_CAP_UTILITY, "s: NV2080_GPU_GET_INFOROM_IMAGE_VERSION: InfoROM image version; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800157, GS_CAP_UTILITY, "s: NV2080_GPU_QUERY_INFOROM_ECC_SUPPORT: InfoROM ECC support; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080016d, GS_CAP_UTILITY, "s: NV2080_GPU_GET_NVENC_SW_SESSION_STATS: GET_NVENC_SW_SESSION_STATS: aggregate encoder-session counts of the GPU; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800170, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_ENGINES_V2: engine list; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080017b, GS_CAP_UTILITY, "s: NV2080_GPU_GET_NVFBC_SW_SESSION_STATS: GET_NVFBC_SW_SESSION_STATS: aggregate NvFBC counts; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080018d, GS_CAP_UTILITY, "s: NV2080_GPU_GET_PIDS: pids using the GPU: reaches other clients' pids, so virt.c rewrites the reply to the instance's own", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080018e, GS_CAP_UTILITY, "h: NV2080_GPU_GET_PID_INFO: NVML on PyTorch's OOM path", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800195, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_COMPUTE_POLICY_CONFIG: compute policy config; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x208001a3, GS_CAP_COMPUTE, "dst: NV2080_GET_GPU_FABRIC_PROBE_INFO: fabric probe state; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x208001a4, GS_CAP_UTILITY, "s: NV2080_GPU_GET_CHIP_DETAILS: chip details; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x208001b2, GS_CAP_UTILITY, "s: NV2080_GPU_GET_RECOVERY_ACTION: recommended recovery action; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800406, GS_CAP_COMPUTE, "st: NV2080_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO: GPU/CPU timestamp correlation; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20800802, GS_CAP_UTILITY, "s: NV2080_BIOS_GET_INFO: VBIOS info (legacy, converted by RM); read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801201, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_INFO: GR info table; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801210, GS_CAP_COMPUTE, "dt: NV2080_GR_SET_CTXSW_PREEMPTION_MODE: preemption mode of the caller's own channel/context", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801218, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_CTX_BUFFER_SIZE: context buffer sizes; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080121b, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_GLOBAL_SM_ORDER: SM ordering; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801227, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_CAPS_V2: GR caps; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080122a, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_GPC_MASK: GPC mask; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080122b, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_TPC_MASK: TPC mask; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801230, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_SM_ISSUE_RATE_MODIFIER: SM issue-rate modifiers; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801303, GS_CAP_COMPUTE, "dst: NV2080_FB_GET_INFO_V2: FB sizes; virtualized by virt.c (total/free capped at the instance limit)", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801322, GS_CAP_UTILITY, "s: NV2080_FB_GET_OFFLINED_PAGES: offlined (retired) pages; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801357, GS_CAP_UTILITY, "s: NV2080_FB_QUERY_DRAM_ENCRYPTION_INFOROM_SUPPORT: DRAM-encryption InfoROM support; read-only (RM answers NOT_SUPPORTED on H100)", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801701, GS_CAP_COMPUTE, "dst: NV2080_MC_GET_ARCH_INFO: architecture/implementation ids; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801702, GS_CAP_COMPUTE, "h: NV2080_MC_SERVICE_INTERRUPTS: CUDA, channels stalled", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801801, GS_CAP_COMPUTE, "dst: NV2080_BUS_GET_PCI_INFO: PCI ids; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801802, GS_CAP_UTILITY, "s: NV2080_BUS_GET_INFO: bus info (legacy, converted by RM); read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801803, GS_CAP_COMPUTE, "dt: NV2080_BUS_GET_PCI_BAR_INFO: BAR sizes; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801813, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PEX_COUNTERS: PCIe error counters (GPU-wide aggregate); read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801819, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PEX_UTIL_COUNTERS: PCIe utilization counters (GPU-wide aggregate); read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801823, GS_CAP_COMPUTE, "dt: NV2080_BUS_GET_INFO_V2: bus info v2; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801829, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PCIE_REQ_ATOMICS_CAPS: PCIe requester atomics caps; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080182a, GS_CAP_COMPUTE, "dt: NV2080_BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS: supported GPU atomics over PCIe; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080182b, GS_CAP_COMPUTE, "dst: NV2080_BUS_GET_C2C_INFO: C2C link info; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20801830, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PCIE_CPL_ATOMICS_CAPS: PCIe completer atomics caps; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080200a, GS_CAP_COMPUTE, "dt: NV2080_PERF_BOOST: clock-boost request of bounded duration: GPU clocks, but held per subdevice and dropped on free; every CUDA context issues it", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080220c, GS_CAP_COMPUTE, "dt: NV2080_RC_RELEASE_WATCHDOG_REQUESTS: drops the caller's own watchdog requests", GS_REFUSE_NONE, NV_OK },
-	{ 0x20802210, GS_CAP_COMPUTE, "dt: NV2080_RC_SOFT_DISABLE_WATCHDOG: soft-disables the RC watchdog: GPU-wide, but counted per client request and released with it; every CUDA context issues it", GS_REFUSE_NONE, NV_OK },
-	{ 0x20802a0a, GS_CAP_COMPUTE, "dt: NV2080_CE_GET_ALL_CAPS: copy-engine caps; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20803001, GS_CAP_COMPUTE, "h: NV2080_NVLINK_GET_NVLINK_CAPS: refused for a workload on the H100; read-only, non-privileged, in nvproxy's compute set (docs/allowlist.md)", GS_REFUSE_NONE, NV_OK },
-	{ 0x20803002, GS_CAP_COMPUTE, "dt: NV2080_NVLINK_GET_NVLINK_STATUS: NVLink link state; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20803083, GS_CAP_UTILITY, "s: NV2080_NVLINK_GET_PLATFORM_INFO: NVLink platform info; read-only (RM flags: non-privileged)", GS_REFUSE_NONE, NV_OK },
-	{ 0x20803404, GS_CAP_UTILITY, "s: NV2080_ECC_GET_REPAIR_STATUS: ECC row-remapping/repair status; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20803406, GS_CAP_UTILITY, "s: NV2080_ECC_GET_UNREPAIRABLE_MEMORY_FLAG: ECC_GET_UNREPAIRABLE_MEMORY_FLAG (named in the 590 SDK; absent from 580.142's tables, answered OK by 580.159); read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20803601, GS_CAP_COMPUTE, "dst: NV2080_GSP_GET_FEATURES: GSP feature bits; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20803801, GS_CAP_COMPUTE, "dt: NV2080_GRMGR_GET_GR_FS_INFO: GR floorsweeping info; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x20808159, GS_CAP_COMPUTE, "dt: (undocumented) NV2080 GPU legacy, msg 0x59: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20808162, GS_CAP_COMPUTE, "dt: (undocumented) NV2080 GPU legacy, msg 0x62: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080852a, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2a: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080852b, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2b: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080852e, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2e: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080852f, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2f: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20808536, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x36: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080853a, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x3a: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20808542, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x42: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20808546, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x46: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20809001, GS_CAP_COMPUTE, "t: (undocumented) NV2080 CLK legacy, msg 0x01: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20809009, GS_CAP_COMPUTE, "st: (undocumented) NV2080 CLK legacy, msg 0x09: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20809019, GS_CAP_UTILITY, "s: (undocumented) NV2080 CLK legacy, msg 0x19: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20809038, GS_CAP_COMPUTE, "dst: (undocumented) NV2080 CLK legacy, msg 0x38: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20809064, GS_CAP_COMPUTE, "st: (undocumented) NV2080 CLK legacy, msg 0x64: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a026, GS_CAP_COMPUTE, "t: (undocumented) NV2080 PERF legacy, msg 0x26: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a060, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x60: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a06e, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x6e: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a06f, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x6f: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a080, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x80: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a084, GS_CAP_COMPUTE, "t: (undocumented) NV2080 PERF legacy, msg 0x84: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a0a4, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa4: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a0a6, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa6: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a0a7, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa7: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a0a8, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa8: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a0f2, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xf2: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a612, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x12: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a618, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x18: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x2080a63c, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x3c: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK },
-	{ 0x20810108, GS_CAP_COMPUTE, "dst: (undocumented) NV2081_BINAPI msg 0x0108: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by CUDA, PyTorch and nvidia-smi", GS_REFUSE_NONE, NV_OK },
-	{ 0x20810110, GS_CAP_UTILITY, "s: (undocumented) NV2081_BINAPI msg 0x0110: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by nvidia-smi -q", GS_REFUSE_NONE, NV_OK },
-	{ 0x20810111, GS_CAP_UTILITY, "s: (undocumented) NV2081_BINAPI msg 0x0111: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by nvidia-smi -q", GS_REFUSE_NONE, NV_OK },
-	{ 0x503c0102, GS_CAP_COMPUTE, "dt: NV503C_REGISTER_VA_SPACE: registers the caller's VA space with its own NV50_THIRD_PARTY_P2P object", GS_REFUSE_NONE, NV_OK },
-	{ 0x503c0104, GS_CAP_COMPUTE, "dt: NV503C_REGISTER_VIDMEM: registers the caller's own video memory with its own P2P object", GS_REFUSE_NONE, NV_OK },
-	{ 0x503c0105, GS_CAP_COMPUTE, "dt: NV503C_UNREGISTER_VIDMEM: undoes REGISTER_VIDMEM", GS_REFUSE_NONE, NV_OK },
-	{ 0x83de0309, GS_CAP_COMPUTE, "dt: NV83DE_DEBUG_SET_EXCEPTION_MASK: exception mask on the caller's own debugger object; RM binds that object only to a compute object the caller may debug (owner or shared; CUDA shares DEBUG with same-PID clients only)", GS_REFUSE_NONE, NV_OK },
-	{ 0x906f0101, GS_CAP_COMPUTE, "dt: NV906F_CTRL_GET_CLASS_ENGINEID: engine id of the caller's own channel; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x90e60102, GS_CAP_COMPUTE, "dt: NV90E6_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK: VF error interrupt mask; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0x90e70113, GS_CAP_UTILITY, "s: NV90E7_BBX_GET_LAST_FLUSH_TIME: InfoROM BBX last flush time; read-only (RM answers 0x55 here)", GS_REFUSE_NONE, NV_OK },
-	{ 0xa06c0101, GS_CAP_COMPUTE, "dt: NVA06C_GPFIFO_SCHEDULE: puts the caller's own TSG on the runlist (bEnable=0 has no effect, FINDINGS); gating uses DISABLE_CHANNELS, which is refused", GS_REFUSE_NONE, NV_OK },
-	{ 0xa06c0103, GS_CAP_COMPUTE, "dt: NVA06C_SET_TIMESLICE: timeslice of the caller's own TSG (RM refuses other clients). Caveat: CUDA sets 2048 us on one TSG per context after the module's own SET_TIMESLICE, so the instance's TIMESLICE_US is overwritten; see recommendations", GS_REFUSE_NONE, NV_OK },
-	{ 0xc36f0108, GS_CAP_COMPUTE, "dt: NVC36F_GPFIFO_GET_WORK_SUBMIT_TOKEN: doorbell token of the caller's own channel; read-only", GS_REFUSE_NONE, NV_OK },
-	{ 0xcb330101, GS_CAP_COMPUTE, "dt: NV_CONF_COMPUTE_SYSTEM_GET_CAPABILITIES: confidential-compute capabilities; read-only", GS_REFUSE_NONE, NV_OK },
+	{ 0x00000101, GS_CAP_COMPUTE, "dst: NV0000_SYSTEM_GET_BUILD_VERSION: driver build/version strings; read-only, host-wide constant", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000127, GS_CAP_COMPUTE, "p: NV0000_SYSTEM_GET_P2P_CAPS: read-only, peer access between the instance's GPUs", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x0000012b, GS_CAP_COMPUTE, "p: NV0000_SYSTEM_GET_P2P_CAPS_V2: read-only, as above", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x0000013a, GS_CAP_COMPUTE, "dt: NV0000_SYSTEM_GET_P2P_CAPS_MATRIX: P2P capability matrix between GPU pairs; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x000001f0, GS_CAP_COMPUTE, "dt: NV0000_SYSTEM_GET_FEATURES: system feature bits; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000201, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ATTACHED_IDS: ids of attached GPUs; read-only (lists every attached GPU, not only the instance's)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000202, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ID_INFO: id/minor/flags of one GPU id; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000205, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ID_INFO_V2: same, v2 (maps device instance to minor); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000214, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_PROBED_IDS: ids of probed GPUs; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000215, GS_CAP_COMPUTE, "dst: NV0000_GPU_ATTACH_IDS: attaches (initialises) GPUs in RM; what opening a device does anyway; idempotent", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000216, GS_CAP_UTILITY, "s: NV0000_GPU_DETACH_IDS: no-op on Linux in 580 (only validates the ids; client_resource.c)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x0000021b, GS_CAP_COMPUTE, "st: NV0000_GPU_GET_PCI_INFO: PCI ids of a GPU; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000279, GS_CAP_COMPUTE, "st: NV0000_GPU_QUERY_DRAIN_STATE: reads drain state; read-only (MODIFY_DRAIN_STATE refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x0000027b, GS_CAP_COMPUTE, "dt: NV0000_GPU_GET_MEMOP_ENABLE: memop enable flag; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000288, GS_CAP_COMPUTE, "dt: NV0000_GPU_GET_ACTIVE_DEVICE_IDS: active device ids; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000289, GS_CAP_COMPUTE, "st: NV0000_GPU_ASYNC_ATTACH_ID: starts an asynchronous attach, as ATTACH_IDS", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000a04, GS_CAP_COMPUTE, "dt: NV0000_SYNC_GPU_BOOST_GROUP_INFO: SLI/boost group info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000b02, GS_CAP_UTILITY, "s: NV0000_GPUACCT_GET_ACCOUNTING_STATE: whether accounting mode is on; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000d01, GS_CAP_COMPUTE, "dst: NV0000_CLIENT_GET_ADDR_SPACE_TYPE: address-space type of a handle of the caller's own client; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000d04, GS_CAP_COMPUTE, "dt: NV0000_CLIENT_SET_INHERITED_SHARE_POLICY: share policy of the caller's own client (CUDA shares DUP and DEBUG with same-PID clients only, decoded from the traces)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00003d05, GS_CAP_COMPUTE, "h: NV0000_OS_UNIX_EXPORT_OBJECT_TO_FD: cuMemExportToShareableHandle; the fd must be a nvidiactl node of the caller's instance (export.c)", GS_REFUSE_NONE, NV_OK, &gs_export_handler },
+	{ 0x00003d06, GS_CAP_COMPUTE, "h: NV0000_OS_UNIX_IMPORT_OBJECT_FROM_FD: cuMemImportFromShareableHandle, from a file of the caller's instance (export.c)", GS_REFUSE_NONE, NV_OK, &gs_export_handler },
+	{ 0x00003d08, GS_CAP_COMPUTE, "h: NV0000_OS_UNIX_GET_EXPORT_OBJECT_INFO: what a file of the caller's instance holds (export.c)", GS_REFUSE_NONE, NV_OK, &gs_export_handler },
+	{ 0x00003d0b, GS_CAP_COMPUTE, "h: NV0000_OS_UNIX_EXPORT_OBJECTS_TO_FD: NCCL's cuMem path, as EXPORT_OBJECT_TO_FD (export.c)", GS_REFUSE_NONE, NV_OK, &gs_export_handler },
+	{ 0x00003d0c, GS_CAP_COMPUTE, "h: NV0000_OS_UNIX_IMPORT_OBJECTS_FROM_FD: as IMPORT_OBJECT_FROM_FD (export.c)", GS_REFUSE_NONE, NV_OK, &gs_export_handler },
+	{ 0x00410110, GS_CAP_COMPUTE, "h: NV0041_GET_SURFACE_INFO: cuMemImportFromShareableHandle on the H100; a read-only query of the caller's memory object (attributes, size, page size, aperture), non-privileged, in nvproxy's compute set", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00800280, GS_CAP_COMPUTE, "dt: NV0080_GPU_GET_NUM_SUBDEVICES: number of subdevices; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00800288, GS_CAP_UTILITY, "s: NV0080_GPU_QUERY_SW_STATE_PERSISTENCE: reads persistence mode; read-only (MODIFY refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00800289, GS_CAP_COMPUTE, "dst: NV0080_GPU_GET_VIRTUALIZATION_MODE: virtualization mode; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00800292, GS_CAP_COMPUTE, "dst: NV0080_GPU_GET_CLASSLIST_V2: class list of the device; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801307, GS_CAP_COMPUTE, "dt: NV0080_FB_GET_CAPS_V2: FB caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801402, GS_CAP_COMPUTE, "dt: NV0080_HOST_GET_CAPS_V2: host caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x0080170d, GS_CAP_COMPUTE, "dt: NV0080_FIFO_GET_CHANNELLIST: channel ids for handles of the caller's own client; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801909, GS_CAP_COMPUTE, "dt: NV0080_PERF_CUDA_LIMIT_SET_CONTROL: GPU-wide 'CUDA running' perf limit, but refcounted per device object and dropped when it is freed (kern_cuda_limit.c); every CUDA context issues it", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00de0001, GS_CAP_UTILITY, "s: NV00DE_REQUEST_DATA_POLL: asks RM to refresh the caller's user-shared-data page (read-only telemetry)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800102, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_INFO_V2: GPU info table; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800110, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_NAME_STRING: GPU name; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800111, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_SHORT_NAME_STRING: short name; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800119, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_SIMULATION_INFO: simulation info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080012f, GS_CAP_COMPUTE, "dst: NV2080_GPU_QUERY_ECC_STATUS: ECC status/counters; read-only, GPU-wide", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800131, GS_CAP_COMPUTE, "dst: NV2080_GPU_QUERY_COMPUTE_MODE_RULES: reads compute mode; read-only (SET refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800133, GS_CAP_UTILITY, "s: NV2080_GPU_QUERY_ECC_CONFIGURATION: reads ECC config; read-only (SET refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080013f, GS_CAP_UTILITY, "s: NV2080_GPU_GET_OEM_BOARD_INFO: OEM board info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800145, GS_CAP_COMPUTE, "dt: NV2080_GPU_ACQUIRE_COMPUTE_MODE_RESERVATION: ACQUIRE_COMPUTE_MODE_RESERVATION: records the caller's client as holder; no effect in DEFAULT compute mode, first-caller-wins in EXCLUSIVE modes (GPU-wide); a shared GPU must stay in DEFAULT (SET_COMPUTE_MODE_RULES refused)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080014a, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_GID_INFO: GPU UUID; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080014b, GS_CAP_UTILITY, "s: NV2080_GPU_GET_INFOROM_OBJECT_VERSION: InfoROM object version; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800156, GS_CAP_UTILITY, "s: NV2080_GPU_GET_INFOROM_IMAGE_VERSION: InfoROM image version; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800157, GS_CAP_UTILITY, "s: NV2080_GPU_QUERY_INFOROM_ECC_SUPPORT: InfoROM ECC support; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080016d, GS_CAP_UTILITY, "s: NV2080_GPU_GET_NVENC_SW_SESSION_STATS: GET_NVENC_SW_SESSION_STATS: aggregate encoder-session counts of the GPU; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800170, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_ENGINES_V2: engine list; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080017b, GS_CAP_UTILITY, "s: NV2080_GPU_GET_NVFBC_SW_SESSION_STATS: GET_NVFBC_SW_SESSION_STATS: aggregate NvFBC counts; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080018d, GS_CAP_UTILITY, "s: NV2080_GPU_GET_PIDS: pids using the GPU: reaches other clients' pids, so virt.c rewrites the reply to the instance's own", GS_REFUSE_NONE, NV_OK, &gs_virt_handler },
+	{ 0x2080018e, GS_CAP_UTILITY, "h: NV2080_GPU_GET_PID_INFO: NVML on PyTorch's OOM path", GS_REFUSE_NONE, NV_OK, &gs_virt_handler },
+	{ 0x20800195, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_COMPUTE_POLICY_CONFIG: compute policy config; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x208001a3, GS_CAP_COMPUTE, "dst: NV2080_GET_GPU_FABRIC_PROBE_INFO: fabric probe state; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x208001a4, GS_CAP_UTILITY, "s: NV2080_GPU_GET_CHIP_DETAILS: chip details; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x208001b2, GS_CAP_UTILITY, "s: NV2080_GPU_GET_RECOVERY_ACTION: recommended recovery action; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800406, GS_CAP_COMPUTE, "st: NV2080_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO: GPU/CPU timestamp correlation; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800802, GS_CAP_UTILITY, "s: NV2080_BIOS_GET_INFO: VBIOS info (legacy, converted by RM); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801201, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_INFO: GR info table; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801210, GS_CAP_COMPUTE, "dt: NV2080_GR_SET_CTXSW_PREEMPTION_MODE: preemption mode of the caller's own channel/context", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801218, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_CTX_BUFFER_SIZE: context buffer sizes; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080121b, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_GLOBAL_SM_ORDER: SM ordering; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801227, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_CAPS_V2: GR caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080122a, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_GPC_MASK: GPC mask; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080122b, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_TPC_MASK: TPC mask; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801230, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_SM_ISSUE_RATE_MODIFIER: SM issue-rate modifiers; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801303, GS_CAP_COMPUTE, "dst: NV2080_FB_GET_INFO_V2: FB sizes; virtualized by virt.c (total/free capped at the instance limit)", GS_REFUSE_NONE, NV_OK, &gs_virt_handler },
+	{ 0x20801322, GS_CAP_UTILITY, "s: NV2080_FB_GET_OFFLINED_PAGES: offlined (retired) pages; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801357, GS_CAP_UTILITY, "s: NV2080_FB_QUERY_DRAM_ENCRYPTION_INFOROM_SUPPORT: DRAM-encryption InfoROM support; read-only (RM answers NOT_SUPPORTED on H100)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801701, GS_CAP_COMPUTE, "dst: NV2080_MC_GET_ARCH_INFO: architecture/implementation ids; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801702, GS_CAP_COMPUTE, "h: NV2080_MC_SERVICE_INTERRUPTS: CUDA, channels stalled", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801801, GS_CAP_COMPUTE, "dst: NV2080_BUS_GET_PCI_INFO: PCI ids; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801802, GS_CAP_UTILITY, "s: NV2080_BUS_GET_INFO: bus info (legacy, converted by RM); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801803, GS_CAP_COMPUTE, "dt: NV2080_BUS_GET_PCI_BAR_INFO: BAR sizes; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801813, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PEX_COUNTERS: PCIe error counters (GPU-wide aggregate); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801819, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PEX_UTIL_COUNTERS: PCIe utilization counters (GPU-wide aggregate); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801823, GS_CAP_COMPUTE, "dt: NV2080_BUS_GET_INFO_V2: bus info v2; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801829, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PCIE_REQ_ATOMICS_CAPS: PCIe requester atomics caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080182a, GS_CAP_COMPUTE, "dt: NV2080_BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS: supported GPU atomics over PCIe; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080182b, GS_CAP_COMPUTE, "dst: NV2080_BUS_GET_C2C_INFO: C2C link info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801830, GS_CAP_UTILITY, "s: NV2080_BUS_GET_PCIE_CPL_ATOMICS_CAPS: PCIe completer atomics caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080200a, GS_CAP_COMPUTE, "dt: NV2080_PERF_BOOST: clock-boost request of bounded duration: GPU clocks, but held per subdevice and dropped on free; every CUDA context issues it", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080220c, GS_CAP_COMPUTE, "dt: NV2080_RC_RELEASE_WATCHDOG_REQUESTS: drops the caller's own watchdog requests", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20802210, GS_CAP_COMPUTE, "dt: NV2080_RC_SOFT_DISABLE_WATCHDOG: soft-disables the RC watchdog: GPU-wide, but counted per client request and released with it; every CUDA context issues it", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20802a0a, GS_CAP_COMPUTE, "dt: NV2080_CE_GET_ALL_CAPS: copy-engine caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803001, GS_CAP_COMPUTE, "h: NV2080_NVLINK_GET_NVLINK_CAPS: refused for a workload on the H100; read-only, non-privileged, in nvproxy's compute set (docs/allowlist.md)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803002, GS_CAP_COMPUTE, "dt: NV2080_NVLINK_GET_NVLINK_STATUS: NVLink link state; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803083, GS_CAP_UTILITY, "s: NV2080_NVLINK_GET_PLATFORM_INFO: NVLink platform info; read-only (RM flags: non-privileged)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803404, GS_CAP_UTILITY, "s: NV2080_ECC_GET_REPAIR_STATUS: ECC row-remapping/repair status; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803406, GS_CAP_UTILITY, "s: NV2080_ECC_GET_UNREPAIRABLE_MEMORY_FLAG: ECC_GET_UNREPAIRABLE_MEMORY_FLAG (named in the 590 SDK; absent from 580.142's tables, answered OK by 580.159); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803601, GS_CAP_COMPUTE, "dst: NV2080_GSP_GET_FEATURES: GSP feature bits; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803801, GS_CAP_COMPUTE, "dt: NV2080_GRMGR_GET_GR_FS_INFO: GR floorsweeping info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20808159, GS_CAP_COMPUTE, "dt: (undocumented) NV2080 GPU legacy, msg 0x59: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20808162, GS_CAP_COMPUTE, "dt: (undocumented) NV2080 GPU legacy, msg 0x62: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080852a, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2a: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080852b, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2b: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080852e, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2e: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080852f, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2f: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20808536, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x36: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080853a, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x3a: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20808542, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x42: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20808546, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x46: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20809001, GS_CAP_COMPUTE, "t: (undocumented) NV2080 CLK legacy, msg 0x01: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20809009, GS_CAP_COMPUTE, "st: (undocumented) NV2080 CLK legacy, msg 0x09: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20809019, GS_CAP_UTILITY, "s: (undocumented) NV2080 CLK legacy, msg 0x19: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20809038, GS_CAP_COMPUTE, "dst: (undocumented) NV2080 CLK legacy, msg 0x38: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20809064, GS_CAP_COMPUTE, "st: (undocumented) NV2080 CLK legacy, msg 0x64: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a026, GS_CAP_COMPUTE, "t: (undocumented) NV2080 PERF legacy, msg 0x26: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a060, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x60: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a06e, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x6e: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a06f, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x6f: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a080, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x80: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a084, GS_CAP_COMPUTE, "t: (undocumented) NV2080 PERF legacy, msg 0x84: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a0a4, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa4: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a0a6, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa6: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a0a7, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa7: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a0a8, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa8: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a0f2, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xf2: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a612, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x12: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a618, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x18: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a63c, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x3c: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20810108, GS_CAP_COMPUTE, "dst: (undocumented) NV2081_BINAPI msg 0x0108: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by CUDA, PyTorch and nvidia-smi", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20810110, GS_CAP_UTILITY, "s: (undocumented) NV2081_BINAPI msg 0x0110: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by nvidia-smi -q", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20810111, GS_CAP_UTILITY, "s: (undocumented) NV2081_BINAPI msg 0x0111: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by nvidia-smi -q", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x503c0102, GS_CAP_COMPUTE, "dt: NV503C_REGISTER_VA_SPACE: registers the caller's VA space with its own NV50_THIRD_PARTY_P2P object", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x503c0104, GS_CAP_COMPUTE, "dt: NV503C_REGISTER_VIDMEM: registers the caller's own video memory with its own P2P object", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x503c0105, GS_CAP_COMPUTE, "dt: NV503C_UNREGISTER_VIDMEM: undoes REGISTER_VIDMEM", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x83de0309, GS_CAP_COMPUTE, "dt: NV83DE_DEBUG_SET_EXCEPTION_MASK: exception mask on the caller's own debugger object; RM binds that object only to a compute object the caller may debug (owner or shared; CUDA shares DEBUG with same-PID clients only)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x906f0101, GS_CAP_COMPUTE, "dt: NV906F_CTRL_GET_CLASS_ENGINEID: engine id of the caller's own channel; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x90e60102, GS_CAP_COMPUTE, "dt: NV90E6_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK: VF error interrupt mask; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x90e70113, GS_CAP_UTILITY, "s: NV90E7_BBX_GET_LAST_FLUSH_TIME: InfoROM BBX last flush time; read-only (RM answers 0x55 here)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0xa06c0101, GS_CAP_COMPUTE, "dt: NVA06C_GPFIFO_SCHEDULE: puts the caller's own TSG on the runlist (bEnable=0 has no effect, FINDINGS); gating uses DISABLE_CHANNELS, which is refused", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
+	{ 0xa06c0103, GS_CAP_COMPUTE, "dt: NVA06C_SET_TIMESLICE: CUDA's own 2048 us at every context; a TSG's timeslice is the operator's (the instance's TIMESLICE_US): answered NV_OK, not passed", GS_REFUSE_NONE, NV_OK, &gs_timeslice_handler },
+	{ 0xc36f0108, GS_CAP_COMPUTE, "dt: NVC36F_GPFIFO_GET_WORK_SUBMIT_TOKEN: doorbell token of the caller's own channel; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0xcb330101, GS_CAP_COMPUTE, "dt: NV_CONF_COMPUTE_SYSTEM_GET_CAPABILITIES: confidential-compute capabilities; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 };
 
 /*
  * Controls refused whatever the lists say, with RM's answer to an
- * unprivileged client that may not have them. NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS
- * is decided by gs_filter_disable_channels() (GLOBAL for the caller's own
- * clients, FOREIGN for others').
+ * unprivileged client that may not have them.
  */
 static const struct gs_control_row gs_refused_controls[] = {
+	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, GS_CAP_COMPUTE,
+	  "gating belongs to the scheduler: the caller's own channels GLOBAL, another client's FOREIGN (it would stall that tenant)",
+	  GS_REFUSE_GLOBAL, NV_ERR_INSUFFICIENT_PERMISSIONS, &gs_disable_handler },
 	{ NV0000_CTRL_CMD_GPU_MODIFY_DRAIN_STATE, GS_CAP_UTILITY, "whole GPU: drain state", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV0080_CTRL_CMD_GPU_MODIFY_SW_STATE_PERSISTENCE, GS_CAP_UTILITY, "whole GPU: persistence mode", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_SET_POWER, GS_CAP_UTILITY, "whole GPU: power state", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_SET_COMPUTE_MODE_RULES, GS_CAP_UTILITY, "whole GPU: compute mode (a shared GPU stays DEFAULT)", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_SET_ECC_CONFIGURATION, GS_CAP_UTILITY, "whole GPU: ECC", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_RESET_ECC_ERROR_STATUS, GS_CAP_UTILITY, "whole GPU: ECC counters", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_SET_PARTITIONS, GS_CAP_UTILITY, "whole GPU: MIG partitions", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS_FOR_KEY_ROTATION, GS_CAP_COMPUTE, "channels of the whole GPU", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS_FOR_KEY_ROTATION_V2, GS_CAP_COMPUTE, "channels of the whole GPU", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_PERF_SET_POWERSTATE, GS_CAP_UTILITY, "whole GPU: power state", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_PERF_RATED_TDP_SET_CONTROL, GS_CAP_UTILITY, "whole GPU: power limit", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV0080_CTRL_CMD_BIF_RESET, GS_CAP_UTILITY, "whole GPU: reset", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_MARK_DEVICE_FOR_RESET, GS_CAP_UTILITY, "whole GPU: reset", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_UNMARK_DEVICE_FOR_RESET, GS_CAP_UTILITY, "whole GPU: reset", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_MARK_DEVICE_FOR_DRAIN_AND_RESET, GS_CAP_UTILITY, "whole GPU: reset", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV2080_CTRL_CMD_GPU_UNMARK_DEVICE_FOR_DRAIN_AND_RESET, GS_CAP_UTILITY, "whole GPU: reset", GS_REFUSE_GLOBAL,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	{ NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD, GS_CAP_COMPUTE,
 	  "moves objects between processes through an fd that export.c does not decide on (deprecated in 580, os.c)",
-	  GS_REFUSE_FOREIGN, NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  GS_REFUSE_FOREIGN, NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	/*
 	 * The runlist interleave level of a TSG puts it ahead of other
 	 * tenants' (ctrla06c.h: a HIGH TSG runs between every LOW one); RM takes
 	 * it from root only (0x1b on the H100). The operator's to set.
 	 */
 	{ NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, GS_CAP_COMPUTE, "runlist priority over other tenants",
-	  GS_REFUSE_GLOBAL, NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  GS_REFUSE_GLOBAL, NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 	/*
 	 * An IMEX channel (an fd of /dev/nvidia-caps-imex-channels) lets the
 	 * client import fabric memory of other processes and nodes
@@ -233,7 +241,7 @@ static const struct gs_control_row gs_refused_controls[] = {
 	 */
 	{ NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL, GS_CAP_COMPUTE,
 	  "IMEX channel: fabric memory of other processes and nodes", GS_REFUSE_FOREIGN,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
+	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
 };
 
 /*
@@ -244,55 +252,91 @@ static const struct gs_control_row gs_refused_controls[] = {
  * (rmapi/alloc_free.c: RsResInfoByExternalClassId() finds none).
  */
 static const struct gs_class_row gs_classes[] = {
-	{ NV01_ROOT, GS_CAP_COMPUTE | GS_CAP_UTILITY, "dst: a client", GS_REFUSE_NONE, NV_OK },
-	{ NV01_ROOT_NON_PRIV, GS_CAP_COMPUTE | GS_CAP_UTILITY, "a client (non-privileged root)", GS_REFUSE_NONE, NV_OK },
-	{ NV01_MEMORY_SYSTEM, GS_CAP_COMPUTE, "dt: pinned host memory, counted by quota.c", GS_REFUSE_NONE, NV_OK },
-	{ NV01_MEMORY_LOCAL_PRIVILEGED, GS_CAP_COMPUTE, "privileged video memory", GS_REFUSE_CLASS,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
-	{ NV01_MEMORY_LOCAL_USER, GS_CAP_COMPUTE, "dt: video memory, counted by quota.c", GS_REFUSE_NONE, NV_OK },
-	{ NV01_ROOT_CLIENT, GS_CAP_COMPUTE | GS_CAP_UTILITY, "a client (CUDA's class for it)", GS_REFUSE_NONE, NV_OK },
-	{ NV04_DISPLAY_COMMON, GS_CAP_UTILITY, "s: RM answers NOT_SUPPORTED", GS_REFUSE_NONE, NV_OK },
-	{ NV01_EVENT_OS_EVENT, GS_CAP_COMPUTE, "dt: notifications of the caller's objects (hParentClient checked, core.c)", GS_REFUSE_NONE, NV_OK },
-	{ NV01_DEVICE_0, GS_CAP_COMPUTE | GS_CAP_UTILITY, "dst: one of the instance's GPUs (core.c)", GS_REFUSE_NONE, NV_OK },
-	{ NV01_MEMORY_LIST_FBMEM, GS_CAP_COMPUTE, "names existing framebuffer pages", GS_REFUSE_CLASS,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
-	{ NV01_MEMORY_LOCAL_PHYSICAL, GS_CAP_COMPUTE, "video memory whose size RM reports only on the way out",
-	  GS_REFUSE_CLASS, NV_ERR_INSUFFICIENT_PERMISSIONS },
-	{ RM_USER_SHARED_DATA, GS_CAP_COMPUTE | GS_CAP_UTILITY, "dst: read-only telemetry page", GS_REFUSE_NONE, NV_OK },
-	{ NV_MEMORY_EXPORT, GS_CAP_COMPUTE, "fabric export: needs an IMEX channel (mem_export.c)", GS_REFUSE_FOREIGN,
-	  NV_ERR_INSUFFICIENT_PERMISSIONS },
-	{ NV_MEMORY_FABRIC, GS_CAP_COMPUTE,
-	  "h: CUDA maps every cuMemCreate allocation into the fabric address space on NVLink-fabric GPUs; "
-	  "holds its hVidMem's charge (core.c gs_pre_fabric)", GS_REFUSE_NONE, NV_OK },
-	{ NV_MEMORY_FABRIC_IMPORT_V2, GS_CAP_COMPUTE,
-	  "another process's fabric memory: RM's answer to a client without an IMEX channel "
-	  "(mem_fabric_import_v2.c)", GS_REFUSE_FOREIGN, NV_ERR_INSUFFICIENT_PERMISSIONS },
-	{ NV_MEMORY_FABRIC_IMPORTED_REF, GS_CAP_COMPUTE,
-	  "IMEX daemon's reference: needs NV_RM_CAP_SYS_FABRIC_IMEX_MGMT (mem_fabric_import_ref.c)",
-	  GS_REFUSE_FOREIGN, NV_ERR_INSUFFICIENT_PERMISSIONS },
-	{ NV_MEMORY_MULTICAST_FABRIC, GS_CAP_COMPUTE,
-	  "multicast across GPUs and nodes, memory attached by controls the core does not decode: "
-	  "RM's answer on a GPU without multicast (mem_multicast_fabric.c), so CUDA and NCCL fall back",
-	  GS_REFUSE_CLASS, NV_ERR_NOT_SUPPORTED },
-	{ NV20_SUBDEVICE_0, GS_CAP_COMPUTE | GS_CAP_UTILITY, "dst: the device's GPU", GS_REFUSE_NONE, NV_OK },
-	{ NV2081_BINAPI, GS_CAP_COMPUTE | GS_CAP_UTILITY, "dst: the subdevice's binary-API object, controls of the caller's own GPU", GS_REFUSE_NONE, NV_OK },
-	{ NV50_P2P, GS_CAP_COMPUTE,
-	  "p: peer mapping between two subdevices of the caller's own client (p2p_api.c: subdeviceGetByHandle() in the caller's client)", GS_REFUSE_NONE, NV_OK },
-	{ NV50_THIRD_PARTY_P2P, GS_CAP_COMPUTE, "dt: registers the caller's own VA space and video memory for peer DMA (CUDA's P2P tokens)", GS_REFUSE_NONE, NV_OK },
-	{ NV50_MEMORY_VIRTUAL, GS_CAP_COMPUTE, "dt: a virtual range", GS_REFUSE_NONE, NV_OK },
-	{ GT200_DEBUGGER, GS_CAP_COMPUTE, "dt: the caller's own contexts (hAppClient checked, core.c)", GS_REFUSE_NONE, NV_OK },
-	{ FERMI_CONTEXT_SHARE_A, GS_CAP_COMPUTE, "dt: a subcontext in the caller's own TSG", GS_REFUSE_NONE, NV_OK },
-	{ GF100_SUBDEVICE_MASTER, GS_CAP_COMPUTE, "dt: the subdevice's master object (error containment queries)", GS_REFUSE_NONE, NV_OK },
-	{ GF100_SUBDEVICE_INFOROM, GS_CAP_UTILITY, "s: InfoROM queries (nvidia-smi -q); its write controls are not listed", GS_REFUSE_NONE, NV_OK },
-	{ FERMI_VASPACE_A, GS_CAP_COMPUTE, "dt: a GPU virtual address space of the caller's own", GS_REFUSE_NONE, NV_OK },
-	{ KEPLER_CHANNEL_GROUP_A, GS_CAP_COMPUTE, "dt: a TSG, registered and gated", GS_REFUSE_NONE, NV_OK },
-	{ AMPERE_SMC_CONFIG_SESSION, GS_CAP_UTILITY, "st: its MIG controls are not listed", GS_REFUSE_NONE, NV_OK },
-	{ AMPERE_SMC_MONITOR_SESSION, GS_CAP_UTILITY, "st: read-only view of MIG state", GS_REFUSE_NONE, NV_OK },
-	{ HOPPER_USERMODE_A, GS_CAP_COMPUTE, "dt: the doorbell page CUDA rings to submit work", GS_REFUSE_NONE, NV_OK },
-	{ HOPPER_CHANNEL_GPFIFO_A, GS_CAP_COMPUTE, "dt: a channel, registered and gated", GS_REFUSE_NONE, NV_OK },
-	{ HOPPER_DMA_COPY_A, GS_CAP_COMPUTE, "dt: a copy engine object on the caller's own channel", GS_REFUSE_NONE, NV_OK },
-	{ NV_CONFIDENTIAL_COMPUTE, GS_CAP_COMPUTE, "dt: confidential-computing capability queries", GS_REFUSE_NONE, NV_OK },
-	{ HOPPER_COMPUTE_A, GS_CAP_COMPUTE, "dt: the compute engine object on the caller's own channel", GS_REFUSE_NONE, NV_OK },
+	{ .klass = NV01_ROOT, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
+	  .why = "dst: a client" },
+	{ .klass = NV01_ROOT_NON_PRIV, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
+	  .why = "a client (non-privileged root)" },
+	{ .klass = NV01_MEMORY_SYSTEM, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: pinned host memory, counted by quota.c",
+	  .pre = gs_quota_pre, .params_size = sizeof(struct nv_memory_allocation_params), .stage = 1 },
+	{ .klass = NV01_MEMORY_LOCAL_PRIVILEGED, .caps = GS_CAP_COMPUTE,
+	  .why = "privileged video memory",
+	  .refusal = GS_REFUSE_CLASS, .status = NV_ERR_INSUFFICIENT_PERMISSIONS },
+	{ .klass = NV01_MEMORY_LOCAL_USER, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: video memory, counted by quota.c",
+	  .pre = gs_quota_pre, .params_size = sizeof(struct nv_memory_allocation_params), .stage = 1 },
+	{ .klass = NV01_ROOT_CLIENT, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
+	  .why = "a client (CUDA's class for it)" },
+	{ .klass = NV04_DISPLAY_COMMON, .caps = GS_CAP_UTILITY,
+	  .why = "s: RM answers NOT_SUPPORTED" },
+	{ .klass = NV01_EVENT_OS_EVENT, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: notifications of the caller's objects (hParentClient checked, core.c)",
+	  .pre = gs_pre_other_clients, .params_size = sizeof(struct nv0005_alloc_params), .stage = 1 },
+	{ .klass = NV01_DEVICE_0, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
+	  .why = "dst: one of the instance's GPUs (core.c)",
+	  .pre = gs_pre_device, .params_size = sizeof(struct nv0080_alloc_params), .stage = 1 },
+	{ .klass = NV01_MEMORY_LIST_FBMEM, .caps = GS_CAP_COMPUTE,
+	  .why = "names existing framebuffer pages",
+	  .refusal = GS_REFUSE_CLASS, .status = NV_ERR_INSUFFICIENT_PERMISSIONS },
+	{ .klass = NV01_MEMORY_LOCAL_PHYSICAL, .caps = GS_CAP_COMPUTE,
+	  .why = "video memory whose size RM reports only on the way out",
+	  .refusal = GS_REFUSE_CLASS, .status = NV_ERR_INSUFFICIENT_PERMISSIONS },
+	{ .klass = RM_USER_SHARED_DATA, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
+	  .why = "dst: read-only telemetry page" },
+	{ .klass = NV_MEMORY_EXPORT, .caps = GS_CAP_COMPUTE,
+	  .why = "fabric export: needs an IMEX channel (mem_export.c)",
+	  .refusal = GS_REFUSE_FOREIGN, .status = NV_ERR_INSUFFICIENT_PERMISSIONS },
+	{ .klass = NV_MEMORY_FABRIC, .caps = GS_CAP_COMPUTE,
+	  .why = "h: CUDA maps every cuMemCreate allocation into the fabric address space on NVLink-fabric GPUs; holds its hVidMem's charge (core.c gs_pre_fabric)",
+	  .pre = gs_pre_fabric, .params_size = sizeof(struct nv00f8_alloc_params), .stage = 1 },
+	{ .klass = NV_MEMORY_FABRIC_IMPORT_V2, .caps = GS_CAP_COMPUTE,
+	  .why = "another process's fabric memory: RM's answer to a client without an IMEX channel (mem_fabric_import_v2.c)",
+	  .refusal = GS_REFUSE_FOREIGN, .status = NV_ERR_INSUFFICIENT_PERMISSIONS },
+	{ .klass = NV_MEMORY_FABRIC_IMPORTED_REF, .caps = GS_CAP_COMPUTE,
+	  .why = "IMEX daemon's reference: needs NV_RM_CAP_SYS_FABRIC_IMEX_MGMT (mem_fabric_import_ref.c)",
+	  .refusal = GS_REFUSE_FOREIGN, .status = NV_ERR_INSUFFICIENT_PERMISSIONS },
+	{ .klass = NV_MEMORY_MULTICAST_FABRIC, .caps = GS_CAP_COMPUTE,
+	  .why = "multicast across GPUs and nodes, memory attached by controls the core does not decode: RM's answer on a GPU without multicast (mem_multicast_fabric.c), so CUDA and NCCL fall back",
+	  .refusal = GS_REFUSE_CLASS, .status = NV_ERR_NOT_SUPPORTED },
+	{ .klass = NV20_SUBDEVICE_0, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
+	  .why = "dst: the device's GPU" },
+	{ .klass = NV2081_BINAPI, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
+	  .why = "dst: the subdevice's binary-API object, controls of the caller's own GPU" },
+	{ .klass = NV50_P2P, .caps = GS_CAP_COMPUTE,
+	  .why = "p: peer mapping between two subdevices of the caller's own client (p2p_api.c: subdeviceGetByHandle() in the caller's client)" },
+	{ .klass = NV50_THIRD_PARTY_P2P, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: registers the caller's own VA space and video memory for peer DMA (CUDA's P2P tokens)" },
+	{ .klass = NV50_MEMORY_VIRTUAL, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: a virtual range" },
+	{ .klass = GT200_DEBUGGER, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: the caller's own contexts (hAppClient checked, core.c)",
+	  .pre = gs_pre_other_clients, .params_size = sizeof(struct nv83de_alloc_params), .stage = 1 },
+	{ .klass = FERMI_CONTEXT_SHARE_A, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: a subcontext in the caller's own TSG" },
+	{ .klass = GF100_SUBDEVICE_MASTER, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: the subdevice's master object (error containment queries)" },
+	{ .klass = GF100_SUBDEVICE_INFOROM, .caps = GS_CAP_UTILITY,
+	  .why = "s: InfoROM queries (nvidia-smi -q); its write controls are not listed" },
+	{ .klass = FERMI_VASPACE_A, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: a GPU virtual address space of the caller's own" },
+	{ .klass = KEPLER_CHANNEL_GROUP_A, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: a TSG, registered and gated",
+	  .params_size = 16 },
+	{ .klass = AMPERE_SMC_CONFIG_SESSION, .caps = GS_CAP_UTILITY,
+	  .why = "st: its MIG controls are not listed" },
+	{ .klass = AMPERE_SMC_MONITOR_SESSION, .caps = GS_CAP_UTILITY,
+	  .why = "st: read-only view of MIG state" },
+	{ .klass = HOPPER_USERMODE_A, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: the doorbell page CUDA rings to submit work" },
+	{ .klass = HOPPER_CHANNEL_GPFIFO_A, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: a channel, registered and gated",
+	  .params_size = 132 },
+	{ .klass = HOPPER_DMA_COPY_A, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: a copy engine object on the caller's own channel" },
+	{ .klass = NV_CONFIDENTIAL_COMPUTE, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: confidential-computing capability queries" },
+	{ .klass = HOPPER_COMPUTE_A, .caps = GS_CAP_COMPUTE,
+	  .why = "dt: the compute engine object on the caller's own channel" },
 };
 
 /*
@@ -311,7 +355,7 @@ static const nv_u32 gs_plain_escapes[] = {
 	NV_ESC_WAIT_OPEN_COMPLETE,
 };
 
-static const struct gs_control_row *gs_control_row(nv_u32 cmd)
+const struct gs_control_row *gs_control_row(nv_u32 cmd)
 {
 	unsigned int lo = 0, hi = ARRAY_SIZE(gs_allowed_controls), i;
 
@@ -329,13 +373,6 @@ static const struct gs_control_row *gs_control_row(nv_u32 cmd)
 		if (gs_refused_controls[i].cmd == cmd)
 			return &gs_refused_controls[i];
 	return NULL;
-}
-
-int gs_control_allowed(nv_u32 cmd)
-{
-	const struct gs_control_row *row = gs_control_row(cmd);
-
-	return row && row->refusal == GS_REFUSE_NONE;
 }
 
 /* the escapes gs_pre() decodes itself are not asked about here */
@@ -407,7 +444,7 @@ enum gs_refusal gs_filter_uvm(nv_u32 cmd)
 	return GS_REFUSE_UNLISTED;
 }
 
-static const struct gs_class_row *gs_class_row(nv_u32 klass)
+const struct gs_class_row *gs_class_row(nv_u32 klass)
 {
 	unsigned int i;
 
@@ -415,19 +452,6 @@ static const struct gs_class_row *gs_class_row(nv_u32 klass)
 		if (gs_classes[i].klass == klass)
 			return &gs_classes[i];
 	return NULL;
-}
-
-/* RM_ALLOC: the row's decision, or UNLISTED answered as RM answers a class it lacks */
-enum gs_refusal gs_filter_class(nv_u32 klass, nv_u32 *status)
-{
-	const struct gs_class_row *row = gs_class_row(klass);
-
-	if (!row) {
-		*status = NV_ERR_INVALID_CLASS;
-		return GS_REFUSE_UNLISTED;
-	}
-	*status = row->status;
-	return row->refusal;
 }
 
 /* NV_ESC_RM_ALLOC_MEMORY: only OS descriptors (pinned host memory), as traced */
@@ -449,8 +473,8 @@ enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status)
 	return GS_REFUSE_UNLISTED;
 }
 
-static enum gs_refusal gs_filter_disable_channels(struct gs_inst *in, const struct gs_io *io,
-						  const struct nvos54_params *p)
+enum gs_refusal gs_filter_disable_channels(struct gs_inst *in, const struct gs_io *io,
+					   const struct nvos54_params *p)
 {
 	struct nv2080_ctrl_fifo_disable_channels_params *dp;
 	enum gs_refusal r = GS_REFUSE_GLOBAL;
@@ -473,27 +497,4 @@ static enum gs_refusal gs_filter_disable_channels(struct gs_inst *in, const stru
 			r = GS_REFUSE_FOREIGN;
 	gs_free(dp);
 	return r;
-}
-
-/*
- * Called with in->lock held; the caller checked that p->h_client is ours.
- * *status: RM's answer for a refusal (the row's; an unlisted control is
- * answered as RM answers a control the object does not have:
- * resserv/src/rs_resource.c resControlLookup_IMPL, NV_ERR_NOT_SUPPORTED).
- */
-enum gs_refusal gs_filter_control(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-				  const struct nvos54_params *p, nv_u32 *status)
-{
-	const struct gs_control_row *row;
-
-	*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
-	if (p->cmd == NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS)
-		return gs_filter_disable_channels(in, io, p);
-	row = gs_control_row(p->cmd);
-	if (!row) {
-		*status = NV_ERR_NOT_SUPPORTED;
-		return GS_REFUSE_UNLISTED;
-	}
-	*status = row->status;
-	return row->refusal;
 }

@@ -131,7 +131,7 @@ static nv_u32 gs_min_kib(nv_u32 real, nv_u64 bytes)
  * reply it cannot rewrite would go to the caller as RM wrote it (other
  * processes' pids and memory, the whole GPU's size).
  */
-int gs_virt_control_readable(const struct gs_io *io, const struct nvos54_params *p)
+static int gs_virt_control_readable(const struct gs_io *io, const struct nvos54_params *p)
 {
 	nv_u32 head;
 
@@ -144,8 +144,8 @@ int gs_virt_control_readable(const struct gs_io *io, const struct nvos54_params 
 }
 
 /* called with in->lock held */
-void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-			  const struct nvos54_params *p)
+static void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				 const struct nvos54_params *p)
 {
 	struct nv2080_ctrl_fb_get_info_v2_params *fp;
 	nv_u32 gpu = gs_obj_gpu(in, p->h_client, p->h_object, GS_GPU_UNKNOWN);
@@ -195,3 +195,26 @@ void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const struct gs
 	c->priv[1] = 1;		/* rewritten, for tracing */
 	gs_free(fp);
 }
+
+/* a reply this file rewrites must be readable: its head is read before RM runs */
+static enum gs_verdict gs_virt_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				   const struct nvos54_params *p, nv_u32 *status)
+{
+	if (gs_virt_control_readable(io, p))
+		return GS_PASS;
+	c->refusal = GS_REFUSE_MALFORMED;
+	*status = NV_ERR_INVALID_POINTER;
+	return GS_REPLY;
+}
+
+static void gs_virt_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			 const struct nvos54_params *p, struct gs_evq *q)
+{
+	if (!c->reply_lost)
+		gs_virt_control_post(in, c, io, p);
+}
+
+const struct gs_control_handler gs_virt_handler = {
+	.pre = gs_virt_pre,
+	.post = gs_virt_post,
+};

@@ -462,6 +462,39 @@ def test_no_real_fd_reachable_while_hammering(nl):
                 s.close()
 
 
+def test_refusals_are_answered_as_the_driver_answers_an_absent_feature(nl):
+    """What the module refuses, a container hears as the driver's own answer for that case:
+    a class or control the driver lacks gets the stand-in's answer for one it lacks (RM:
+    INVALID_CLASS, alloc_free.c; NOT_SUPPORTED, rs_resource.c); fabric memory of other
+    processes and IMEX channels get RM's answer to a client without an IMEX channel; a
+    multicast object RM's answer on a GPU without multicast."""
+    with Instance(nl, 64 * MIB) as inst:
+        s = session(inst)
+        r = real_session()
+        try:
+            before = inst.get()["nr_refused_filter"]
+            bogus_class, bogus_cmd = 0xBEEF, 0x2080FFF1
+            got = [nvstub.rm_alloc(x.ctl, x.client, x.subdevice, x.handle(), bogus_class)[0] for x in (s, r)]
+            assert got == [abi.NV_ERR_INVALID_CLASS] * 2
+            p = ctypes.create_string_buffer(8)
+            got = [nvstub.rm_control(x.ctl, x.client, x.subdevice, bogus_cmd, p) for x in (s, r)]
+            assert got[0] == got[1] == abi.NV_ERR_NOT_SUPPORTED
+            for klass in (abi.NV_MEMORY_FABRIC_IMPORT_V2, abi.NV_MEMORY_FABRIC_IMPORTED_REF, abi.NV_MEMORY_EXPORT):
+                params = ctypes.create_string_buffer(256)
+                assert nvstub.rm_alloc(s.ctl, s.client, s.subdevice, s.handle(), klass, params)[0] \
+                    == abi.NV_ERR_INSUFFICIENT_PERMISSIONS, hex(klass)
+            params = ctypes.create_string_buffer(256)
+            assert nvstub.rm_alloc(s.ctl, s.client, s.subdevice, s.handle(), abi.NV_MEMORY_MULTICAST_FABRIC,
+                                   params)[0] == abi.NV_ERR_NOT_SUPPORTED
+            p = ctypes.create_string_buffer(8)
+            assert nvstub.rm_control(s.ctl, s.client, s.client, abi.NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL,
+                                     p) == abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+            assert inst.get()["nr_refused_filter"] == before + 7
+        finally:
+            s.close()
+            r.close()
+
+
 def test_filter_refused_through_instance_allowed_on_real_node(nl):
     with Instance(nl, 64 * MIB) as inst:
         s = session(inst)
