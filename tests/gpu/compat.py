@@ -72,6 +72,8 @@ WORKLOADS: list[Workload] = [
     Workload("cupy_ops", oom=True),
     Workload("triton_add"),
     Workload("nvml"),
+    Workload("numba_kernels"),
+    Workload("lightning_fit"),
     Workload("ddp_nccl", gpus=2),
     Workload("fsdp_nccl", gpus=2),
     Workload("jax_pmap", gpus=2),
