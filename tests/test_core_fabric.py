@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from test_core import ALLOC, DEV, FREE, Proc, cs, env, so  # noqa: F401  (fixtures)
+from test_core import ALLOC, DEV, DUP, FREE, Proc, cs, env, so  # noqa: F401  (fixtures)
 from coreshim import GiB, MiB, abi
 
 PAGE_2M = 2 * MiB
@@ -70,7 +70,11 @@ def test_a_fabric_object_freed_first_leaves_the_memory_charged(env):
     assert core.stats()["used"] == 0
 
 
-def test_a_failed_fabric_allocation_takes_no_reference(env):
+def test_a_failed_fabric_allocation_keeps_its_reference_until_the_client_goes(env):
+    """A failure status may be a sibling thread's rewrite of RM's success (the reply page is
+    writable once the driver copies out), and RM's per-process count does not see what a
+    fabric object holds: the client keeps the reference. An ioctl that failed (the driver
+    did not run the call) takes none."""
     core, rm = env
     p = Proc(core, rm)
     _, vid = p.mem(256 * MiB)
@@ -82,8 +86,107 @@ def test_a_failed_fabric_allocation_takes_no_reference(env):
     r, _ = fabric(p, vid, 256 * MiB, driver=refuse)
     assert r.status == abi.NV_ERR_INVALID_ARGUMENT
     p.free(vid)
+    assert core.stats()["used"] == 256 * MiB
+    core.file_closed(p.file_id)
     assert core.stats()["used"] == 0
-    r, _ = fabric(p, vid, 256 * MiB, driver=lambda arg: -5)  # the ioctl itself failed
+    q = Proc(core, rm, file_id=2, pid=101)
+    _, vid = q.mem(256 * MiB)
+    fabric(q, vid, 256 * MiB, driver=lambda arg: -5)
+    q.free(vid)
+    assert core.stats()["used"] == 0
+
+
+def forge_status(rm, status: int):
+    """RM makes the object, then a sibling thread rewrites the reply's status."""
+    def drv(arg: bytearray) -> int:
+        rm.alloc(arg)
+        struct.pack_into("<I", arg, 40, status)
+        return 0
+    return drv
+
+
+def test_a_success_rewritten_to_a_failure_uncharges_nothing(env):
+    """The attack: map, have the reply say it failed, free the memory, allocate again."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, vid = p.mem(768 * MiB)
+    r, _ = fabric(p, vid, 768 * MiB, driver=forge_status(rm, abi.NV_ERR_INVALID_ARGUMENT))
+    assert r.verdict == cs.GS_PASS
+    p.free(vid)
+    assert core.stats()["used"] == 768 * MiB
+    assert p.mem(512 * MiB)[0].refusal == cs.GS_REFUSE_QUOTA
+
+
+def rm_chosen(p: Proc, vid: int, size: int):
+    params = fabric_params(vid, size)
+    return cs.alloc_arg(p.client, DEV, 0, abi.NV_MEMORY_FABRIC, cs.addr(params)), params
+
+
+def test_an_rm_chosen_handle_rewritten_uncharges_nothing(env):
+    core, rm = env
+    p = Proc(core, rm)
+    _, vid = p.mem(768 * MiB)
+    arg, _params = rm_chosen(p, vid, 768 * MiB)
+
+    def drv(a: bytearray) -> int:
+        rm.alloc(a)
+        struct.pack_into("<I", a, 8, p.client)  # the new handle rewritten to a registered one
+        return 0
+
+    assert core.call(ALLOC, arg, drv, file_id=p.file_id, pid=p.pid).verdict == cs.GS_PASS
+    p.free(vid)
+    assert core.stats()["used"] == 768 * MiB
+
+
+def test_a_lost_reply_with_an_rm_chosen_handle_uncharges_nothing(env):
+    """The glue could not read the reply back (a sibling unmapped it mid-call): the object
+    may exist under a handle nobody knows; the client keeps the reference."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, vid = p.mem(768 * MiB)
+    arg, _params = rm_chosen(p, vid, 768 * MiB)
+    out = (ctypes.c_int32 * 4)()
+    buf = (ctypes.c_char * len(arg)).from_buffer(arg)
+    c = core.lib.t_pre(core.inst, cs.GS_FILE_CTL, 0, ALLOC, buf, len(arg), p.file_id, p.pid, out)
+    assert out[0] == cs.GS_PASS
+    core.lib.t_set_reply_lost(c)
+    core.lib.t_post(core.inst, c, 0)
+    del buf
+    p.free(vid)
+    assert core.stats()["used"] == 768 * MiB
+    core.file_closed(p.file_id)
+    assert core.stats()["used"] == 0
+
+
+@pytest.mark.parametrize("klass", [abi.NV_MEMORY_FABRIC, abi.NV50_MEMORY_VIRTUAL])
+def test_a_success_forged_over_a_live_handle_forgets_nothing(env, klass):
+    """RM answers INSERT_DUPLICATE_NAME for a live handle; a sibling rewrites it to NV_OK.
+    The registered object and its charge stay (before: it was taken for a stale entry and
+    freed from the registry, its memory uncharged while RM held it)."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, vid = p.mem(256 * MiB)
+    _, m2 = p.mem(512 * MiB)
+    params = fabric_params(vid, 256 * MiB)
+    arg = cs.alloc_arg(p.client, DEV, m2, klass, cs.addr(params) if klass == abi.NV_MEMORY_FABRIC else 0)
+    r = core.call(ALLOC, arg, lambda a: struct.pack_into("<I", a, 40, 0) or 0, file_id=p.file_id, pid=p.pid)
+    assert r.verdict == cs.GS_PASS
+    assert core.stats()["used"] == 768 * MiB
+    p.free(m2)
+    assert core.stats()["used"] == 256 * MiB
+
+
+def test_a_duplicate_of_a_fabric_object_keeps_the_charge_until_both_go(env):
+    core, rm = env
+    a = Proc(core, rm)
+    b = Proc(core, rm, file_id=2, pid=101)
+    _, vid = a.mem(512 * MiB)
+    _, fab = fabric(a, vid, 512 * MiB)
+    arg = cs.dup_arg(b.client, DEV, 0x7777, a.client, fab)
+    assert core.call(DUP, arg, rm.ok(24), file_id=2, pid=101).verdict == cs.GS_PASS
+    core.file_closed(a.file_id)
+    assert core.stats()["used"] == 512 * MiB
+    core.file_closed(b.file_id)
     assert core.stats()["used"] == 0
 
 

@@ -809,6 +809,8 @@ static void gs_spares_free(struct gs_call *c)
 	gs_export_spares_free(c);	/* and the list of spare_obj */
 	gs_free(c->spare_mem);
 	c->spare_mem = NULL;
+	gs_free(c->spare_ref);
+	c->spare_ref = NULL;
 }
 
 /*
@@ -821,12 +823,16 @@ static int gs_spares_alloc(struct gs_call *c, const struct gs_io *io)
 	c->spare_obj = NULL;
 	c->spare_mem = NULL;
 	c->spare_exp = NULL;
+	c->spare_ref = NULL;
 	if (!gs_creates_object(c))
 		return gs_export_spares_alloc(c, io);
 	c->spare_obj = gs_zalloc(sizeof(*c->spare_obj));
 	if (c->escape == NV_ESC_RM_ALLOC)
 		c->spare_mem = gs_zalloc(sizeof(*c->spare_mem));
-	if (!c->spare_obj || (c->escape == NV_ESC_RM_ALLOC && !c->spare_mem)) {
+	if (c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_DUP_OBJECT)
+		c->spare_ref = gs_zalloc(sizeof(*c->spare_ref));
+	if (!c->spare_obj || (c->escape == NV_ESC_RM_ALLOC && !c->spare_mem) ||
+	    ((c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_DUP_OBJECT) && !c->spare_ref)) {
 		gs_spares_free(c);
 		return -1;
 	}
@@ -916,7 +922,14 @@ static nv_u32 gs_reply_status(const struct gs_call *c, nv_u32 replied)
 	return c->reply_lost ? NV_OK : replied;
 }
 
-/* NV_MEMORY_FABRIC: the object holds its hVidMem's charge (gs_pre_fabric()) */
+/*
+ * NV_MEMORY_FABRIC: the object holds its hVidMem's charge (gs_pre_fabric()).
+ * Whatever the reply says, the reference is kept: RM's own count of the
+ * process's memory does not see what a fabric object holds (the guard would
+ * not catch it), so a reply rewritten to a failure, or to no handle, must not
+ * uncharge memory RM may hold. Where it cannot go to a registered object, the
+ * client holds it (gs_park()).
+ */
 static void gs_post_fabric(struct gs_inst *in, struct gs_call *c, const struct nvos64_params *req,
 			   const struct nvos64_params *rep, nv_u32 status, struct gs_evq *q)
 {
@@ -924,19 +937,18 @@ static void gs_post_fabric(struct gs_inst *in, struct gs_call *c, const struct n
 	struct gs_object o;
 	nv_handle h = 0;
 
-	c->src_mem = NULL;	/* the reference goes to the new object, or back */
+	c->src_mem = NULL;	/* the reference goes to the new object, or the client */
 	if (status == NV_OK)
 		h = gs_new_handle(in, req->h_root, req->h_object_new,
 				  c->reply_lost ? 0 : rep->h_object_new);
-	if (!h) {
-		if (mem)
-			gs_mem_put(in, mem);
-		return;
+	if (h) {
+		gs_obj_init(&o, in, c, mem ? GPUSLICE_OBJ_MEMORY : GPUSLICE_OBJ_OTHER, req->h_root,
+			    req->h_object_parent, h, req->h_class);
+		if (gs_obj_add(in, c, &o, mem, q))
+			return;
 	}
-	gs_obj_init(&o, in, c, mem ? GPUSLICE_OBJ_MEMORY : GPUSLICE_OBJ_OTHER, req->h_root,
-		    req->h_object_parent, h, req->h_class);
-	if (!gs_obj_add(in, c, &o, mem, q) && mem)
-		gs_mem_put(in, mem);
+	if (mem)
+		gs_park(in, c, req->h_root, mem);
 }
 
 static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
@@ -1045,8 +1057,9 @@ static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 	/* the same memory under another handle: freed when the last goes */
 	if (mem)
 		o.obj_kind = GPUSLICE_OBJ_MEMORY;
+	/* a success under a registered handle: the client holds the reference */
 	if (!gs_obj_add(in, c, &o, mem, q) && mem)
-		gs_mem_put(in, mem);
+		gs_park(in, c, p->h_client, mem);
 }
 
 static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)

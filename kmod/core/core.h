@@ -66,6 +66,7 @@ struct gs_io {
 struct gs_obj;
 struct gs_mem;
 struct gs_export;
+struct gs_memref;
 struct gs_call;
 
 /* a handle a call in flight creates, frees or takes from (core.c, registry.c) */
@@ -115,6 +116,7 @@ struct gs_call {
 	struct gs_obj *spare_obj;	/* a list, through ->next, for an import of several */
 	struct gs_mem *spare_mem;
 	struct gs_export *spare_exp;	/* export.c: what an export or import will record */
+	struct gs_memref *spare_ref;	/* a reference parked on the client (gs_park()) */
 	/*
 	 * Set by the glue for a call that names an fd (gs_call_fd()): the id
 	 * of the file the fd named if it is a nvidiactl node of the caller's

@@ -61,6 +61,15 @@ struct gs_export {
 	nv_u8 sibling;		/* an import's: from another core's file (gs_call.fd_sibling) */
 };
 
+/*
+ * A reference on a charge that a client holds without a handle (gs_park()):
+ * RM may hold the memory through an object the core could not register.
+ */
+struct gs_memref {
+	struct gs_memref *next;
+	struct gs_mem *mem;
+};
+
 struct gs_obj {
 	struct gs_obj *next;	/* hash chain */
 	struct gs_obj *kill;	/* list of objects a free removes */
@@ -69,6 +78,7 @@ struct gs_obj {
 	nv_u32 nchild;		/* tracked objects whose parent this is */
 	nv_u32 ns_pid;		/* clients: gs_call.ns_pid of the caller that made it */
 	struct gs_mem *orphans;	/* clients: memory charged without a handle */
+	struct gs_memref *held;	/* clients: references on charges without a handle */
 };
 
 struct gs_inst {
@@ -152,6 +162,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 void gs_quota_release(struct gs_inst *in, struct gs_call *c);
 void gs_mem_put(struct gs_inst *in, struct gs_mem *mem);
 void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob);
+void gs_park(struct gs_inst *in, struct gs_call *c, nv_handle client, struct gs_mem *mem);
 nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu);
 
 /* filter.c */

@@ -226,7 +226,10 @@ void gs_quota_release(struct gs_inst *in, struct gs_call *c)
 	}
 }
 
-/* memory charged to a client without a handle (gs_quota_post) goes with it */
+/*
+ * Memory charged to a client without a handle (gs_quota_post), and the
+ * references it holds without one (gs_park), go with it.
+ */
 void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob)
 {
 	while (ob->orphans) {
@@ -236,6 +239,36 @@ void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob)
 		gs_uncharge(in, mem->sys, mem->gpu, mem->size);
 		gs_free(mem);
 	}
+	while (ob->held) {
+		struct gs_memref *ref = ob->held;
+
+		ob->held = ref->next;
+		gs_mem_put(in, ref->mem);
+		gs_free(ref);
+	}
+}
+
+/*
+ * A reference on a charge that RM may hold through an object the core could
+ * not register: the reply says the call failed, or names no new handle, or a
+ * handle that is registered already, and a sibling thread can write all of
+ * these after the driver's copy-out (kmod/shadow.c). The client holds it
+ * until it goes: never less than RM holds. Without the client (RM freed it,
+ * and everything under it), the reference goes. Takes mem's reference.
+ */
+void gs_park(struct gs_inst *in, struct gs_call *c, nv_handle client, struct gs_mem *mem)
+{
+	struct gs_obj *cl = gs_obj_find(in, client, client);
+	struct gs_memref *ref = c->spare_ref;
+
+	if (!cl || !ref) {
+		gs_mem_put(in, mem);
+		return;
+	}
+	c->spare_ref = NULL;
+	ref->mem = mem;
+	ref->next = cl->held;
+	cl->held = ref;
 }
 
 /* one handle of counted memory went away (registry.c) */

@@ -171,18 +171,18 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 
 	if (!ob)
 		return NULL;
-	if (gs_obj_find(in, o->client, o->handle)) {
-		/*
-		 * RM never makes an object under a live handle (it answers
-		 * NV_ERR_INSERT_DUPLICATE_NAME): a call whose answer we assume
-		 * (a failed copy-in looks like a failed copy-out) made nothing,
-		 * and the registered object, with what it is charged, stays.
-		 */
-		if (c->reply_lost)
-			return NULL;
-		/* a stale entry under the same key: RM freed it without us seeing it */
-		gs_obj_free_tree(in, o->client, o->handle, q);
-	}
+	/*
+	 * RM never makes an object under a live handle (it answers
+	 * NV_ERR_INSERT_DUPLICATE_NAME): a success under a registered handle is
+	 * a reply another thread rewrote, or a call whose answer we assumed,
+	 * or RM freed the registered object without the core seeing it (a free
+	 * whose reply was lost). The registered object stays, with what it is
+	 * charged and its place in the scheduler: replacing it would forget a
+	 * live object for a forged status. The caller keeps the new one's
+	 * charge another way (gs_park(), the client's orphans).
+	 */
+	if (gs_obj_find(in, o->client, o->handle))
+		return NULL;
 	c->spare_obj = ob->next;	/* an import of several has one each */
 
 	ob->o = *o;

@@ -103,6 +103,7 @@ class Core:
         ]
         lib.t_post.restype = ctypes.c_uint32
         lib.t_post.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        lib.t_set_reply_lost.argtypes = [ctypes.c_void_p]
         lib.t_done.argtypes = [ctypes.c_void_p]
         lib.t_file_closed.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         lib.t_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
