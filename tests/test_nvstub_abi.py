@@ -27,6 +27,7 @@ UVM_STRUCTS = {
     abi.UVM_REGISTER_GPU: ("uvm_register_gpu_params", "rm_ctrl_fd"),
     abi.UVM_PAGEABLE_MEM_ACCESS: ("uvm_pageable_mem_access_params", None),
     abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION: ("uvm_map_dynamic_parallelism_region_params", None),
+    abi.UVM_UNMAP_EXTERNAL: ("uvm_unmap_external_params", None),
     abi.UVM_ALLOC_SEMAPHORE_POOL: ("uvm_alloc_semaphore_pool_params", None),
     abi.UVM_VALIDATE_VA_RANGE: ("uvm_range_params", None),
     abi.UVM_CREATE_EXTERNAL_RANGE: ("uvm_range_params", None),

@@ -85,6 +85,7 @@ void gs_inst_free(struct gs_inst *in)
 		return;
 	while (in->exports)
 		gs_export_free_file(in, in->exports->file_id);
+	gs_uvm_free_all(in);
 	gs_obj_free_all(in);
 	gs_mutex_destroy(&in->lock);
 	gs_free(in);
@@ -208,6 +209,7 @@ void gs_file_closed(struct gs_inst *in, nv_u64 file_id)
 	gs_lock(&in->lock);
 	gs_obj_free_file(in, file_id, &q);
 	gs_export_free_file(in, file_id);
+	gs_uvm_free_file(in, file_id);
 	gs_unlock(&in->lock);
 	gs_evq_flush(in, &q);
 }
@@ -624,7 +626,9 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 
 	if (c->kind == GS_FILE_UVM) {
 		r = gs_filter_uvm(c->escape);
-		return r == GS_REFUSE_NONE ? GS_PASS : gs_fail(c, r, EPERM);
+		if (r != GS_REFUSE_NONE)
+			return gs_fail(c, r, EPERM);
+		return gs_uvm_pre(in, c);
 	}
 	if (NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
 		return gs_fail(c, GS_REFUSE_ESCAPE, ENOTTY);
@@ -811,6 +815,7 @@ static void gs_spares_free(struct gs_call *c)
 	c->spare_mem = NULL;
 	gs_free(c->spare_ref);
 	c->spare_ref = NULL;
+	gs_uvm_spares_free(c);
 }
 
 /*
@@ -824,6 +829,9 @@ static int gs_spares_alloc(struct gs_call *c, const struct gs_io *io)
 	c->spare_mem = NULL;
 	c->spare_exp = NULL;
 	c->spare_ref = NULL;
+	c->spare_uvm = NULL;
+	if (c->kind == GS_FILE_UVM)
+		return gs_uvm_spares_alloc(c);
 	if (!gs_creates_object(c))
 		return gs_export_spares_alloc(c, io);
 	c->spare_obj = gs_zalloc(sizeof(*c->spare_obj));
@@ -1098,11 +1106,16 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 {
 	struct gs_evq q;
 
-	if (c->kind == GS_FILE_UVM)
-		return;
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
 	gs_busy_done(in, c);
+	if (c->kind == GS_FILE_UVM) {
+		if (ret != 0)
+			gs_uvm_abort(in, c);
+		else
+			gs_uvm_post(in, c, ret);
+		goto out;
+	}
 	if (ret != 0) {
 		/* the driver did not run the call: only reservations to drop */
 		gs_quota_release(in, c);

@@ -67,6 +67,7 @@ struct gs_obj;
 struct gs_mem;
 struct gs_export;
 struct gs_memref;
+struct gs_uvm_map;
 struct gs_call;
 
 /* a handle a call in flight creates, frees or takes from (core.c, registry.c) */
@@ -105,6 +106,13 @@ struct gs_call {
 	 * frees nothing.
 	 */
 	nv_u8 reply_lost;
+	/*
+	 * Set by the glue for an nvidia-uvm call whose reply the caller could
+	 * not rewrite (the module: kmod/uvmcall.c; the user-space build, which
+	 * is no boundary: always). The core lets go of a charge that UVM held
+	 * only on such a reply (uvm.c).
+	 */
+	nv_u8 reply_trusted;
 	/* private to the core between pre and post */
 	nv_u64 reserved;
 	nv_u64 priv[4];
@@ -117,6 +125,7 @@ struct gs_call {
 	struct gs_mem *spare_mem;
 	struct gs_export *spare_exp;	/* export.c: what an export or import will record */
 	struct gs_memref *spare_ref;	/* a reference parked on the client (gs_park()) */
+	struct gs_uvm_map *spare_uvm;	/* uvm.c: what a UVM mapping will record */
 	/*
 	 * Set by the glue for a call that names an fd (gs_call_fd()): the id
 	 * of the file the fd named if it is a nvidiactl node of the caller's
@@ -281,6 +290,12 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
  * decodes); the other escapes it passes are decided on their number alone.
  */
 int gs_block_decided(const struct gs_call *c);
+/*
+ * The size of the block of an nvidia-uvm command that gs_pre() decides on
+ * (the glue copies it into arg, arg_size, and the driver reads that copy);
+ * 0 for the commands decided on their number alone.
+ */
+nv_u32 gs_uvm_arg_size(nv_u32 cmd);
 /* 1 and *n set if c's argument block (req, kind, arg, arg_size) points at one */
 int gs_nested(const struct gs_call *c, struct gs_nested *n);
 /*

@@ -20,6 +20,7 @@
  */
 #define GS_MAX_CHANNELS	1024	/* a CUDA context makes 20 (traces) */
 #define GS_MAX_OBJECTS	65536
+#define GS_MAX_UVM_MAPS	65536	/* nvidia-uvm mappings of counted memory (uvm.c) */
 #define GS_MAX_EXPORTS	4096	/* objects exported to fds (CUDA: one per shareable handle) */
 /* the most RM's reported size of an allocation exceeds its page-rounded size (traces) */
 #define GS_RM_PAD_MAX	(2ull << 20)
@@ -70,6 +71,21 @@ struct gs_memref {
 	struct gs_mem *mem;
 };
 
+/*
+ * A mapping nvidia-uvm made of counted memory (UVM_MAP_EXTERNAL_ALLOCATION):
+ * UVM holds a duplicate of the memory per GPU, so the record holds a
+ * reference on its charge until UVM is known to have let go (uvm.c). The
+ * uuids of the GPUs still mapped follow the record.
+ */
+struct gs_uvm_map {
+	struct gs_uvm_map *next;
+	nv_u64 file_id;		/* the nvidia-uvm file (its VA space) */
+	nv_u64 start;		/* the mapped range, inclusive */
+	nv_u64 end;
+	struct gs_mem *mem;
+	nv_u32 nr_gpus;
+};
+
 struct gs_obj {
 	struct gs_obj *next;	/* hash chain */
 	struct gs_obj *kill;	/* list of objects a free removes */
@@ -106,6 +122,8 @@ struct gs_inst {
 	struct gs_busy *busy;		/* handles of the calls between gs_pre() and gs_post() */
 	struct gs_export *exports;	/* export.c */
 	nv_u32 nr_exports;
+	struct gs_uvm_map *uvm_maps;	/* uvm.c */
+	nv_u32 nr_uvm_maps;
 	struct gs_obj *hash[GS_HASH_SIZE];
 	struct gs_hash_key hash_key;	/* secret: handles are the caller's to pick */
 };
@@ -248,6 +266,15 @@ void gs_export_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *i
 		    nv_u32 status, struct gs_evq *q);
 void gs_export_abort(struct gs_inst *in, struct gs_call *c);
 void gs_export_free_file(struct gs_inst *in, nv_u64 file_id);
+
+/* uvm.c */
+int gs_uvm_spares_alloc(struct gs_call *c);
+void gs_uvm_spares_free(struct gs_call *c);
+enum gs_verdict gs_uvm_pre(struct gs_inst *in, struct gs_call *c);
+void gs_uvm_post(struct gs_inst *in, struct gs_call *c, int ret);
+void gs_uvm_abort(struct gs_inst *in, struct gs_call *c);
+void gs_uvm_free_file(struct gs_inst *in, nv_u64 file_id);
+void gs_uvm_free_all(struct gs_inst *in);
 
 /* core.c: the classes' own decisions (struct gs_class_row.pre) */
 enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,

@@ -745,6 +745,7 @@ struct nv906f_ctrl_get_class_engineid_params {
 #define UVM_REGISTER_GPU			37
 #define UVM_PAGEABLE_MEM_ACCESS			39
 #define UVM_MAP_DYNAMIC_PARALLELISM_REGION	65
+#define UVM_UNMAP_EXTERNAL			66
 #define UVM_ALLOC_SEMAPHORE_POOL		68
 #define UVM_VALIDATE_VA_RANGE			72
 #define UVM_CREATE_EXTERNAL_RANGE		73
@@ -809,6 +810,13 @@ struct uvm_map_external_allocation_params {	/* 9264 */
 struct uvm_range_params {	/* 24: FREE, VALIDATE_VA_RANGE, CREATE_EXTERNAL_RANGE */
 	nv_u64 base NV_ALIGN8;
 	nv_u64 length NV_ALIGN8;
+	nv_u32 rm_status;
+};
+
+struct uvm_unmap_external_params {	/* 40 */
+	nv_u64 base NV_ALIGN8;
+	nv_u64 length NV_ALIGN8;
+	struct nv_processor_uuid gpu_uuid;
 	nv_u32 rm_status;
 };
 

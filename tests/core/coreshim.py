@@ -116,6 +116,9 @@ class Core:
         lib.t_set_bad.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
         lib.t_set_ns_pid.argtypes = [ctypes.c_uint32]
         lib.t_set_ns_pid(0)
+        lib.t_set_reply_trusted.argtypes = [ctypes.c_uint8]
+        lib.t_uvm_arg_size.restype = ctypes.c_uint32
+        lib.t_uvm_arg_size.argtypes = [ctypes.c_uint32]
         lib.t_set_fd_file_id.argtypes = [ctypes.c_uint64, ctypes.c_uint8]
         lib.t_call_fd.restype = ctypes.c_int32
         lib.t_call_fd.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint32]
@@ -162,12 +165,14 @@ class Core:
 
     def call(self, req: int, arg: bytearray, driver=None, *, kind=GS_FILE_CTL, minor=0,
              file_id=1, pid=100, ret=0, arg_size=None, ns_pid=0, fd_file_id=0,
-             fd_sibling=False) -> Result:
+             fd_sibling=False, trusted=True) -> Result:
         """gs_pre; if PASS, driver(arg) plays RM (mutates arg, returns ret), then gs_post.
         fd_file_id: what the glue resolved the fd a call names to (gs_call.fd_file_id);
         fd_sibling: the user-space glue found it another process's of the instance (and, for
-        RM_DUP_OBJECT, hClientSrc: gs_call.src_sibling)."""
+        RM_DUP_OBJECT, hClientSrc: gs_call.src_sibling); trusted: the glue could read the
+        driver's reply where the caller cannot write (gs_call.reply_trusted, nvidia-uvm)."""
         self.lib.t_set_ns_pid(ns_pid)
+        self.lib.t_set_reply_trusted(int(trusted))
         self.lib.t_set_fd_file_id(fd_file_id, int(fd_sibling))
         n = len(arg)
         buf = (ctypes.c_char * max(n, 1)).from_buffer(arg) if n else None

@@ -123,6 +123,14 @@ void t_set_flags(struct gs_inst *in, uint32_t flags)
 	gs_inst_set_flags(in, flags);
 }
 
+/* gs_call.reply_trusted of the calls to come (an nvidia-uvm reply the caller could not rewrite) */
+static uint8_t t_reply_trusted = 1;
+
+void t_set_reply_trusted(uint8_t v)
+{
+	t_reply_trusted = v;
+}
+
 /* returns a call to hand to t_post (or t_done); out[0..3] = verdict, status, err, refusal */
 struct gs_call *t_pre(struct gs_inst *in, int kind, uint32_t minor, uint32_t req, void *arg,
 		      uint32_t arg_size, uint64_t file_id, uint32_t pid, int32_t *out)
@@ -140,6 +148,7 @@ struct gs_call *t_pre(struct gs_inst *in, int kind, uint32_t minor, uint32_t req
 	c->fd_file_id = t_fd_file_id;
 	c->fd_sibling = t_fd_sibling;
 	c->src_sibling = t_fd_sibling;
+	c->reply_trusted = t_reply_trusted;
 	out[0] = gs_pre(in, c, &t_io);
 	out[1] = (int32_t)c->status;
 	out[2] = c->err;
@@ -161,6 +170,11 @@ uint32_t t_post(struct gs_inst *in, struct gs_call *c, int ret)
 void t_done(struct gs_call *c)
 {
 	free(c);
+}
+
+uint32_t t_uvm_arg_size(uint32_t cmd)
+{
+	return gs_uvm_arg_size(cmd);
 }
 
 void t_file_closed(struct gs_inst *in, uint64_t file_id)

@@ -1,0 +1,278 @@
+"""Video memory that nvidia-uvm keeps alive, in the decision core (kmod/core/uvm.c).
+
+UVM_MAP_EXTERNAL_ALLOCATION has UVM duplicate the RM memory object into its own client,
+per GPU named (580 kernel-open/nvidia-uvm/uvm_map_external.c), so freeing the tenant's
+handle frees nothing while the mapping lives, and RM's per-process count no longer sees
+it. The core keeps the memory's charge until UVM is known to have let go: a successful
+UVM_FREE of the range or UVM_UNMAP_EXTERNAL on every GPU, read where the caller could not
+rewrite it (gs_call.reply_trusted), or the release of the nvidia-uvm file."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from test_core import ALLOC, DEV, FREE, Proc, cs, env, so  # noqa: F401  (fixtures)
+from coreshim import GiB, MiB, abi
+
+UVM_FILE = 77
+GPU0 = bytes(range(16))
+GPU1 = bytes(range(16, 32))
+BASE = 0x7F0000000000
+
+
+def map_arg(client: int, memory: int, base: int, length: int, gpus=(GPU0,)) -> bytearray:
+    b = bytearray(abi.UVM_PARAMS[abi.UVM_MAP_EXTERNAL_ALLOCATION][0])
+    struct.pack_into("<QQQ", b, 0, base, length, 0)
+    for i, g in enumerate(gpus):
+        b[24 + 36 * i:24 + 36 * i + 16] = g
+    struct.pack_into("<QiII", b, 9240, len(gpus), 3, client, memory)
+    return b
+
+
+def range_arg(base: int, length: int) -> bytearray:
+    b = bytearray(24)
+    struct.pack_into("<QQ", b, 0, base, length)
+    return b
+
+
+def unmap_arg(base: int, length: int, gpu: bytes) -> bytearray:
+    b = bytearray(40)
+    struct.pack_into("<QQ", b, 0, base, length)
+    b[16:32] = gpu
+    return b
+
+
+def rm_status(status_off: int, status: int = 0):
+    def drv(arg: bytearray) -> int:
+        struct.pack_into("<I", arg, status_off, status)
+        return 0
+    return drv
+
+
+def uvm(core, cmd: int, arg: bytearray, status: int = 0, *, trusted=True, ret=0, file_id=UVM_FILE):
+    off = abi.UVM_PARAMS[cmd][1]
+    return core.call(cmd, arg, rm_status(off, status) if ret == 0 else (lambda a: ret),
+                     kind=cs.GS_FILE_UVM, file_id=file_id, trusted=trusted)
+
+
+def mapped(p: Proc, size: int, base: int = BASE, gpus=(GPU0,)):
+    _, h = p.mem(size)
+    r = uvm(p.core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, h, base, size, gpus))
+    assert (r.verdict, r.refusal) == (cs.GS_PASS, cs.GS_REFUSE_NONE)
+    return h
+
+
+def test_the_core_decides_map_unmap_and_free_by_their_block(so):
+    core = cs.Core(so, GiB)
+    try:
+        lib = core.lib
+        assert lib.t_uvm_arg_size(abi.UVM_MAP_EXTERNAL_ALLOCATION) == 9264
+        assert lib.t_uvm_arg_size(abi.UVM_FREE) == 24
+        assert lib.t_uvm_arg_size(abi.UVM_UNMAP_EXTERNAL) == 40
+        assert lib.t_uvm_arg_size(abi.UVM_CREATE_EXTERNAL_RANGE) == 0
+    finally:
+        core.close()
+
+
+def test_map_free_repeat_stays_within_the_limit(env):
+    """The attack: map the memory into UVM, free the RM handle, allocate again. UVM holds
+    each allocation, so each keeps its charge and the limit holds."""
+    core, rm = env
+    p = Proc(core, rm)
+    for i in range(4):
+        h = mapped(p, 256 * MiB, BASE + i * GiB)
+        assert p.free(h).verdict == cs.GS_PASS
+    assert core.stats()["used"] == GiB
+    r, _ = p.mem(256 * MiB)
+    assert r.refusal == cs.GS_REFUSE_QUOTA
+
+
+def test_uvm_free_of_the_range_gives_the_charge_back(env):
+    core, rm = env
+    p = Proc(core, rm)
+    for _ in range(8):  # cuMemAlloc / cuMemFree, eight times the limit in all
+        h = mapped(p, 512 * MiB)
+        assert uvm(core, abi.UVM_FREE, range_arg(BASE, 512 * MiB)).status == 0
+        p.free(h)
+        assert core.stats()["used"] == 0
+
+
+def test_the_charge_stays_while_either_holds_the_memory(env):
+    core, rm = env
+    p = Proc(core, rm)
+    h = mapped(p, 256 * MiB)
+    uvm(core, abi.UVM_FREE, range_arg(BASE, 256 * MiB))
+    assert core.stats()["used"] == 256 * MiB  # the handle still holds it
+    p.free(h)
+    assert core.stats()["used"] == 0
+
+
+@pytest.mark.parametrize("how", ["failed", "untrusted", "ioctl-error", "other-range", "partial"])
+def test_a_free_that_is_not_known_to_have_freed_keeps_the_charge(env, how):
+    """A failure, a reply the caller could have rewritten (its page is writable once the
+    driver copies out), a free that never ran, another range, part of the range: UVM may
+    still hold the memory, so it stays charged."""
+    core, rm = env
+    p = Proc(core, rm)
+    h = mapped(p, 256 * MiB)
+    p.free(h)
+    arg = range_arg(BASE, 256 * MiB)
+    kw = {}
+    if how == "failed":
+        kw["status"] = 0x1E  # NV_ERR_INVALID_ADDRESS
+    elif how == "untrusted":
+        kw["trusted"] = False
+    elif how == "ioctl-error":
+        kw["ret"] = -11
+    elif how == "other-range":
+        arg = range_arg(BASE + GiB, 256 * MiB)
+    elif how == "partial":
+        arg = range_arg(BASE, 128 * MiB)
+    uvm(core, abi.UVM_FREE, arg, **kw)
+    assert core.stats()["used"] == 256 * MiB
+    uvm(core, abi.UVM_FREE, range_arg(BASE, 256 * MiB))
+    assert core.stats()["used"] == 0
+
+
+def test_a_forged_success_is_not_believed(env):
+    """The driver's reply says the free failed, a sibling thread rewrites it to NV_OK:
+    with the reply where the caller can write, the core does not uncharge."""
+    core, rm = env
+    p = Proc(core, rm)
+    p.free(mapped(p, 256 * MiB))
+    uvm(core, abi.UVM_FREE, range_arg(BASE, 256 * MiB), status=0, trusted=False)
+    assert core.stats()["used"] == 256 * MiB
+
+
+def test_unmap_must_cover_every_gpu(env):
+    core, rm = env
+    p = Proc(core, rm)
+    p.free(mapped(p, 256 * MiB, gpus=(GPU0, GPU1)))
+    uvm(core, abi.UVM_UNMAP_EXTERNAL, unmap_arg(BASE, 256 * MiB, GPU0))
+    assert core.stats()["used"] == 256 * MiB
+    uvm(core, abi.UVM_UNMAP_EXTERNAL, unmap_arg(BASE, 256 * MiB, GPU0))  # again: nothing
+    assert core.stats()["used"] == 256 * MiB
+    uvm(core, abi.UVM_UNMAP_EXTERNAL, unmap_arg(BASE, 128 * MiB, GPU1))  # a piece stays
+    assert core.stats()["used"] == 256 * MiB
+    uvm(core, abi.UVM_UNMAP_EXTERNAL, unmap_arg(BASE - GiB, 4 * GiB, GPU1))
+    assert core.stats()["used"] == 0
+
+
+def test_the_release_of_the_uvm_file_gives_everything_back(env):
+    core, rm = env
+    p = Proc(core, rm)
+    for i in range(3):
+        p.free(mapped(p, 128 * MiB, BASE + i * GiB))
+    other = Proc(core, rm, file_id=2, pid=101)
+    _, h = other.mem(128 * MiB)
+    uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(other.client, h, BASE, 128 * MiB), file_id=78)
+    other.free(h)
+    assert core.stats()["used"] == 512 * MiB
+    core.file_closed(UVM_FILE)
+    assert core.stats()["used"] == 128 * MiB  # the other file's mapping stays
+    core.file_closed(78)
+    assert core.stats()["used"] == 0
+
+
+def test_a_free_on_another_uvm_file_releases_nothing_of_this_one(env):
+    core, rm = env
+    p = Proc(core, rm)
+    p.free(mapped(p, 256 * MiB))
+    uvm(core, abi.UVM_FREE, range_arg(BASE, 256 * MiB), file_id=UVM_FILE + 1)
+    assert core.stats()["used"] == 256 * MiB
+
+
+def test_a_failed_or_refused_map_reply_still_holds_the_charge(env):
+    """A map whose reply says it failed may have succeeded (a rewritten reply): the record
+    is kept until the range is freed or the file goes."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(256 * MiB)
+    uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, h, BASE, 256 * MiB), status=0x1E)
+    p.free(h)
+    assert core.stats()["used"] == 256 * MiB
+    core.file_closed(UVM_FILE)
+    assert core.stats()["used"] == 0
+
+
+def test_a_map_the_driver_never_ran_takes_no_reference(env):
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(256 * MiB)
+    uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, h, BASE, 256 * MiB), ret=-12)
+    p.free(h)
+    assert core.stats()["used"] == 0
+
+
+def test_memory_of_a_client_not_the_instances_is_refused_as_rm_answers(env):
+    """RM lets UVM duplicate an object of any client whose share policy allows it
+    (RM_SHARE); another instance's client is answered as a client that does not exist."""
+    core, rm = env
+    r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(0xC1D00999, 0x1234, BASE, 2 * MiB))
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_CLIENT,
+                                                 cs.GS_REFUSE_FOREIGN)
+    p = Proc(core, rm)
+    r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, 0xBEEF, BASE, 2 * MiB))
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_OBJECT_NOT_FOUND)
+
+
+def test_a_map_with_no_gpu_or_too_many_is_left_to_uvm(env):
+    """UVM refuses gpuAttributesCount 0 or above UVM_MAX_GPUS before duplicating anything
+    (the driver reads the count the core checked): nothing to hold."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(256 * MiB)
+    for n in (0, abi.UVM_MAX_GPUS + 1):
+        arg = map_arg(p.client, h, BASE, 256 * MiB)
+        struct.pack_into("<Q", arg, 9240, n)
+        assert uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, arg).verdict == cs.GS_PASS
+    p.free(h)
+    assert core.stats()["used"] == 0
+
+
+def test_memory_not_counted_is_mapped_without_a_record(env):
+    core, rm = env
+    p = Proc(core, rm)
+    r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, DEV, BASE, 2 * MiB))
+    assert r.verdict == cs.GS_PASS
+    assert core.stats()["used"] == 0
+
+
+def test_a_handle_freed_and_made_again_during_a_map_waits(env):
+    """The map names (client, handle); a creation of that handle while the map is in
+    flight could make UVM duplicate other memory than the core referenced."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(256 * MiB)
+    arg = map_arg(p.client, h, BASE, 256 * MiB)
+    seen = {}
+
+    def driver(a: bytearray) -> int:
+        assert p.free(h).verdict == cs.GS_PASS  # a free passes: the reference holds the charge
+        mp = cs.mem_params(512 * MiB)
+        r, _, _ = p.alloc(DEV, abi.NV01_MEMORY_LOCAL_USER, handle=h, params=mp)
+        seen["again"] = (r.verdict, r.status)
+        return rm_status(9260)(a)
+
+    core.call(abi.UVM_MAP_EXTERNAL_ALLOCATION, arg, driver, kind=cs.GS_FILE_UVM, file_id=UVM_FILE)
+    assert seen["again"] == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
+    assert core.stats()["used"] == 256 * MiB
+
+
+def test_records_are_bounded(env):
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(2 * MiB)
+    arg = map_arg(p.client, h, BASE, 2 * MiB)
+    n = 0
+    while True:
+        r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, bytearray(arg))
+        if r.verdict != cs.GS_PASS:
+            break
+        n += 1
+    assert n == 65536
+    assert r.status == abi.NV_ERR_INSUFFICIENT_RESOURCES
+    core.file_closed(UVM_FILE)
+    assert uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, bytearray(arg)).verdict == cs.GS_PASS
