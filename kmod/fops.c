@@ -50,6 +50,7 @@ static int gs_open(struct inode *inode, struct file *file)
 	}
 	gf->node = node;
 	gf->real = real;
+	mutex_init(&gf->uvm_lock);
 	gf->id = atomic64_inc_return(&gs_next_file_id);
 	gf->tgid = current->tgid;
 	gf->timeslice_gen = atomic_read(&node->inst->timeslice_gen);

@@ -8,6 +8,7 @@
 
 #include <linux/fs.h>
 #include <linux/list.h>
+#include <linux/mutex.h>
 #include <linux/types.h>
 
 #include "activity.h"
@@ -23,6 +24,12 @@ struct gs_file {
 	int timeslice_gen;	/* instance timeslice generation applied on this file */
 	struct list_head reap;	/* on the reaper's list once released (reaper.c) */
 	struct gs_act_note act_note;	/* the RM mapping its next mmap() maps (activity.c) */
+	/*
+	 * nvidia-uvm files: held by a call that maps, unmaps or frees UVM
+	 * ranges from the core's check to its account of the reply, so that
+	 * the core sees them in the order UVM ran them (core/uvm.c).
+	 */
+	struct mutex uvm_lock;
 };
 
 extern const struct file_operations gs_fops;

@@ -8,8 +8,12 @@
  *
  * GS_REPLY: the core's block (status set) is the reply and the ioctl returns
  * 0, as RM does for a refused call. GS_FAIL: the ioctl fails with -c.err.
- * nvidia-uvm ioctls carry no size in the request word; the core passes them
- * (and may decode them through gs_io); they get fd translation too.
+ * nvidia-uvm ioctls carry no size in the request word: the core names the
+ * size of the ones it decides on by their block (gs_uvm_arg_size(): mapping,
+ * unmapping and freeing external ranges, core/uvm.c); those run one at a
+ * time per file (gs_file.uvm_lock), a mapping staged like an RM call, an
+ * unmap or free from a page no process can write (uvmcall.c). The others
+ * pass on their number. All get fd translation.
  *
  * Timeslice (FINDINGS.md): RM accepts NVA06C_CTRL_CMD_SET_TIMESLICE only from
  * the process that owns the TSG. So when an instance has TIMESLICE_US set, the
@@ -34,6 +38,7 @@
 #include "ioctl.h"
 #include "shadow.h"
 #include "uscratch.h"
+#include "uvmcall.h"
 
 #define CREATE_TRACE_POINTS
 #include "trace.h"
@@ -300,6 +305,22 @@ static long gs_call_real(struct gs_file *gf, struct gs_call *c, struct gs_uio *u
 }
 
 /*
+ * UVM_FREE and UVM_UNMAP_EXTERNAL, whose success lets the core uncharge what
+ * UVM held: made from a page no process can write (uvmcall.c), so the reply
+ * is UVM's. -ENODEV: no such page; the caller makes the call, untrusted.
+ */
+static long gs_call_uvm_trusted(struct gs_file *gf, struct gs_call *c, u64 *drv_ns)
+{
+	u64 t = ktime_get_ns();
+	long ret;
+
+	ret = gs_uvmcall(gf->real, c->req, c->arg, c->arg_size);
+	*drv_ns = ktime_get_ns() - t;
+	c->reply_trusted = ret != -ENODEV && ret != -EFAULT;
+	return ret;
+}
+
+/*
  * The nested reply (RM's, as the core rewrote it) to the caller. RM answers
  * NV_ERR_INVALID_ADDRESS, its work done, when it cannot copy its reply out
  * (rs_server.c serverAllocApiCopyOut(), serverControlApiCopyOut()): so does
@@ -390,7 +411,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		.write = gs_io_write,
 		.ctx = &u,
 	};
-	bool fault = false;
+	bool fault = false, uvm_locked;
 	struct file *fd_file = NULL;
 	nv_s32 fd = -1;
 	struct gs_call c = {
@@ -407,27 +428,38 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 
 	if (c.kind == GS_FILE_UVM) {
 		c.escape = cmd;
+		/* the nvidia-uvm commands decided on by their block (core/uvm.c) */
+		c.arg_size = decode ? gs_uvm_arg_size(cmd) : 0;
 	} else {
 		c.arg_size = _IOC_SIZE(cmd);
 		c.arg = stack_arg;
+	}
+	if (c.arg_size) {
 		if (c.arg_size > sizeof(stack_arg)) {
 			c.arg = gs_kmalloc(c.arg_size, GFP_KERNEL);
 			if (!c.arg)
 				return -ENOMEM;
+		} else {
+			c.arg = stack_arg;
 		}
 		if (copy_from_user(c.arg, arg, c.arg_size)) {
 			ret = -EFAULT;
 			goto out_free;
 		}
-		if (decode) {
-			ret = gs_uio_fill(&u, &c);
-			if (ret)
-				goto out_free;
-			if (gs_call_fd(&c, &io, &fd)) {
-				fd_file = gs_fd_file(inst, fd, &c.fd_file_id);
-				gs_inject_fd_delay();	/* TEST ONLY */
-			}
+	}
+	if (decode && c.kind != GS_FILE_UVM) {
+		ret = gs_uio_fill(&u, &c);
+		if (ret)
+			goto out_free;
+		if (gs_call_fd(&c, &io, &fd)) {
+			fd_file = gs_fd_file(inst, fd, &c.fd_file_id);
+			gs_inject_fd_delay();	/* TEST ONLY */
 		}
+	}
+	uvm_locked = c.kind == GS_FILE_UVM && c.arg_size;
+	if (uvm_locked && mutex_lock_killable(&gf->uvm_lock)) {
+		ret = -EINTR;
+		goto out_free;
 	}
 
 	verdict = decode ? gs_pre(inst->core, &c, &io) : GS_PASS;
@@ -449,9 +481,15 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		 * escapes are decided on their number alone and read where the
 		 * caller put them.
 		 */
-		ret = gs_call_real(gf, &c, &u, cmd, arg, compat,
-				   decode && c.arg_size && gs_block_decided(&c),
-				   fd, fd_file, &drv_ns, &fault);
+		if (uvm_locked && c.escape != UVM_MAP_EXTERNAL_ALLOCATION)
+			ret = gs_call_uvm_trusted(gf, &c, &drv_ns);
+		else
+			ret = -ENODEV;
+		if (ret == -ENODEV)
+			ret = gs_call_real(gf, &c, &u, cmd, arg, compat,
+					   decode && c.arg_size &&
+					   (gs_block_decided(&c) || c.kind == GS_FILE_UVM),
+					   fd, fd_file, &drv_ns, &fault);
 		/*
 		 * The driver ran but its reply is gone: it could not write it
 		 * (-EFAULT: another thread unmapped the block mid-call, after
@@ -473,6 +511,8 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		break;
 	}
 
+	if (uvm_locked)
+		mutex_unlock(&gf->uvm_lock);
 	trace_gpuslice_ioctl(inst->id, inst->name, c.pid, c.kind, c.escape, c.what,
 			     c.status, c.refusal, drv_ns, ktime_get_ns() - t0);
 	if (c.refusal != GS_REFUSE_NONE)

@@ -12,6 +12,7 @@
 #include "netlink.h"
 #include "reaper.h"
 #include "shadow.h"
+#include "uvmcall.h"
 
 bool gs_passthrough_only;
 module_param_named(passthrough_only, gs_passthrough_only, bool, 0444);
@@ -30,9 +31,12 @@ static int __init gs_init(void)
 	err = gs_shadow_init();
 	if (err)
 		return err;
-	err = gs_driver_init();
+	err = gs_uvmcall_init();
 	if (err)
 		goto err_shadow;
+	err = gs_driver_init();
+	if (err)
+		goto err_uvmcall;
 	err = gs_instances_init();
 	if (err)
 		goto err_driver;
@@ -46,6 +50,8 @@ err_instances:
 	gs_instances_exit();
 err_driver:
 	gs_driver_exit();
+err_uvmcall:
+	gs_uvmcall_exit();
 err_shadow:
 	gs_shadow_exit();
 	return err;
@@ -58,6 +64,7 @@ static void __exit gs_exit(void)
 	gs_instances_exit();
 	gs_fdswap_barrier();
 	gs_driver_exit();
+	gs_uvmcall_exit();
 	gs_shadow_exit();
 }
 
