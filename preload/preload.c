@@ -7,8 +7,10 @@
  * mremap() to find channels' USERD (userd.c). An fd is recognised as NVIDIA's by fstat() on
  * its first 'F' ioctl (character device, major 195: minor 255 is nvidiactl,
  * the rest nvidia<N>), so no open() wrapper is needed and fds opened before
- * the library was loaded are seen too. ioctls of any other type (nvidia-uvm's
- * included) go straight to libc with no lookup.
+ * the library was loaded are seen too. nvidia-uvm's commands that map, unmap
+ * and free external ranges go through the core too (gs_uvm_ioctl(); its fds
+ * are recognised by nvidia-uvm's major); ioctls of any other type go straight
+ * to libc with no lookup.
  *
  * Each NVIDIA ioctl: copy the argument block in (process_vm_readv, so a bad
  * pointer is EFAULT rather than a crash), gs_pre(), call the real ioctl on
@@ -72,6 +74,7 @@
 #define GS_TAG_OTHER	1
 #define GS_TAG_CTL	2
 #define GS_TAG_GPU	3
+#define GS_TAG_UVM	4	/* /dev/nvidia-uvm: its external ranges (kmod/core/uvm.c) */
 
 /* per fd: file_id << 16 | minor << 8 | tag; 0 = not looked at yet */
 static _Atomic nv_u64 gs_fds[GS_MAX_FD];
@@ -292,6 +295,31 @@ __attribute__((destructor)) static void gs_dtor(void)
 
 /* ---- the fd table ---- */
 
+/* nvidia-uvm's major (dynamic: /proc/devices), -1 when it has none */
+static long gs_uvm_major(void)
+{
+	static _Atomic long major_nr = -2;
+	long m = atomic_load(&major_nr);
+	char line[128], name[64];
+	FILE *f;
+	long n;
+
+	if (m != -2)
+		return m;
+	m = -1;
+	f = fopen("/proc/devices", "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "Block", 5))
+			break;
+		if (sscanf(line, "%ld %63s", &n, name) == 2 && !strcmp(name, "nvidia-uvm"))
+			m = n;
+	}
+	if (f)
+		fclose(f);
+	atomic_store(&major_nr, m);
+	return m;
+}
+
 static nv_u64 gs_fd_state(int fd)
 {
 	struct stat st;
@@ -304,13 +332,16 @@ static nv_u64 gs_fd_state(int fd)
 	if (v)
 		return v;
 	tag = GS_TAG_OTHER;
-	if (fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) &&
-	    major(st.st_rdev) == NV_MAJOR_DEVICE_NUMBER) {
-		minor_nr = minor(st.st_rdev);
-		if (minor_nr == NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE)
-			tag = GS_TAG_CTL;
-		else if (minor_nr < 254)	/* 254: nvidia-modeset */
-			tag = GS_TAG_GPU;
+	if (fstat(fd, &st) == 0 && S_ISCHR(st.st_mode)) {
+		if (major(st.st_rdev) == NV_MAJOR_DEVICE_NUMBER) {
+			minor_nr = minor(st.st_rdev);
+			if (minor_nr == NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE)
+				tag = GS_TAG_CTL;
+			else if (minor_nr < 254)	/* 254: nvidia-modeset */
+				tag = GS_TAG_GPU;
+		} else if ((long)major(st.st_rdev) == gs_uvm_major()) {
+			tag = GS_TAG_UVM;
+		}
 	}
 	v = tag | (minor_nr << 8);
 	if (tag != GS_TAG_OTHER)
@@ -325,6 +356,12 @@ static nv_u64 gs_fd_state(int fd)
 static int gs_is_nv(nv_u64 v)
 {
 	return (v & 0xff) == GS_TAG_CTL || (v & 0xff) == GS_TAG_GPU;
+}
+
+/* a file whose release the core hears of: RM's nodes and nvidia-uvm */
+static int gs_is_tracked(nv_u64 v)
+{
+	return gs_is_nv(v) || (v & 0xff) == GS_TAG_UVM;
 }
 
 /* the fd of the RM call this thread is in (its events are of that file's clients) */
@@ -364,14 +401,14 @@ static void gs_fd_gone(int fd)
 	if (fd < 0 || fd >= GS_MAX_FD)
 		return;
 	v = atomic_exchange(&gs_fds[fd], 0);
-	if (!gs_is_nv(v))
+	if (!gs_is_tracked(v))
 		return;
 	fid = v >> 16;
 	max = atomic_load(&gs_max_fd);
 	for (i = 0; i <= max && i < GS_MAX_FD; i++) {
 		nv_u64 w = atomic_load(&gs_fds[i]);
 
-		if (gs_is_nv(w) && (w >> 16) == fid)
+		if (gs_is_tracked(w) && (w >> 16) == fid)
 			return;
 	}
 	/* an exported file lives on where it was sent: the core keeps it until released */
@@ -388,7 +425,7 @@ static void gs_fd_dup(int oldfd, int newfd)
 	if (oldfd < 0 || oldfd >= GS_MAX_FD || newfd < 0 || newfd >= GS_MAX_FD)
 		return;
 	v = atomic_load(&gs_fds[oldfd]);
-	atomic_store(&gs_fds[newfd], gs_is_nv(v) ? v : 0);
+	atomic_store(&gs_fds[newfd], gs_is_tracked(v) ? v : 0);
 	m = atomic_load(&gs_max_fd);
 	while (newfd > m && !atomic_compare_exchange_weak(&gs_max_fd, &m, newfd))
 		;
@@ -531,6 +568,64 @@ out:
 	return ret;
 }
 
+/*
+ * The nvidia-uvm commands the core decides on by their block (mapping,
+ * unmapping and freeing external ranges, kmod/core/uvm.c). Here the reply is
+ * taken as UVM's (gs_call.reply_trusted): in user space nothing stops the
+ * process from rewriting it, or from making the call without this library.
+ */
+static int gs_uvm_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
+{
+	nv_u32 size = gs_uvm_arg_size((nv_u32)req);
+	struct gs_call c;
+	enum gs_verdict v;
+	void *buf;
+	int ret, err;
+
+	buf = malloc(size);
+	if (!buf) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (gs_copy(buf, uarg, size, 0)) {
+		ret = -1;
+		err = EFAULT;
+		goto out;
+	}
+	memset(&c, 0, sizeof(c));
+	c.kind = GS_FILE_UVM;
+	c.req = (nv_u32)req;
+	c.arg = buf;
+	c.arg_size = size;
+	c.file_id = st >> 16;
+	c.pid = getpid();
+	v = gs_pre(gs_pl.inst, &c, &gs_pl_io);
+	if (v == GS_FAIL) {
+		gs_report_refusal(&c);
+		ret = -1;
+		err = c.err;
+		goto out;
+	}
+	if (v == GS_REPLY) {
+		gs_report_refusal(&c);
+		ret = gs_copy(uarg, buf, size, 1) ? -1 : 0;
+		err = EFAULT;
+		goto out;
+	}
+	ret = real_ioctl(fd, req, buf);
+	err = errno;
+	c.reply_trusted = 1;
+	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
+	if (ret == 0 && gs_copy(uarg, buf, size, 1)) {
+		ret = -1;
+		err = EFAULT;
+	}
+out:
+	free(buf);
+	errno = err;
+	return ret;
+}
+
 GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 {
 	va_list ap;
@@ -541,8 +636,14 @@ GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	gs_init();
-	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC || !gs_mine())
+	if (!gs_mine())
 		return real_ioctl(fd, req, arg);
+	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC) {
+		if (req <= 0xffffffffu && gs_uvm_arg_size((nv_u32)req) &&
+		    ((st = gs_fd_state(fd)) & 0xff) == GS_TAG_UVM)
+			return gs_uvm_ioctl(fd, st, req, arg);
+		return real_ioctl(fd, req, arg);
+	}
 	st = gs_fd_state(fd);
 	if (!gs_is_nv(st))
 		return real_ioctl(fd, req, arg);
