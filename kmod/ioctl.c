@@ -9,11 +9,12 @@
  * GS_REPLY: the core's block (status set) is the reply and the ioctl returns
  * 0, as RM does for a refused call. GS_FAIL: the ioctl fails with -c.err.
  * nvidia-uvm ioctls carry no size in the request word: the core names the
- * size of the ones it decides on by their block (gs_uvm_arg_size(): mapping,
- * unmapping and freeing external ranges, core/uvm.c); those run one at a
- * time per file (gs_file.uvm_lock), a mapping staged like an RM call, an
- * unmap or free from a page no process can write (uvmcall.c). The others
- * pass on their number. All get fd translation.
+ * size of the ones it decides on by their block (gs_uvm_arg_size(): what
+ * makes UVM hold memory, channels or page tables, and what lets go of them,
+ * core/uvm.c); those run one at a time per file (gs_file.uvm_lock), staged
+ * like an RM call, except the releases (gs_uvm_releases()), made from a page
+ * no process can write (uvmcall.c). The others pass on their number. All get
+ * fd translation.
  *
  * Timeslice (FINDINGS.md): RM accepts NVA06C_CTRL_CMD_SET_TIMESLICE only from
  * the process that owns the TSG. So when an instance has TIMESLICE_US set, the
@@ -481,7 +482,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		 * escapes are decided on their number alone and read where the
 		 * caller put them.
 		 */
-		if (uvm_locked && c.escape != UVM_MAP_EXTERNAL_ALLOCATION)
+		if (uvm_locked && gs_uvm_releases(c.escape))
 			ret = gs_call_uvm_trusted(gf, &c, &drv_ns);
 		else
 			ret = -ENODEV;

@@ -4,7 +4,7 @@
  *
  * The core lets go of a charge that nvidia-uvm held (core/uvm.c) only when
  * it knows UVM let go of the memory: a successful UVM_FREE or
- * UVM_UNMAP_EXTERNAL. UVM answers in the caller's argument block
+ * UVM_UNMAP_EXTERNAL (or, for a retained channel, UVM_UNREGISTER_CHANNEL). UVM answers in the caller's argument block
  * (kernel-open/nvidia-uvm/uvm_api.h __UVM_ROUTE_CMD_STACK: copy_from_user,
  * the call, copy_to_user, return 0), and any user page the driver can write
  * to, another thread of the same process can write to as well once the
@@ -12,15 +12,17 @@
  * shadow.c). A tenant could fail a free on purpose, rewrite its status to
  * NV_OK and be uncharged for memory UVM still holds.
  *
- * So those two calls are made by a kernel thread of the module, on the
- * caller's real nvidia-uvm file, from a page of an address space in which no
- * process runs: the one of the process that loaded the module, kept
- * (mmget()) after that process exits. UVM_FREE and UVM_UNMAP_EXTERNAL work on
- * the file's VA space alone (uvm_va_range.c uvm_free(), uvm_map_external.c
- * uvm_unmap_external()): neither the calling process nor its mm is looked
- * at, unlike UVM_MAP_EXTERNAL_ALLOCATION, whose RM duplicate is allowed for
- * the calling process's clients (client_resource.c, RS_SHARE_TYPE_PID) and
- * so stays in the caller's context.
+ * So those calls (and UVM_UNREGISTER_CHANNEL, the release of a retained
+ * channel) are made by a kernel thread of the module, on the caller's real
+ * nvidia-uvm file, from a page of an address space in which no process runs:
+ * the one of the process that loaded the module, kept (mmget()) after that
+ * process exits. They work on the file's VA space alone (uvm_va_range.c
+ * uvm_free(), uvm_map_external.c uvm_unmap_external(), uvm_user_channel.c
+ * uvm_api_unregister_channel()): neither the calling process nor its mm is
+ * looked at. The calls that make UVM hold something stay in the caller's
+ * context: RM allows UVM's duplicates for the calling process's clients only
+ * (client_resource.c, RS_SHARE_TYPE_PID), and a semaphore pool's pages are
+ * charged to the caller's memory cgroup.
  *
  * Loaded from a context without an mm (never, through finit_module()), there
  * is no such page: gs_uvmcall() says so and the calls run in the caller's

@@ -64,14 +64,22 @@ def mapped(p: Proc, size: int, base: int = BASE, gpus=(GPU0,)):
     return h
 
 
-def test_the_core_decides_map_unmap_and_free_by_their_block(so):
+DECIDED = (abi.UVM_REGISTER_CHANNEL, abi.UVM_UNREGISTER_CHANNEL, abi.UVM_MAP_EXTERNAL_ALLOCATION,
+           abi.UVM_FREE, abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION, abi.UVM_UNMAP_EXTERNAL,
+           abi.UVM_ALLOC_SEMAPHORE_POOL)
+
+
+def test_the_core_decides_what_makes_uvm_hold_or_let_go_by_the_block(so):
+    """The blocks the glue copies for the core, and where their status is: as the ABI
+    mirror (pyctl/gpuslice/abi.py, checked against nvrm_abi.h by test_nvstub_abi.py)."""
     core = cs.Core(so, GiB)
     try:
         lib = core.lib
-        assert lib.t_uvm_arg_size(abi.UVM_MAP_EXTERNAL_ALLOCATION) == 9264
-        assert lib.t_uvm_arg_size(abi.UVM_FREE) == 24
-        assert lib.t_uvm_arg_size(abi.UVM_UNMAP_EXTERNAL) == 40
-        assert lib.t_uvm_arg_size(abi.UVM_CREATE_EXTERNAL_RANGE) == 0
+        for cmd in DECIDED:
+            size, status, _ = abi.UVM_PARAMS[cmd]
+            assert (lib.t_uvm_arg_size(cmd), lib.t_uvm_status_off(cmd)) == (size, status), cmd
+        for cmd in set(abi.UVM_IOCTLS) - set(DECIDED):
+            assert lib.t_uvm_arg_size(cmd) == 0, cmd
     finally:
         core.close()
 
@@ -276,3 +284,126 @@ def test_records_are_bounded(env):
     assert r.status == abi.NV_ERR_INSUFFICIENT_RESOURCES
     core.file_closed(UVM_FILE)
     assert uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, bytearray(arg)).verdict == cs.GS_PASS
+
+
+CHANNEL = 0x9000
+
+
+def channel(p: Proc, h: int) -> None:
+    r = p.core.call(ALLOC, cs.alloc_arg(p.client, DEV, h, abi.HOPPER_CHANNEL_GPFIFO_A), p.rm.ok(40),
+                    file_id=p.file_id)
+    assert r.verdict == cs.GS_PASS
+
+
+def register_channel(p: Proc, h: int, **kw):
+    b = bytearray(56)
+    b[0:16] = GPU0
+    struct.pack_into("<iII", b, 16, 3, p.client, h)
+    return uvm(p.core, abi.UVM_REGISTER_CHANNEL, b, **kw)
+
+
+def unregister_channel(p: Proc, h: int, **kw):
+    b = bytearray(28)
+    b[0:16] = GPU1  # UVM finds the channel by client and handle alone
+    struct.pack_into("<II", b, 16, p.client, h)
+    return uvm(p.core, abi.UVM_UNREGISTER_CHANNEL, b, **kw)
+
+
+def channels_left(p: Proc, start: int) -> int:
+    n = 0
+    while p.core.call(ALLOC, cs.alloc_arg(p.client, DEV, start + n, abi.HOPPER_CHANNEL_GPFIFO_A),
+                      p.rm.ok(40)).verdict == cs.GS_PASS:
+        n += 1
+    for h in range(start, start + n):
+        p.free(h)
+    return n
+
+
+def test_a_channel_uvm_retains_after_its_free_stays_counted(env):
+    """The attack: make a channel, register it with UVM (which retains it with its TSG
+    and GR context), free it, repeat. RM's framebuffer of a channel is counted nowhere;
+    the channel cap is what bounds it, so retained channels count against it."""
+    core, rm = env
+    p = Proc(core, rm)
+    for i in range(1024):
+        channel(p, CHANNEL + i)
+        assert register_channel(p, CHANNEL + i).verdict == cs.GS_PASS
+        p.free(CHANNEL + i)
+    assert channels_left(p, 0xA0000) == 0
+    core.file_closed(UVM_FILE)  # the VA space goes: UVM lets go of them all
+    assert channels_left(p, 0xA0000) == 1024
+
+
+def test_a_registered_channel_counts_once_while_it_lives(env):
+    core, rm = env
+    p = Proc(core, rm)
+    channel(p, CHANNEL)
+    register_channel(p, CHANNEL)
+    assert channels_left(p, 0xA0000) == 1023
+    assert unregister_channel(p, CHANNEL).status == 0
+    p.free(CHANNEL)
+    assert channels_left(p, 0xA0000) == 1024
+
+
+@pytest.mark.parametrize("how", ["failed", "untrusted", "other-handle"])
+def test_a_retained_channel_stays_counted_until_uvm_is_known_to_let_go(env, how):
+    core, rm = env
+    p = Proc(core, rm)
+    channel(p, CHANNEL)
+    register_channel(p, CHANNEL)
+    p.free(CHANNEL)
+    if how == "failed":
+        unregister_channel(p, CHANNEL, status=0x5A)
+    elif how == "untrusted":
+        unregister_channel(p, CHANNEL, trusted=False)
+    else:
+        unregister_channel(p, CHANNEL + 1)
+    assert channels_left(p, 0xA0000) == 1023
+    unregister_channel(p, CHANNEL)
+    assert channels_left(p, 0xA0000) == 1024
+
+
+def test_a_channel_of_another_client_is_refused_as_rm_answers(env):
+    core, rm = env
+    p = Proc(core, rm)
+    b = bytearray(56)
+    struct.pack_into("<iII", b, 16, 3, 0xC1D00999, CHANNEL)
+    r = uvm(core, abi.UVM_REGISTER_CHANNEL, b)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_CLIENT,
+                                                 cs.GS_REFUSE_FOREIGN)
+
+
+def region(core, cmd: int, base: int, length: int, **kw):
+    size = abi.UVM_PARAMS[cmd][0]
+    b = bytearray(size)
+    struct.pack_into("<QQ", b, 0, base, length)
+    if cmd == abi.UVM_ALLOC_SEMAPHORE_POOL:
+        struct.pack_into("<Q", b, size - 16, 1)  # gpuAttributesCount
+    return uvm(core, cmd, b, **kw)
+
+
+@pytest.mark.parametrize("cmd", [abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION, abi.UVM_ALLOC_SEMAPHORE_POOL])
+def test_ranges_backed_by_page_tables_alone_are_capped(env, cmd):
+    """UVM backs a dynamic-parallelism region or a semaphore pool with page tables pinned in
+    video memory (measured on the H100: 4 KiB per 4 KiB region, 2 million of them held
+    7.8 GiB). CUDA makes one or two per context; the instance gets 1024 at a time."""
+    core, rm = env
+    n = 0
+    while region(core, cmd, BASE + n * 2 * MiB, 4096).verdict == cs.GS_PASS:
+        n += 1
+    assert n == 1024
+    r = region(core, cmd, BASE + n * 2 * MiB, 4096)
+    assert (r.status, r.refusal) == (abi.NV_ERR_INSUFFICIENT_RESOURCES, cs.GS_REFUSE_LIMIT)
+    uvm(core, abi.UVM_FREE, range_arg(BASE, 4096), status=0x1E)  # refused: nothing back
+    assert region(core, cmd, BASE + n * 2 * MiB, 4096).verdict == cs.GS_REPLY
+    uvm(core, abi.UVM_FREE, range_arg(BASE, 4096))
+    assert region(core, cmd, BASE + n * 2 * MiB, 4096).verdict == cs.GS_PASS
+    core.file_closed(UVM_FILE)
+    assert region(core, cmd, BASE, 4096).verdict == cs.GS_PASS
+
+
+def test_a_region_the_driver_never_ran_is_not_counted(env):
+    core, rm = env
+    for i in range(2000):
+        region(core, abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION, BASE + i * 2 * MiB, 4096, ret=-11)
+    assert region(core, abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION, BASE, 4096).verdict == cs.GS_PASS

@@ -22,6 +22,7 @@ UVM_STRUCTS = {
     abi.UVM_DESTROY_RANGE_GROUP: ("uvm_range_group_params", None),
     abi.UVM_REGISTER_GPU_VASPACE: ("uvm_register_gpu_vaspace_params", "rm_ctrl_fd"),
     abi.UVM_REGISTER_CHANNEL: ("uvm_register_channel_params", "rm_ctrl_fd"),
+    abi.UVM_UNREGISTER_CHANNEL: ("uvm_unregister_channel_params", None),
     abi.UVM_MAP_EXTERNAL_ALLOCATION: ("uvm_map_external_allocation_params", "rm_ctrl_fd"),
     abi.UVM_FREE: ("uvm_range_params", None),
     abi.UVM_REGISTER_GPU: ("uvm_register_gpu_params", "rm_ctrl_fd"),

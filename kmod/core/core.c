@@ -411,7 +411,8 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	if (row->refusal != GS_REFUSE_NONE)
 		return gs_refuse_as(c, row->refusal, st, row->status);
 	if (in->nr_objects >= GS_MAX_OBJECTS ||
-	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL && in->nr_channels >= GS_MAX_CHANNELS))
+	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL &&
+	     in->nr_channels + in->nr_uvm_channels >= GS_MAX_CHANNELS))
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, st, NV_ERR_INSUFFICIENT_RESOURCES);
 	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
 		return GS_PASS;
@@ -830,6 +831,7 @@ static int gs_spares_alloc(struct gs_call *c, const struct gs_io *io)
 	c->spare_exp = NULL;
 	c->spare_ref = NULL;
 	c->spare_uvm = NULL;
+	c->uvm_added = NULL;
 	if (c->kind == GS_FILE_UVM)
 		return gs_uvm_spares_alloc(c);
 	if (!gs_creates_object(c))

@@ -67,7 +67,7 @@ struct gs_obj;
 struct gs_mem;
 struct gs_export;
 struct gs_memref;
-struct gs_uvm_map;
+struct gs_uvm_rec;
 struct gs_call;
 
 /* a handle a call in flight creates, frees or takes from (core.c, registry.c) */
@@ -125,7 +125,8 @@ struct gs_call {
 	struct gs_mem *spare_mem;
 	struct gs_export *spare_exp;	/* export.c: what an export or import will record */
 	struct gs_memref *spare_ref;	/* a reference parked on the client (gs_park()) */
-	struct gs_uvm_map *spare_uvm;	/* uvm.c: what a UVM mapping will record */
+	struct gs_uvm_rec *spare_uvm;	/* uvm.c: what a UVM call will record */
+	struct gs_uvm_rec *uvm_added;	/* uvm.c: what it recorded at the check */
 	/*
 	 * Set by the glue for a call that names an fd (gs_call_fd()): the id
 	 * of the file the fd named if it is a nvidiactl node of the caller's
@@ -296,6 +297,13 @@ int gs_block_decided(const struct gs_call *c);
  * 0 for the commands decided on their number alone.
  */
 nv_u32 gs_uvm_arg_size(nv_u32 cmd);
+nv_u32 gs_uvm_status_off(nv_u32 cmd);
+/*
+ * 1 for the nvidia-uvm commands whose success lets the core uncharge what UVM
+ * held (UVM_FREE, UVM_UNMAP_EXTERNAL, UVM_UNREGISTER_CHANNEL): the glue says in
+ * gs_call.reply_trusted whether the caller could have rewritten their reply.
+ */
+int gs_uvm_releases(nv_u32 cmd);
 /* 1 and *n set if c's argument block (req, kind, arg, arg_size) points at one */
 int gs_nested(const struct gs_call *c, struct gs_nested *n);
 /*

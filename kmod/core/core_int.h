@@ -20,7 +20,8 @@
  */
 #define GS_MAX_CHANNELS	1024	/* a CUDA context makes 20 (traces) */
 #define GS_MAX_OBJECTS	65536
-#define GS_MAX_UVM_MAPS	65536	/* nvidia-uvm mappings of counted memory (uvm.c) */
+#define GS_MAX_UVM_RECS	65536	/* what nvidia-uvm holds for an instance (uvm.c) */
+#define GS_MAX_UVM_REGIONS	1024	/* of those, ranges UVM backs with page tables alone */
 #define GS_MAX_EXPORTS	4096	/* objects exported to fds (CUDA: one per shareable handle) */
 /* the most RM's reported size of an allocation exceeds its page-rounded size (traces) */
 #define GS_RM_PAD_MAX	(2ull << 20)
@@ -72,17 +73,31 @@ struct gs_memref {
 };
 
 /*
- * A mapping nvidia-uvm made of counted memory (UVM_MAP_EXTERNAL_ALLOCATION):
- * UVM holds a duplicate of the memory per GPU, so the record holds a
- * reference on its charge until UVM is known to have let go (uvm.c). The
- * uuids of the GPUs still mapped follow the record.
+ * What nvidia-uvm holds for the caller, per nvidia-uvm file (uvm.c): a
+ * mapping of counted memory (UVM_MAP_EXTERNAL_ALLOCATION: UVM duplicates the
+ * memory per GPU; the record holds a reference on its charge), a registered
+ * channel (UVM_REGISTER_CHANNEL: UVM retains the channel and its TSG; once
+ * the caller freed the channel the record counts it against the channel
+ * cap), or a range UVM backs with page tables of its own (a dynamic
+ * parallelism region, a semaphore pool: capped in number). Kept until UVM is
+ * known to have let go. The uuids of the GPUs still mapped follow the record.
  */
-struct gs_uvm_map {
-	struct gs_uvm_map *next;
+enum gs_uvm_kind {
+	GS_UVM_MAP,
+	GS_UVM_CHANNEL,
+	GS_UVM_REGION,
+};
+
+struct gs_uvm_rec {
+	struct gs_uvm_rec *next;
 	nv_u64 file_id;		/* the nvidia-uvm file (its VA space) */
-	nv_u64 start;		/* the mapped range, inclusive */
+	enum gs_uvm_kind kind;
+	nv_u64 start;		/* MAP, REGION: the range, inclusive */
 	nv_u64 end;
-	struct gs_mem *mem;
+	struct gs_mem *mem;	/* MAP */
+	nv_handle client;	/* CHANNEL */
+	nv_handle handle;
+	nv_u8 orphan;		/* CHANNEL: freed by the caller, counted here */
 	nv_u32 nr_gpus;
 };
 
@@ -95,6 +110,7 @@ struct gs_obj {
 	nv_u32 ns_pid;		/* clients: gs_call.ns_pid of the caller that made it */
 	struct gs_mem *orphans;	/* clients: memory charged without a handle */
 	struct gs_memref *held;	/* clients: references on charges without a handle */
+	nv_u8 uvm_registered;	/* channels: UVM_REGISTER_CHANNEL named it (uvm.c) */
 };
 
 struct gs_inst {
@@ -122,8 +138,10 @@ struct gs_inst {
 	struct gs_busy *busy;		/* handles of the calls between gs_pre() and gs_post() */
 	struct gs_export *exports;	/* export.c */
 	nv_u32 nr_exports;
-	struct gs_uvm_map *uvm_maps;	/* uvm.c */
-	nv_u32 nr_uvm_maps;
+	struct gs_uvm_rec *uvm_recs;	/* uvm.c */
+	nv_u32 nr_uvm_recs;
+	nv_u32 nr_uvm_regions;
+	nv_u32 nr_uvm_channels;	/* channels freed by the caller that UVM retains */
 	struct gs_obj *hash[GS_HASH_SIZE];
 	struct gs_hash_key hash_key;	/* secret: handles are the caller's to pick */
 };
@@ -275,6 +293,7 @@ void gs_uvm_post(struct gs_inst *in, struct gs_call *c, int ret);
 void gs_uvm_abort(struct gs_inst *in, struct gs_call *c);
 void gs_uvm_free_file(struct gs_inst *in, nv_u64 file_id);
 void gs_uvm_free_all(struct gs_inst *in);
+void gs_uvm_channel_freed(struct gs_inst *in, const struct gs_obj *ob);
 
 /* core.c: the classes' own decisions (struct gs_class_row.pre) */
 enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,

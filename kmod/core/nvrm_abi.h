@@ -575,6 +575,7 @@ struct nv0000_import_objects_from_fd_params {
 #define NV_ERR_INVALID_EVENT			0x28
 #define NV_ERR_INVALID_FLAGS			0x29
 #define NV_ERR_INVALID_OBJECT_NEW		0x34
+#define NV_ERR_UVM_ADDRESS_IN_USE		0x68
 #define NV_ERR_GENERIC				0xFFFF
 
 /* more classes seen in the traces: src/common/sdk/nvidia/inc/class/cl*.h */
@@ -740,6 +741,7 @@ struct nv906f_ctrl_get_class_engineid_params {
 #define UVM_DESTROY_RANGE_GROUP			24
 #define UVM_REGISTER_GPU_VASPACE		25
 #define UVM_REGISTER_CHANNEL			27
+#define UVM_UNREGISTER_CHANNEL			28
 #define UVM_MAP_EXTERNAL_ALLOCATION		33
 #define UVM_FREE				34
 #define UVM_REGISTER_GPU			37
@@ -792,6 +794,13 @@ struct uvm_register_channel_params {	/* 56 */
 	nv_handle h_channel;
 	nv_u64 base NV_ALIGN8;
 	nv_u64 length NV_ALIGN8;
+	nv_u32 rm_status;
+};
+
+struct uvm_unregister_channel_params {	/* 28 */
+	struct nv_processor_uuid gpu_uuid;
+	nv_handle h_client;
+	nv_handle h_channel;
 	nv_u32 rm_status;
 };
 

@@ -151,8 +151,11 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 			gs_obj_event(q, &ob->o, GPUSLICE_EV_PROC_DETACH);
 		break;
 	}
-	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL)
+	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL) {
 		in->nr_channels--;
+		if (ob->uvm_registered)
+			gs_uvm_channel_freed(in, ob);
+	}
 	in->nr_objects--;
 	gs_free(ob);
 }

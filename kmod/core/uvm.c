@@ -41,18 +41,31 @@
  * cuMemUnmap: UVM_FREE or UVM_UNMAP_EXTERNAL of exactly what it mapped), so
  * its charges come back at once.
  *
- * What may be mapped: an object the instance registered, of one of its own
- * clients. RM lets UVM duplicate an object of any client whose share policy
+ * UVM_REGISTER_CHANNEL is the same pattern for a channel: UVM retains it
+ * (nvGpuOpsRetainChannel() duplicates its TSG and subcontext and keeps its
+ * channel id and instance block), with the GR context buffers RM allocated
+ * for it, after the caller frees it, until UVM_UNREGISTER_CHANNEL,
+ * UVM_UNREGISTER_GPU(_VASPACE) or the file's release. RM's framebuffer of a
+ * channel is not counted per process; the instance's channel cap
+ * (GS_MAX_CHANNELS) is what bounds it, so a channel UVM retains after its free
+ * stays counted against that cap. UVM_MAP_DYNAMIC_PARALLELISM_REGION and
+ * UVM_ALLOC_SEMAPHORE_POOL make UVM allocate page tables in video memory, pinned
+ * (uvm_pmm_gpu.c, UVM_PMA_ALLOCATE_PINNED), for as long as the range lives:
+ * their number is capped (GS_MAX_UVM_REGIONS; CUDA makes one or two per
+ * context). Their release is UVM_FREE's, the same as for mappings.
+ *
+ * What may be mapped or registered: an object the instance registered, of one
+ * of its own clients. RM lets UVM duplicate an object of any client whose share policy
  * allows it (client_resource.c, RS_SHARE_TYPE_PID for the calling process,
  * or a policy RM_SHARE set): another instance's shared object is answered as
  * RM answers a client that does not exist.
  */
 #include "core_int.h"
 
-/* the mapping's GPU uuids, after the record */
-static struct nv_processor_uuid *gs_uvm_gpus(struct gs_uvm_map *m)
+/* the GPU uuids of a record, after it */
+static struct nv_processor_uuid *gs_uvm_gpus(struct gs_uvm_rec *r)
 {
-	return (struct nv_processor_uuid *)(m + 1);
+	return (struct nv_processor_uuid *)(r + 1);
 }
 
 static nv_u32 gs_uvm_map_count(const struct gs_call *c)
@@ -65,104 +78,230 @@ static nv_u32 gs_uvm_map_count(const struct gs_call *c)
 	return (nv_u32)p->gpu_attributes_count;
 }
 
+/* the blocks of the commands decided on here: their size and where their status is */
+static const struct {
+	nv_u32 cmd;
+	nv_u32 size;
+	nv_u32 status;
+} gs_uvm_blocks[] = {
+	{ UVM_REGISTER_CHANNEL, sizeof(struct uvm_register_channel_params),
+	  __builtin_offsetof(struct uvm_register_channel_params, rm_status) },
+	{ UVM_UNREGISTER_CHANNEL, sizeof(struct uvm_unregister_channel_params),
+	  __builtin_offsetof(struct uvm_unregister_channel_params, rm_status) },
+	{ UVM_MAP_EXTERNAL_ALLOCATION, sizeof(struct uvm_map_external_allocation_params),
+	  __builtin_offsetof(struct uvm_map_external_allocation_params, rm_status) },
+	{ UVM_FREE, sizeof(struct uvm_range_params),
+	  __builtin_offsetof(struct uvm_range_params, rm_status) },
+	{ UVM_MAP_DYNAMIC_PARALLELISM_REGION, sizeof(struct uvm_map_dynamic_parallelism_region_params),
+	  __builtin_offsetof(struct uvm_map_dynamic_parallelism_region_params, rm_status) },
+	{ UVM_UNMAP_EXTERNAL, sizeof(struct uvm_unmap_external_params),
+	  __builtin_offsetof(struct uvm_unmap_external_params, rm_status) },
+	{ UVM_ALLOC_SEMAPHORE_POOL, sizeof(struct uvm_alloc_semaphore_pool_params),
+	  __builtin_offsetof(struct uvm_alloc_semaphore_pool_params, rm_status) },
+};
+
 nv_u32 gs_uvm_arg_size(nv_u32 cmd)
 {
-	switch (cmd) {
-	case UVM_MAP_EXTERNAL_ALLOCATION:
-		return sizeof(struct uvm_map_external_allocation_params);
-	case UVM_FREE:
-		return sizeof(struct uvm_range_params);
-	case UVM_UNMAP_EXTERNAL:
-		return sizeof(struct uvm_unmap_external_params);
-	}
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(gs_uvm_blocks); i++)
+		if (gs_uvm_blocks[i].cmd == cmd)
+			return gs_uvm_blocks[i].size;
 	return 0;
+}
+
+nv_u32 gs_uvm_status_off(nv_u32 cmd)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(gs_uvm_blocks); i++)
+		if (gs_uvm_blocks[i].cmd == cmd)
+			return gs_uvm_blocks[i].status;
+	return 0;
+}
+
+int gs_uvm_releases(nv_u32 cmd)
+{
+	return cmd == UVM_FREE || cmd == UVM_UNMAP_EXTERNAL || cmd == UVM_UNREGISTER_CHANNEL;
 }
 
 int gs_uvm_spares_alloc(struct gs_call *c)
 {
-	nv_u32 n;
+	nv_u32 n = 1;
 
-	if (c->escape != UVM_MAP_EXTERNAL_ALLOCATION)
+	if (!c->arg || c->arg_size < gs_uvm_arg_size(c->escape))
+		return 0;	/* not decoded */
+	switch (c->escape) {
+	case UVM_MAP_EXTERNAL_ALLOCATION:
+		n = gs_uvm_map_count(c);
+		if (!n)
+			return 0;	/* UVM refuses it before duplicating anything */
+		break;
+	case UVM_REGISTER_CHANNEL:
+	case UVM_MAP_DYNAMIC_PARALLELISM_REGION:
+	case UVM_ALLOC_SEMAPHORE_POOL:
+		break;
+	default:
 		return 0;
-	n = gs_uvm_map_count(c);
-	if (!n)
-		return 0;	/* UVM refuses it before duplicating anything */
+	}
 	c->spare_uvm = gs_zalloc(sizeof(*c->spare_uvm) + n * sizeof(struct nv_processor_uuid));
 	return c->spare_uvm ? 0 : -1;
 }
 
-static void gs_uvm_reply(struct gs_call *c, enum gs_refusal r, nv_u32 status)
+static enum gs_verdict gs_uvm_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status)
 {
-	struct uvm_map_external_allocation_params *p = c->arg;
-
 	c->refusal = r;
 	c->status = status;
-	p->rm_status = status;
+	*(nv_u32 *)((char *)c->arg + gs_uvm_status_off(c->escape)) = status;
+	return GS_REPLY;
+}
+
+/* an object of one of the instance's clients, or the call answered as RM answers */
+static struct gs_obj *gs_uvm_object(struct gs_inst *in, struct gs_call *c, nv_handle client,
+				    nv_handle handle)
+{
+	struct gs_obj *ob;
+
+	if (!gs_is_client(in, client)) {
+		gs_uvm_refuse(c, GS_REFUSE_FOREIGN, NV_ERR_INVALID_CLIENT);
+		return NULL;
+	}
+	ob = gs_obj_find(in, client, handle);
+	if (!ob)
+		gs_uvm_refuse(c, GS_REFUSE_FOREIGN, NV_ERR_OBJECT_NOT_FOUND);
+	return ob;
+}
+
+static int gs_uvm_full(struct gs_inst *in, struct gs_call *c, enum gs_uvm_kind kind)
+{
+	if (in->nr_uvm_recs < GS_MAX_UVM_RECS &&
+	    (kind != GS_UVM_REGION || in->nr_uvm_regions < GS_MAX_UVM_REGIONS))
+		return 0;
+	gs_uvm_refuse(c, GS_REFUSE_LIMIT, NV_ERR_INSUFFICIENT_RESOURCES);
+	return 1;
+}
+
+static void gs_uvm_add(struct gs_inst *in, struct gs_call *c, struct gs_uvm_rec *r)
+{
+	c->spare_uvm = NULL;
+	c->uvm_added = r;
+	r->file_id = c->file_id;
+	r->next = in->uvm_recs;
+	in->uvm_recs = r;
+	in->nr_uvm_recs++;
+	if (r->kind == GS_UVM_REGION)
+		in->nr_uvm_regions++;
 }
 
 /*
  * UVM_MAP_EXTERNAL_ALLOCATION: the block is staged (the driver reads what
  * was checked here). The memory's charge is referenced now, so that a free
- * of the object from here on uncharges nothing UVM may hold; a free or a
- * creation in flight on the handle waits, as for a duplicate.
+ * of the object from here on uncharges nothing UVM may hold; a creation in
+ * flight on the handle waits, as for a duplicate.
  */
 static enum gs_verdict gs_uvm_pre_map(struct gs_inst *in, struct gs_call *c)
 {
-	struct uvm_map_external_allocation_params *p = c->arg;
-	struct gs_uvm_map *m = c->spare_uvm;
+	const struct uvm_map_external_allocation_params *p = c->arg;
+	struct gs_uvm_rec *r = c->spare_uvm;
 	const struct gs_obj *ob;
 	nv_u32 i;
 
-	if (!m)
-		return GS_PASS;		/* no block, no GPU or too many: UVM answers */
-	if (!gs_is_client(in, p->h_client)) {
-		gs_uvm_reply(c, GS_REFUSE_FOREIGN, NV_ERR_INVALID_CLIENT);
+	if (!r)
+		return GS_PASS;		/* no GPU, or too many: UVM answers */
+	ob = gs_uvm_object(in, c, p->h_client, p->h_memory);
+	if (!ob || gs_uvm_full(in, c, GS_UVM_MAP))
 		return GS_REPLY;
-	}
-	ob = gs_obj_find(in, p->h_client, p->h_memory);
-	if (!ob) {
-		gs_uvm_reply(c, GS_REFUSE_FOREIGN, NV_ERR_OBJECT_NOT_FOUND);
-		return GS_REPLY;
-	}
-	if (in->nr_uvm_maps >= GS_MAX_UVM_MAPS) {
-		gs_uvm_reply(c, GS_REFUSE_QUOTA, NV_ERR_INSUFFICIENT_RESOURCES);
-		return GS_REPLY;
-	}
-	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client, p->h_memory)) {
-		gs_uvm_reply(c, GS_REFUSE_MALFORMED, NV_ERR_STATE_IN_USE);
-		return GS_REPLY;
-	}
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client, p->h_memory))
+		return gs_uvm_refuse(c, GS_REFUSE_MALFORMED, NV_ERR_STATE_IN_USE);
 	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client, p->h_memory);
 	if (!ob->mem)
 		return GS_PASS;		/* nothing counted: nothing to hold */
-	m->file_id = c->file_id;
-	m->start = p->base;
-	m->end = p->base + p->length - 1;
-	m->mem = ob->mem;
-	m->mem->refs++;
-	m->nr_gpus = gs_uvm_map_count(c);
-	for (i = 0; i < m->nr_gpus; i++)
-		gs_uvm_gpus(m)[i] = p->per_gpu_attributes[i].gpu_uuid;
+	r->kind = GS_UVM_MAP;
+	r->start = p->base;
+	r->end = p->base + p->length - 1;
+	r->mem = ob->mem;
+	r->mem->refs++;
+	r->nr_gpus = gs_uvm_map_count(c);
+	for (i = 0; i < r->nr_gpus; i++)
+		gs_uvm_gpus(r)[i] = p->per_gpu_attributes[i].gpu_uuid;
+	return GS_PASS;
+}
+
+/*
+ * UVM_REGISTER_CHANNEL: recorded at the check, so that a free of the channel
+ * from here on finds the record (gs_uvm_channel_freed()).
+ */
+static enum gs_verdict gs_uvm_pre_channel(struct gs_inst *in, struct gs_call *c)
+{
+	const struct uvm_register_channel_params *p = c->arg;
+	struct gs_uvm_rec *r = c->spare_uvm;
+	struct gs_obj *ob;
+
+	ob = gs_uvm_object(in, c, p->h_client, p->h_channel);
+	if (!ob || gs_uvm_full(in, c, GS_UVM_CHANNEL))
+		return GS_REPLY;
+	if (ob->o.obj_kind != GPUSLICE_OBJ_CHANNEL)
+		return GS_PASS;		/* UVM retains channels only */
+	r->kind = GS_UVM_CHANNEL;
+	r->client = p->h_client;
+	r->handle = p->h_channel;
+	r->nr_gpus = 1;
+	gs_uvm_gpus(r)[0] = p->gpu_uuid;
+	ob->uvm_registered = 1;
+	gs_uvm_add(in, c, r);
+	return GS_PASS;
+}
+
+static enum gs_verdict gs_uvm_pre_region(struct gs_inst *in, struct gs_call *c, nv_u64 base,
+					 nv_u64 length)
+{
+	struct gs_uvm_rec *r = c->spare_uvm;
+
+	if (gs_uvm_full(in, c, GS_UVM_REGION))
+		return GS_REPLY;
+	r->kind = GS_UVM_REGION;
+	r->start = base;
+	r->end = base + length - 1;
+	gs_uvm_add(in, c, r);
 	return GS_PASS;
 }
 
 enum gs_verdict gs_uvm_pre(struct gs_inst *in, struct gs_call *c)
 {
+	if (!c->spare_uvm)
+		return GS_PASS;
 	switch (c->escape) {
 	case UVM_MAP_EXTERNAL_ALLOCATION:
 		return gs_uvm_pre_map(in, c);
+	case UVM_REGISTER_CHANNEL:
+		return gs_uvm_pre_channel(in, c);
+	case UVM_MAP_DYNAMIC_PARALLELISM_REGION: {
+		const struct uvm_map_dynamic_parallelism_region_params *p = c->arg;
+
+		return gs_uvm_pre_region(in, c, p->base, p->length);
+	}
+	case UVM_ALLOC_SEMAPHORE_POOL: {
+		const struct uvm_alloc_semaphore_pool_params *p = c->arg;
+
+		return gs_uvm_pre_region(in, c, p->base, p->length);
+	}
 	}
 	return GS_PASS;
 }
 
-static void gs_uvm_drop(struct gs_inst *in, struct gs_uvm_map **pp)
+static void gs_uvm_drop(struct gs_inst *in, struct gs_uvm_rec **pp)
 {
-	struct gs_uvm_map *m = *pp;
+	struct gs_uvm_rec *r = *pp;
 
-	*pp = m->next;
-	gs_mem_put(in, m->mem);
-	in->nr_uvm_maps--;
-	gs_free(m);
+	*pp = r->next;
+	if (r->mem)
+		gs_mem_put(in, r->mem);
+	if (r->orphan)
+		in->nr_uvm_channels--;
+	if (r->kind == GS_UVM_REGION)
+		in->nr_uvm_regions--;
+	in->nr_uvm_recs--;
+	gs_free(r);
 }
 
 static int gs_uuid_eq(const struct nv_processor_uuid *a, const struct nv_processor_uuid *b)
@@ -175,91 +314,145 @@ static int gs_uuid_eq(const struct nv_processor_uuid *a, const struct nv_process
 	return 1;
 }
 
-/* UVM_UNMAP_EXTERNAL took the mapping off one GPU: the uuid is done with */
-static void gs_uvm_unmap_gpu(struct gs_uvm_map *m, const struct nv_processor_uuid *gpu)
+/* UVM let go of the record on one GPU: that uuid is done with */
+static void gs_uvm_drop_gpu(struct gs_uvm_rec *r, const struct nv_processor_uuid *gpu)
 {
-	struct nv_processor_uuid *g = gs_uvm_gpus(m);
+	struct nv_processor_uuid *g = gs_uvm_gpus(r);
 	nv_u32 i = 0;
 
-	while (i < m->nr_gpus) {
+	while (i < r->nr_gpus) {
 		if (gs_uuid_eq(&g[i], gpu))
-			g[i] = g[--m->nr_gpus];
+			g[i] = g[--r->nr_gpus];
 		else
 			i++;
 	}
 }
 
 /*
- * A successful UVM_FREE or UVM_UNMAP_EXTERNAL (gpu: its GPU) of
- * [base, base + length): the mappings of the file entirely inside it are
- * gone (on that GPU). One that is partly outside stays whole: UVM keeps the
- * duplicate while any piece of the mapping is left (uvm_ext_gpu_map_split()
+ * A successful UVM_FREE (gpu NULL) or UVM_UNMAP_EXTERNAL (mappings only, on
+ * gpu) of [base, base + length): the file's mappings and regions entirely
+ * inside it are gone (on that GPU). One partly outside stays whole: UVM keeps
+ * the duplicate while any piece of the mapping is left (uvm_ext_gpu_map_split()
  * shares it).
  */
 static void gs_uvm_release(struct gs_inst *in, nv_u64 file_id, nv_u64 base, nv_u64 length,
 			   const struct nv_processor_uuid *gpu)
 {
-	struct gs_uvm_map **pp = &in->uvm_maps;
+	struct gs_uvm_rec **pp = &in->uvm_recs;
 	nv_u64 end = base + length - 1;
 
 	if (!length || end < base)
 		return;
 	while (*pp) {
-		struct gs_uvm_map *m = *pp;
+		struct gs_uvm_rec *r = *pp;
 
-		if (m->file_id == file_id && m->start >= base && m->end <= end) {
+		if (r->file_id == file_id && r->kind != GS_UVM_CHANNEL &&
+		    (!gpu || r->kind == GS_UVM_MAP) && r->start >= base && r->end <= end) {
 			if (gpu)
-				gs_uvm_unmap_gpu(m, gpu);
-			if (!gpu || !m->nr_gpus) {
+				gs_uvm_drop_gpu(r, gpu);
+			if (!gpu || !r->nr_gpus) {
 				gs_uvm_drop(in, pp);
 				continue;
 			}
 		}
-		pp = &m->next;
+		pp = &r->next;
+	}
+}
+
+/*
+ * A successful UVM_UNREGISTER_CHANNEL: UVM let go of the channel (it finds it
+ * by client and handle alone, uvm_user_channel.c uvm_unregister_channel()).
+ */
+static void gs_uvm_release_channel(struct gs_inst *in, nv_u64 file_id,
+				   const struct uvm_unregister_channel_params *p)
+{
+	struct gs_uvm_rec **pp = &in->uvm_recs;
+
+	while (*pp) {
+		struct gs_uvm_rec *r = *pp;
+
+		if (r->file_id == file_id && r->kind == GS_UVM_CHANNEL && r->client == p->h_client &&
+		    r->handle == p->h_channel) {
+			gs_uvm_drop(in, pp);
+			return;
+		}
+		pp = &r->next;
+	}
+}
+
+/* The caller freed a channel UVM_REGISTER_CHANNEL named: UVM may retain it. */
+void gs_uvm_channel_freed(struct gs_inst *in, const struct gs_obj *ob)
+{
+	struct gs_uvm_rec *r;
+
+	for (r = in->uvm_recs; r; r = r->next) {
+		if (r->kind == GS_UVM_CHANNEL && !r->orphan && r->client == ob->o.client &&
+		    r->handle == ob->o.handle) {
+			r->orphan = 1;
+			in->nr_uvm_channels++;
+		}
 	}
 }
 
 void gs_uvm_post(struct gs_inst *in, struct gs_call *c, int ret)
 {
-	const struct uvm_range_params *fp = (const void *)c->checked;
-	const struct uvm_unmap_external_params *up = (const void *)c->checked;
-	struct gs_uvm_map *m = c->spare_uvm;
+	const void *req = c->checked;
+	struct gs_uvm_rec *r = c->spare_uvm;
+	int released;
 
 	if (!c->arg || c->arg_size < gs_uvm_arg_size(c->escape))
 		return;		/* not decoded (the glue passed no block) */
+	c->status = *(const nv_u32 *)((const char *)c->arg + gs_uvm_status_off(c->escape));
+	/* UVM let go only if it says so where the caller could not write */
+	released = !ret && c->reply_trusted && c->status == NV_OK;
 	switch (c->escape) {
 	case UVM_MAP_EXTERNAL_ALLOCATION:
 		/*
 		 * Whatever the reply says: UVM may hold the memory. A record
 		 * kept for a call that failed goes with the range or the file.
 		 */
-		if (m && m->mem) {
-			c->spare_uvm = NULL;
-			m->next = in->uvm_maps;
-			in->uvm_maps = m;
-			in->nr_uvm_maps++;
-		}
+		if (r && r->mem)
+			gs_uvm_add(in, c, r);
 		break;
 	case UVM_FREE:
-		c->status = ((const struct uvm_range_params *)c->arg)->rm_status;
-		if (!ret && c->reply_trusted && c->status == NV_OK)
-			gs_uvm_release(in, c->file_id, fp->base, fp->length, NULL);
+		if (released)
+			gs_uvm_release(in, c->file_id, ((const struct uvm_range_params *)req)->base,
+				       ((const struct uvm_range_params *)req)->length, NULL);
 		break;
-	case UVM_UNMAP_EXTERNAL:
-		c->status = ((const struct uvm_unmap_external_params *)c->arg)->rm_status;
-		if (!ret && c->reply_trusted && c->status == NV_OK)
-			gs_uvm_release(in, c->file_id, up->base, up->length, &up->gpu_uuid);
+	case UVM_UNMAP_EXTERNAL: {
+		const struct uvm_unmap_external_params *p = req;
+
+		if (released)
+			gs_uvm_release(in, c->file_id, p->base, p->length, &p->gpu_uuid);
+		break;
+	}
+	case UVM_UNREGISTER_CHANNEL:
+		if (released)
+			gs_uvm_release_channel(in, c->file_id, req);
 		break;
 	}
 }
 
-/* the driver did not run c: the reference it took goes */
+/*
+ * The driver did not run c: the reference a mapping took goes, and so does
+ * what a channel or region recorded at the check (gs_uvm_add()).
+ */
 void gs_uvm_abort(struct gs_inst *in, struct gs_call *c)
 {
+	struct gs_uvm_rec **pp = &in->uvm_recs;
+
 	if (c->spare_uvm && c->spare_uvm->mem)
 		gs_mem_put(in, c->spare_uvm->mem);
 	if (c->spare_uvm)
 		c->spare_uvm->mem = NULL;
+	while (c->uvm_added && *pp) {
+		if (*pp == c->uvm_added) {
+			gs_uvm_drop(in, pp);
+			break;
+		}
+		pp = &(*pp)->next;
+	}
+	c->uvm_added = NULL;
 }
 
 void gs_uvm_spares_free(struct gs_call *c)
@@ -271,7 +464,7 @@ void gs_uvm_spares_free(struct gs_call *c)
 /* the UVM file's VA space is destroyed: UVM let go of everything it held */
 void gs_uvm_free_file(struct gs_inst *in, nv_u64 file_id)
 {
-	struct gs_uvm_map **pp = &in->uvm_maps;
+	struct gs_uvm_rec **pp = &in->uvm_recs;
 
 	while (*pp) {
 		if ((*pp)->file_id == file_id)
@@ -283,6 +476,6 @@ void gs_uvm_free_file(struct gs_inst *in, nv_u64 file_id)
 
 void gs_uvm_free_all(struct gs_inst *in)
 {
-	while (in->uvm_maps)
-		gs_uvm_drop(in, &in->uvm_maps);
+	while (in->uvm_recs)
+		gs_uvm_drop(in, &in->uvm_recs);
 }

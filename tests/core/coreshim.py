@@ -119,6 +119,8 @@ class Core:
         lib.t_set_reply_trusted.argtypes = [ctypes.c_uint8]
         lib.t_uvm_arg_size.restype = ctypes.c_uint32
         lib.t_uvm_arg_size.argtypes = [ctypes.c_uint32]
+        lib.t_uvm_status_off.restype = ctypes.c_uint32
+        lib.t_uvm_status_off.argtypes = [ctypes.c_uint32]
         lib.t_set_fd_file_id.argtypes = [ctypes.c_uint64, ctypes.c_uint8]
         lib.t_call_fd.restype = ctypes.c_int32
         lib.t_call_fd.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint32]

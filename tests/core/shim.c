@@ -177,6 +177,11 @@ uint32_t t_uvm_arg_size(uint32_t cmd)
 	return gs_uvm_arg_size(cmd);
 }
 
+uint32_t t_uvm_status_off(uint32_t cmd)
+{
+	return gs_uvm_status_off(cmd);
+}
+
 void t_file_closed(struct gs_inst *in, uint64_t file_id)
 {
 	gs_file_closed(in, file_id);
