@@ -485,3 +485,101 @@ class Userd:
     def close(self) -> None:
         self.m.close()
         os.close(self.fd)
+
+
+# ---- GPU UUIDs and nvidia-uvm external mappings (tests/standin/nvstub_uvm.c) ----
+NV2080_CTRL_CMD_GPU_GET_GID_INFO = 0x2080014A
+GID_INFO = struct.Struct("<III256s")  # index, flags, length, data (ctrl2080gpu.h, 268 bytes)
+GID_FLAGS_FORMAT_BINARY = 0x2  # NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY, TYPE_SHA1 (0)
+UVM_UNMAP_EXTERNAL = getattr(abi, "UVM_UNMAP_EXTERNAL", 66)
+# (size, rmStatus offset, fd offset) of commands gpuslice.abi may not list yet
+UVM_LAYOUTS = {UVM_UNMAP_EXTERNAL: (40, 32, None)}  # base, length, gpuUuid, rmStatus
+MAP_EXTERNAL_SIZE, MAP_EXTERNAL_COUNT_OFFSET = 9264, 9240  # ... gpuAttributesCount, rmCtrlFd, hClient, hMemory, rmStatus
+UVM_GPU_ATTRS = struct.Struct("<16sIIIII")  # UvmGpuMappingAttributes, 36 bytes
+
+
+def standin_uuid(gpu: int) -> bytes:
+    """The stand-in's UUID of GPU gpu (nvstub_gpu_uuid): "nvstub", zeros, gpu in the last byte."""
+    return b"nvstub" + bytes(9) + bytes([gpu])
+
+
+def gpu_uuid(ctl: int, h_client: int, h_subdevice: int, flags: int = GID_FLAGS_FORMAT_BINARY) -> tuple[int, bytes]:
+    """NV2080_CTRL_CMD_GPU_GET_GID_INFO: (status, the GID: 16 bytes in binary format, the
+    "GPU-..." string with its NUL otherwise)."""
+    p = ctypes.create_string_buffer(GID_INFO.pack(0, flags, 0, b""), GID_INFO.size)
+    st = rm_control(ctl, h_client, h_subdevice, NV2080_CTRL_CMD_GPU_GET_GID_INFO, p)
+    _, _, length, data = GID_INFO.unpack(p.raw)
+    return st, data[:length]
+
+
+class Uvm:
+    """An nvidia-uvm file: UVM_INITIALIZE, GPU and GPU VA space registration, external ranges
+    and mappings, each call returning its rmStatus."""
+
+    def __init__(self, path: str = UVM_PATH, flags: int = 0) -> None:
+        self.fd = open_node(path)
+        st = self.call(abi.UVM_INITIALIZE, struct.pack("<Q", flags))
+        if st != abi.NV_OK:
+            os.close(self.fd)
+            raise IoctlError(errno.EIO, f"UVM_INITIALIZE: status {st:#x}")
+
+    def call(self, cmd: int, head: bytes) -> int:
+        """cmd with its params block (head, zero-padded to the command's size); returns rmStatus."""
+        size, status_off, _ = UVM_LAYOUTS.get(cmd) or abi.UVM_PARAMS[cmd]
+        buf = ctypes.create_string_buffer(head.ljust(size, b"\0"), size)
+        ret = uvm_ioctl(self.fd, cmd, buf)
+        if ret != 0:
+            raise IoctlError(-ret, f"nvidia-uvm {cmd}")
+        return struct.unpack_from("<I", buf, status_off)[0]
+
+    def register_gpu(self, s: "Session", uuid: bytes | None = None) -> int:
+        """UVM_REGISTER_GPU of s's GPU (rmCtrlFd s.ctl, hClient s.client)."""
+        uuid = standin_uuid(s.gpu) if uuid is None else uuid
+        return self.call(abi.UVM_REGISTER_GPU, uuid + struct.pack("<BxxxiiII", 0, 0, s.ctl, s.client, 0))
+
+    def register_gpu_va_space(self, s: "Session", uuid: bytes | None = None) -> int:
+        """A FERMI_VASPACE_A under s's device, registered as the GPU's VA space."""
+        uuid = standin_uuid(s.gpu) if uuid is None else uuid
+        h = s.handle()
+        st, _ = rm_alloc(s.ctl, s.client, s.device, h, abi.FERMI_VASPACE_A)
+        if st != abi.NV_OK:
+            return st
+        return self.call(abi.UVM_REGISTER_GPU_VASPACE, uuid + struct.pack("<iII", s.ctl, s.client, h))
+
+    def register(self, s: "Session") -> None:
+        """Both registrations of s's GPU, as CUDA makes them before mapping anything."""
+        for st in (self.register_gpu(s), self.register_gpu_va_space(s)):
+            if st != abi.NV_OK:
+                raise IoctlError(errno.EIO, f"nvidia-uvm registration: status {st:#x}")
+
+    def create_range(self, base: int, length: int) -> int:
+        return self.call(abi.UVM_CREATE_EXTERNAL_RANGE, struct.pack("<QQ", base, length))
+
+    def map(self, base: int, length: int, h_client: int, h_memory: int, uuids: list[bytes],
+            offset: int = 0, rm_ctrl_fd: int = -1, attrs: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0),
+            count: int | None = None) -> int:
+        """UVM_MAP_EXTERNAL_ALLOCATION of (h_client, h_memory) at [base, base + length) on the
+        GPUs of uuids (in order, each with attrs: mapping, caching, format, element bits,
+        compression)."""
+        head = bytearray(MAP_EXTERNAL_SIZE)
+        struct.pack_into("<QQQ", head, 0, base, length, offset)
+        for i, u in enumerate(uuids):
+            UVM_GPU_ATTRS.pack_into(head, 24 + i * UVM_GPU_ATTRS.size, u, *attrs)
+        struct.pack_into("<QiII", head, MAP_EXTERNAL_COUNT_OFFSET, len(uuids) if count is None else count,
+                         rm_ctrl_fd, h_client, h_memory)
+        return self.call(abi.UVM_MAP_EXTERNAL_ALLOCATION, bytes(head))
+
+    def unmap(self, base: int, length: int, uuid: bytes) -> int:
+        return self.call(UVM_UNMAP_EXTERNAL, struct.pack("<QQ", base, length) + uuid)
+
+    def free(self, base: int, length: int) -> int:
+        return self.call(abi.UVM_FREE, struct.pack("<QQ", base, length))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> "Uvm":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

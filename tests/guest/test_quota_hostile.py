@@ -141,6 +141,140 @@ def test_memory_a_fabric_range_keeps_alive_stays_charged(nl, pool):
         check_drained(inst, pool)
 
 
+class _Uvm(nvstub.Uvm):
+    """The instance's nvidia-uvm node, initialized, with the session's GPU registered as CUDA
+    registers it: external ranges of the caller's RM memory (the stand-in models UVM's
+    duplicate of it, tests/standin/nvstub_uvm.c)."""
+
+    GPU0 = nvstub.standin_uuid(0)
+
+    def __init__(self, inst, s) -> None:
+        super().__init__(inst.path("nvidia-uvm"))
+        self.register(s)
+
+    def map(self, s, h: int, base: int, size: int, client: int | None = None) -> int:  # type: ignore[override]
+        """An external range at base and a map of (client or s.client, h) into it."""
+        st = self.create_range(base, size)
+        assert st == abi.NV_OK, hex(st)
+        return super().map(base, size, s.client if client is None else client, h, [self.GPU0],
+                           rm_ctrl_fd=s.ctl)
+
+    def unmap(self, base: int, size: int) -> int:  # type: ignore[override]
+        return super().unmap(base, size, self.GPU0)
+
+
+UVM_BASE = 0x7F0000000000
+
+
+def test_memory_nvidia_uvm_keeps_alive_stays_charged(nl, pool):
+    """The attack: map memory into nvidia-uvm (UVM_MAP_EXTERNAL_ALLOCATION, which has UVM
+    duplicate it into its own RM client), free the RM handle, allocate again, repeat. UVM
+    keeps each allocation alive, so the instance stays charged for it and never holds more
+    than its limit; the charge goes when UVM lets go (UVM_FREE, UVM_UNMAP_EXTERNAL, the
+    release of the nvidia-uvm file)."""
+    limit = 64 * MIB
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        u = _Uvm(inst, s)
+        for i in range(4):
+            st, h, _ = s.alloc_vidmem(16 * MIB)
+            assert st == abi.NV_OK
+            assert u.map(s, h, UVM_BASE + i * 32 * MIB, 16 * MIB) == abi.NV_OK
+            assert s.free(h) == abi.NV_OK
+            check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit
+        assert s.alloc_vidmem(16 * MIB)[0] == abi.NV_ERR_NO_MEMORY
+        # a free UVM refuses (not the whole range) lets go of nothing
+        assert u.free(UVM_BASE, 8 * MIB) != abi.NV_OK
+        check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit
+        assert u.free(UVM_BASE, 16 * MIB) == abi.NV_OK
+        check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit - 16 * MIB
+        assert u.unmap(UVM_BASE + 32 * MIB, 16 * MIB) == abi.NV_OK
+        check_invariant(inst, pool, limit)
+        assert inst.get()["mem_used"] == limit - 32 * MIB
+        u.close()  # the VA space goes with the rest
+        check_invariant(inst, pool, limit)
+        assert wait_for(lambda: inst.get()["mem_used"] == 0)
+        s.close()
+        check_drained(inst, pool)
+
+
+def test_cuda_s_map_and_free_cycle_is_charged_only_while_it_lives(nl, pool):
+    """What CUDA does for cuMemAlloc / cuMemFree (the traces): RM_ALLOC, a UVM external range
+    and map, then UVM_FREE and RM_FREE. Sixteen times the limit in all: every cycle gets its
+    memory, so nothing is left charged for what UVM gave back."""
+    limit = 32 * MIB
+    with Instance(nl, limit) as inst:
+        s = session(inst)
+        u = _Uvm(inst, s)
+        for i in range(32):
+            st, h, _ = s.alloc_vidmem(16 * MIB)
+            assert st == abi.NV_OK, (i, hex(st))
+            base = UVM_BASE + (i % 2) * 32 * MIB
+            assert u.map(s, h, base, 16 * MIB) == abi.NV_OK
+            if i % 2:
+                assert u.free(base, 16 * MIB) == abi.NV_OK
+                assert s.free(h) == abi.NV_OK
+                assert u.free(base - 32 * MIB, 16 * MIB) == abi.NV_OK
+                assert s.free(prev) == abi.NV_OK
+                check_invariant(inst, pool, limit)
+                assert inst.get()["mem_used"] == 0
+            prev = h
+        u.close()
+        s.close()
+        check_drained(inst, pool)
+
+
+def test_another_instance_s_shared_memory_cannot_be_mapped(nl, pool):
+    """RM lets UVM duplicate memory whose share policy allows it (RM_SHARE, as legacy CUDA
+    IPC sets): a tenant naming another instance's shared object gets RM's answer for a client
+    that does not exist, and nothing of the other instance's memory."""
+    with Instance(nl, 32 * MIB) as a, Instance(nl, 32 * MIB) as b:
+        sa = session(a)
+        st, h, _ = sa.alloc_vidmem(16 * MIB)
+        assert st == abi.NV_OK
+        buf = bytearray(abi.NVOS57.pack(sa.client, h, 0, 0, abi.RS_SHARE_TYPE_ALL, 0, 0))
+        assert nvstub.ioctl(sa.ctl, abi.IOCTL_RM_SHARE, buf) == 0
+        assert abi.NVOS57.unpack(buf)[-1] == abi.NV_OK
+        sb = session(b)
+        u = _Uvm(b, sb)
+        assert u.map(sb, h, UVM_BASE, 16 * MIB, client=sa.client) == abi.NV_ERR_INVALID_CLIENT
+        assert sa.free(h) == abi.NV_OK
+        assert wait_for(lambda: a.get()["mem_used"] == 0 and b.get()["mem_used"] == 0)
+        u.close()
+        sb.close()
+        sa.close()
+        check_drained(a, pool)
+
+
+def test_channels_uvm_retains_after_their_free_stay_counted(nl):
+    """UVM_REGISTER_CHANNEL has UVM retain the channel, with its TSG and GR context, after
+    the caller frees it (580 nvGpuOpsRetainChannel). RM's framebuffer of a channel is
+    counted nowhere and the instance's 1024-channel cap is what bounds it: register, free,
+    repeat, and the cap still holds; the channels come back when UVM lets go."""
+    with Instance(nl, 64 * MIB) as inst:
+        s = session(inst)
+        u = _Uvm(inst, s)
+        for i in range(1024):
+            tsg, ch = s.tsg_channel(schedule_it=False)
+            head = bytearray(56)
+            head[0:16] = _Uvm.GPU0
+            struct.pack_into("<iII", head, 16, s.ctl, s.client, ch)
+            st = u.call(abi.UVM_REGISTER_CHANNEL, bytes(head))
+            assert st == abi.NV_OK, (i, hex(st))
+            assert s.free(tsg) == abi.NV_OK
+        tsg = s.handle()
+        assert nvstub.rm_alloc(s.ctl, s.client, s.device, tsg, abi.KEPLER_CHANNEL_GROUP_A)[0] == abi.NV_OK
+        st, _ = nvstub.rm_alloc(s.ctl, s.client, tsg, s.handle(), abi.HOPPER_CHANNEL_GPFIFO_A)
+        assert st == abi.NV_ERR_INSUFFICIENT_RESOURCES
+        u.close()  # the VA space goes, and UVM's hold on the channels with it
+        assert wait_for(lambda: nvstub.rm_alloc(s.ctl, s.client, tsg, s.handle(),
+                                                abi.HOPPER_CHANNEL_GPFIFO_A)[0] == abi.NV_OK)
+        s.close()
+
+
 def _map(s, h: int, size: int) -> mmap.mmap:
     buf = bytearray(abi.NVOS33_WITH_FD.pack(s.client, s.device, h, 0, size, 0, 0, 0, s.dev_fd))
     assert nvstub.ioctl(s.ctl, abi.iowr(abi.NV_ESC_RM_MAP_MEMORY, abi.NVOS33_WITH_FD.size), buf) == 0

@@ -245,6 +245,7 @@ def test_uvm_fd_checks() -> None:
         for fd, want in [(null, abi.NV_ERR_INVALID_ARGUMENT), (s.dev_fd, abi.NV_ERR_INVALID_ARGUMENT),
                          (s.ctl, abi.NV_OK)]:
             p = ctypes.create_string_buffer(size)
+            p[0:16] = nvstub.standin_uuid(0)  # a GPU of the driver (else NV_ERR_GPU_UUID_NOT_FOUND first)
             struct.pack_into("<iII", p, fd_off, fd, s.client, 0)
             assert nvstub.uvm_ioctl(uvm, abi.UVM_REGISTER_GPU, p) == 0
             assert struct.unpack_from("<I", p, st_off)[0] == want

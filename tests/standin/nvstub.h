@@ -6,7 +6,9 @@
  * Locking: one mutex, nvstub_lock, guards every RM object, the memory pool,
  * every file's RM state and the engine's queues (like RM's API lock).
  * RM_ALLOC and RM_CONTROL read their nested params before taking it, as RM
- * does (nvstub_esc_alloc(), nvstub_esc_control()).
+ * does (nvstub_esc_alloc(), nvstub_esc_control()). Each nvidia-uvm file has
+ * a mutex of its own (its VA space, nvstub_uvm.c), taken before nvstub_lock
+ * when both are held; neither is held across a copy to or from user space.
  */
 #ifndef NVSTUB_H
 #define NVSTUB_H
@@ -32,6 +34,46 @@ static inline u32 nvstub_gpu_id(unsigned int i)
 {
 	return NVSTUB_FIRST_SLOT + i;
 }
+
+/*
+ * A simulated GPU's UUID (RM's SHA-1 GID, 16 bytes: gpu.c gpuGetGidInfo_IMPL),
+ * as NV2080_CTRL_CMD_GPU_GET_GID_INFO reports it and nvidia-uvm takes it:
+ * "nvstub" then zeros, the GPU's index in the last byte
+ * (GPU-6e767374-7562-0000-0000-0000000000NN). nvstub_main.c.
+ */
+#define NVSTUB_UUID_LEN		16
+void nvstub_gpu_uuid(unsigned int gpu, u8 *uuid);
+int nvstub_gpu_by_uuid(const u8 *uuid);		/* the GPU's index, or -1 */
+
+/*
+ * Status codes missing from nvrm_abi.h
+ * (580 src/common/sdk/nvidia/inc/nvstatuscodes.h).
+ */
+#ifndef NV_ERR_GPU_UUID_NOT_FOUND
+#define NV_ERR_GPU_UUID_NOT_FOUND	0x12
+#endif
+#ifndef NV_ERR_INVALID_OFFSET
+#define NV_ERR_INVALID_OFFSET		0x37
+#endif
+
+/*
+ * NV2080_CTRL_CMD_GPU_GET_GID_INFO (580 src/common/sdk/nvidia/inc/ctrl/
+ * ctrl2080/ctrl2080gpu.h NV2080_CTRL_GPU_GET_GID_INFO_PARAMS, 268 bytes).
+ */
+#ifndef NV2080_CTRL_CMD_GPU_GET_GID_INFO
+#define NV2080_CTRL_CMD_GPU_GET_GID_INFO	0x2080014a
+#endif
+#define NVSTUB_GID_MAX_LENGTH			0x100	/* NV2080_GPU_MAX_GID_LENGTH */
+#define NVSTUB_GID_FLAGS_FORMAT_MASK		0x3	/* _FORMAT 1:0 */
+#define NVSTUB_GID_FLAGS_FORMAT_BINARY		0x2
+#define NVSTUB_GID_FLAGS_TYPE_MASK		0x4	/* _TYPE 2:2, SHA1 = 0 */
+#define NVSTUB_GID_STR_LEN			41	/* NV_UUID_STR_LEN: "GPU-" + 36 + NUL */
+struct nvstub_gid_info_params {
+	nv_u32 index;
+	nv_u32 flags;
+	nv_u32 length;
+	nv_u8 data[NVSTUB_GID_MAX_LENGTH];
+};
 
 extern int nvstub_num_gpus;
 extern unsigned int nvstub_fb_mib;
@@ -93,9 +135,10 @@ struct nvstub_chan;
  */
 struct nvstub_memdesc {
 	struct list_head dups;		/* nvstub_obj.dup_node, in RM's dup-list order */
-	unsigned int dup_count;		/* MEMORY_DESCRIPTOR.DupCount */
+	unsigned int dup_count;		/* MEMORY_DESCRIPTOR.DupCount (+ UVM's holds) */
 	unsigned int gpu;
 	u64 charged;			/* bytes taken from the GPU's pool (PMA pages) */
+	u64 page_size;			/* memdescGetPageSize(AT_GPU) */
 };
 
 /* An RM object: a node of a client's tree. */
@@ -157,6 +200,19 @@ struct nvstub_client *nvstub_rm_kernel_client(struct nvstub_file *nf, u32 h);
 void nvstub_rm_kernel_client_free(struct nvstub_client *cl);
 struct nvstub_obj *nvstub_rm_kernel_obj(struct nvstub_client *cl, struct nvstub_obj *parent,
 					u32 cls, unsigned int gpu);
+void nvstub_memdesc_hold(struct nvstub_memdesc *md);
+void nvstub_memdesc_release(struct nvstub_memdesc *md);
+
+/* What nvidia-uvm learns of memory it duplicated (nv_uvm_types.h UvmGpuMemoryInfo). */
+struct nvstub_uvm_mem_info {
+	struct nvstub_memdesc *md;	/* held for UVM, NULL: system memory, nothing pooled */
+	unsigned int gpu;		/* the owning GPU (uuid) */
+	bool sysmem;
+	u64 size;
+	u64 page_size;
+};
+u32 nvstub_rm_uvm_dup_memory(u32 h_client, u32 h_memory, struct nvstub_uvm_mem_info *info);
+void nvstub_rm_uvm_free_dup(struct nvstub_memdesc *md);
 u32 nvstub_rm_get_pids(unsigned int gpu, u32 id_type, u32 id, u32 *tbl, u32 *count);
 u32 nvstub_rm_pid_vidmem(unsigned int gpu, u32 pid, u64 *data);
 void nvstub_rm_report(struct seq_file *m);

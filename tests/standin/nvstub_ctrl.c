@@ -349,6 +349,35 @@ static u32 nvstub_ctrl_name_string(struct nvstub_ctrl_ctx *ctx, void *params)
 	}
 }
 
+/*
+ * ctrl2080gpu.h GET_GID_INFO, the GPU's UUID (subdevice_ctrl_gpu_kernel.c
+ * subdeviceCtrlCmdGpuGetGidInfo_IMPL -> gpu.c gpuGetGidInfo_IMPL): only the
+ * SHA-1 type (else NV_ERR_INVALID_FLAGS); FORMAT_BINARY gives the 16 bytes,
+ * any other format the ASCII "GPU-%08x-%04x-%04x-%04x-%012x" with its NUL
+ * (gpu_uuid.c transformGidToUserFriendlyString, NV_UUID_STR_LEN). length is
+ * what was written; the rest of data is left as it came. index is ignored.
+ */
+static u32 nvstub_ctrl_gid_info(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nvstub_gid_info_params *p = params;
+	u8 u[NVSTUB_UUID_LEN];
+
+	if (p->flags & NVSTUB_GID_FLAGS_TYPE_MASK)
+		return NV_ERR_INVALID_FLAGS;
+	nvstub_gpu_uuid(ctx->obj->gpu, u);
+	if ((p->flags & NVSTUB_GID_FLAGS_FORMAT_MASK) == NVSTUB_GID_FLAGS_FORMAT_BINARY) {
+		memcpy(p->data, u, sizeof(u));
+		p->length = sizeof(u);
+		return NV_OK;
+	}
+	snprintf((char *)p->data, NVSTUB_GID_STR_LEN,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+		 u[12], u[13], u[14], u[15]);
+	p->length = NVSTUB_GID_STR_LEN;
+	return NV_OK;
+}
+
 /* ctrl2080gr.h GET_CTX_BUFFER_SIZE: a channel's context buffers (modelled size). */
 static u32 nvstub_ctrl_ctx_buffer_size(struct nvstub_ctrl_ctx *ctx, void *params)
 {
@@ -530,6 +559,8 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	  sizeof(struct nv0000_ctrl_gpu_get_id_info_v2_params), nvstub_ctrl_id_info_v2 },
 	{ NV2080_CTRL_CMD_GPU_GET_NAME_STRING, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_gpu_get_name_string_params), nvstub_ctrl_name_string },
+	{ NV2080_CTRL_CMD_GPU_GET_GID_INFO, NV20_SUBDEVICE_0,
+	  sizeof(struct nvstub_gid_info_params), nvstub_ctrl_gid_info },
 	{ NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_gr_get_ctx_buffer_size_params),
 	  nvstub_ctrl_ctx_buffer_size },

@@ -252,6 +252,34 @@ static int nvstub_card_info(void *arg, u32 size)
 }
 
 /*
+ * GPU i's UUID. A real one is the SHA-1 of the chip id and PDI
+ * (gpu_uuid.c nvGenerateGpuUuid); the stand-in's are fixed and obviously
+ * fake: "nvstub", zeros, i in the last byte.
+ */
+void nvstub_gpu_uuid(unsigned int gpu, u8 *uuid)
+{
+	static const u8 prefix[] = { 'n', 'v', 's', 't', 'u', 'b' };
+
+	memset(uuid, 0, NVSTUB_UUID_LEN);
+	memcpy(uuid, prefix, sizeof(prefix));
+	uuid[NVSTUB_UUID_LEN - 1] = gpu;
+}
+
+/* gpumgrGetGpuFromUuid(): which simulated GPU has this UUID, or -1. */
+int nvstub_gpu_by_uuid(const u8 *uuid)
+{
+	u8 mine[NVSTUB_UUID_LEN];
+	int i;
+
+	for (i = 0; i < nvstub_num_gpus; i++) {
+		nvstub_gpu_uuid(i, mine);
+		if (!memcmp(mine, uuid, NVSTUB_UUID_LEN))
+			return i;
+	}
+	return -1;
+}
+
+/*
  * nv.c NV_ESC_ATTACH_GPUS_TO_FD: an array of gpuIds, once per file; each
  * nonzero id is opened and held (nvidia_dev_get(): -EINVAL for an id no GPU
  * has, and what was held is let go) until the file is released. Modelled:

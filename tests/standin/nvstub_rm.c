@@ -138,10 +138,20 @@ struct nvstub_obj *nvstub_obj_ancestor(struct nvstub_obj *obj, u32 cls)
 	return NULL;
 }
 
+static void nvstub_memdesc_free(struct nvstub_memdesc *md)
+{
+	WARN_ON(!list_empty(&md->dups));
+	nvstub_mem_uncharge(md->gpu, md->charged);
+	kfree(md);
+}
+
 /*
  * mem.c memDestructCommon_IMPL: the memdesc loses a duplicate; if this
  * object owned it, ownership passes to the next duplicate on the list. The
- * pages go back to the pool with the last duplicate (memdescDestroy).
+ * pages go back to the pool with the last duplicate (memdescDestroy). When
+ * the only other holders are nvidia-uvm's (nvstub_memdesc_hold), no object
+ * of the stand-in is left to take ownership: in RM it would pass to UVM's
+ * duplicate, an object of UVM's kernel client, which nothing here lists.
  */
 static void nvstub_memdesc_put(struct nvstub_obj *obj)
 {
@@ -150,17 +160,38 @@ static void nvstub_memdesc_put(struct nvstub_obj *obj)
 
 	obj->md = NULL;
 	md->dup_count--;
-	if (obj->md_owner && md->dup_count) {
+	if (obj->md_owner && !list_is_singular(&md->dups)) {
 		next = obj->dup_node.next;
 		if (next == &md->dups)
 			next = next->next;
 		list_entry(next, struct nvstub_obj, dup_node)->md_owner = true;
 	}
-	list_del(&obj->dup_node);
-	if (!md->dup_count) {
-		nvstub_mem_uncharge(md->gpu, md->charged);
-		kfree(md);
-	}
+	list_del_init(&obj->dup_node);
+	if (!md->dup_count)
+		nvstub_memdesc_free(md);
+}
+
+/*
+ * A reference on @md for a holder that is no RM object of the stand-in:
+ * nvidia-uvm's duplicate of the memory in its own kernel client
+ * (nv_gpu_ops.c dupMemory -> DupObject -> mem.c memCopyConstruct_IMPL:
+ * DupCount + 1). The pages stay in the pool until it is released, however
+ * many RM handles of the memory are freed. Under nvstub_lock.
+ */
+void nvstub_memdesc_hold(struct nvstub_memdesc *md)
+{
+	lockdep_assert_held(&nvstub_lock);
+	md->dup_count++;
+}
+
+/* nvUvmInterfaceFreeDupedHandle: UVM's duplicate goes. Under nvstub_lock. */
+void nvstub_memdesc_release(struct nvstub_memdesc *md)
+{
+	lockdep_assert_held(&nvstub_lock);
+	if (WARN_ON(!md->dup_count))
+		return;
+	if (!--md->dup_count)
+		nvstub_memdesc_free(md);
 }
 
 /* Detach and free one object whose children are already gone. */
@@ -281,7 +312,7 @@ static bool nvstub_gpu_accessible(unsigned int gpu)
 }
 
 /* A new memdesc for @obj, charged @charged bytes of its GPU's pool. */
-static u32 nvstub_memdesc_new(struct nvstub_obj *obj, u64 charged)
+static u32 nvstub_memdesc_new(struct nvstub_obj *obj, u64 charged, u64 page_size)
 {
 	struct nvstub_memdesc *md = kzalloc(sizeof(*md), GFP_KERNEL);
 	u32 st;
@@ -297,6 +328,7 @@ static u32 nvstub_memdesc_new(struct nvstub_obj *obj, u64 charged)
 	md->dup_count = 1;		/* mem_desc.c memdescCreate: DupCount = 1 */
 	md->gpu = obj->gpu;
 	md->charged = charged;
+	md->page_size = page_size;
 	obj->md = md;
 	obj->md_owner = true;		/* mem.c memConstructCommon: isMemDescOwner */
 	list_add(&obj->dup_node, &md->dups);
@@ -453,7 +485,7 @@ static u32 nvstub_vidmem_alloc(struct nvstub_obj *obj, struct nv_memory_allocati
 	if (DIV_ROUND_UP_ULL(size, pma_page) > U32_MAX)
 		return NV_ERR_NO_MEMORY;
 	charged = round_up(size, pma_page);
-	st = nvstub_memdesc_new(obj, charged);
+	st = nvstub_memdesc_new(obj, charged, page);
 	if (st != NV_OK)
 		return st;
 	mp->size = size;
@@ -541,7 +573,7 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 		if (mp->size > U64_MAX - NVSTUB_PHYS_GRANULE)
 			return NV_ERR_NO_MEMORY;
 		size = round_up(mp->size, NVSTUB_PHYS_GRANULE);
-		st = nvstub_memdesc_new(obj, size);
+		st = nvstub_memdesc_new(obj, size, NVSTUB_PHYS_GRANULE);
 		if (st != NV_OK)
 			return st;
 		mp->size = size;
@@ -753,6 +785,119 @@ static bool nvstub_share_allows(struct nvstub_client *src_cl, struct nvstub_obj 
 		return src->share_target == cl->root.handle;
 	}
 	return false;
+}
+
+/*
+ * May nvidia-uvm duplicate @src into its kernel client for the calling
+ * process? nvGpuOpsDupMemory passes NV04_DUP_HANDLE_FLAGS_REJECT_KERNEL_DUP_PRIVILEGE,
+ * so rs_client.c clientCopyResource_IMPL checks RS_ACCESS_DUP_OBJECT like
+ * for a user client (rs_access_map.c rsAccessCheckRights). The default
+ * policy, RS_SHARE_TYPE_PID (sharing.c serverInitGlobalSharePolicies), with
+ * a kernel destination compares the source client's ProcID with the calling
+ * process (client_resource.c cliresShareCallback_IMPL), not with UVM's
+ * client; an RM_SHARE policy RS_SHARE_TYPE_ALL lets anyone. A
+ * RS_SHARE_TYPE_CLIENT policy names a client handle, never UVM's.
+ */
+static bool nvstub_share_allows_uvm(struct nvstub_client *src_cl, struct nvstub_obj *src)
+{
+	return src_cl->pid == task_tgid_nr(current) || src->share_type == RS_SHARE_TYPE_ALL;
+}
+
+/* Is @cls a Memory in RM (dynamicCast(pResource, Memory) succeeds)? */
+static bool nvstub_is_memory(u32 cls)
+{
+	switch (cls) {
+	case NV01_MEMORY_SYSTEM:
+	case NV01_MEMORY_LOCAL_USER:
+	case NV01_MEMORY_LOCAL_PHYSICAL:
+	case NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
+	case NV50_MEMORY_VIRTUAL:
+	case NV_MEMORY_FABRIC:
+	case HOPPER_USERMODE_A:
+	case RM_USER_SHARED_DATA:
+		return true;
+	}
+	return false;
+}
+
+/*
+ * nvUvmInterfaceDupMemory for nvidia-uvm (580 src/nvidia/src/kernel/rmapi/
+ * nv_gpu_ops.c dupMemory), in its order:
+ *  - nvGpuOpsGetMemoryByHandle: the client must exist, in any file of any
+ *    process (rs_server.c _serverFindClient: NV_ERR_INVALID_OBJECT_HANDLE);
+ *    the handle must name an object of it (rs_client.c clientGetResourceRef:
+ *    NV_ERR_OBJECT_NOT_FOUND) that is a Memory (mem.c memGetByHandle_IMPL:
+ *    NV_ERR_INVALID_OBJECT_HANDLE);
+ *  - its address space must be FBMEM, SYSMEM or fabric (NV_ERR_NOT_SUPPORTED):
+ *    video memory (0x40, 0xc2) and system memory (0x3e, 0x71) pass; virtual
+ *    memory (0x50a0) and USERMODE (0xc661, register space) are refused as RM
+ *    refuses them; fabric memory (0xf8) and RM_USER_SHARED_DATA (0xde) are
+ *    not modelled and refused the same way;
+ *  - DupObject into UVM's client: nvstub_share_allows_uvm() or
+ *    NV_ERR_INSUFFICIENT_PERMISSIONS.
+ * On NV_OK the memdesc (video memory) is held for UVM until
+ * nvstub_rm_uvm_free_dup(); @info describes the memory as
+ * nvGpuOpsFillGpuMemoryInfo does: size (memdescGetSize, the Length), GPU
+ * page size (system memory: 4 KiB), owning GPU, sysmem.
+ */
+u32 nvstub_rm_uvm_dup_memory(u32 h_client, u32 h_memory, struct nvstub_uvm_mem_info *info)
+{
+	struct nvstub_client *cl;
+	struct nvstub_obj *obj;
+	u32 st = NV_OK;
+
+	mutex_lock(&nvstub_lock);
+	cl = nvstub_client_get(h_client);
+	if (!cl) {
+		st = NV_ERR_INVALID_OBJECT_HANDLE;
+		goto out;
+	}
+	obj = nvstub_obj_get(cl, h_memory);
+	if (!obj) {
+		st = NV_ERR_OBJECT_NOT_FOUND;
+		goto out;
+	}
+	if (!nvstub_is_memory(obj->cls)) {
+		st = NV_ERR_INVALID_OBJECT_HANDLE;
+		goto out;
+	}
+	switch (obj->cls) {
+	case NV01_MEMORY_LOCAL_USER:
+	case NV01_MEMORY_LOCAL_PHYSICAL:
+		info->sysmem = false;
+		info->page_size = obj->md->page_size;
+		break;
+	case NV01_MEMORY_SYSTEM:
+	case NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
+		info->sysmem = true;
+		info->page_size = SZ_4K;
+		break;
+	default:
+		st = NV_ERR_NOT_SUPPORTED;
+		goto out;
+	}
+	if (!nvstub_share_allows_uvm(cl, obj)) {
+		st = NV_ERR_INSUFFICIENT_PERMISSIONS;
+		goto out;
+	}
+	info->md = obj->md;
+	if (info->md)
+		nvstub_memdesc_hold(info->md);
+	info->gpu = obj->gpu;
+	info->size = obj->mem_size;
+out:
+	mutex_unlock(&nvstub_lock);
+	return st;
+}
+
+/* nvUvmInterfaceFreeDupedHandle: UVM lets its duplicate go. */
+void nvstub_rm_uvm_free_dup(struct nvstub_memdesc *md)
+{
+	if (!md)
+		return;
+	mutex_lock(&nvstub_lock);
+	nvstub_memdesc_release(md);
+	mutex_unlock(&nvstub_lock);
 }
 
 /*
@@ -1088,7 +1233,9 @@ u32 nvstub_rm_pid_vidmem(unsigned int gpu, u32 pid, u64 *data)
  * /proc/nvstub/clients, one line per client: its handle, the global tgid that
  * made it, and vidmem, the pool bytes of the memdescs it owns (pool pages, as
  * charged; a shared memdesc counts for the client of its owner). The vidmem
- * of all clients adds up to the pools' used bytes (/proc/nvstub/pool).
+ * of all clients adds up to the pools' used bytes (/proc/nvstub/pool), less
+ * the memory that only nvidia-uvm's duplicates still hold (UVM's own kernel
+ * client, which would own it in RM, is not listed).
  */
 void nvstub_rm_report(struct seq_file *m)
 {
