@@ -24,27 +24,30 @@
  * (client_resource.c, RS_SHARE_TYPE_PID), and a semaphore pool's pages are
  * charged to the caller's memory cgroup.
  *
+ * Each call runs in a work item of its own on an unbound workqueue, which
+ * adopts that address space for the call and maps a page there for it: one
+ * container's slow free does not wait behind another's, or hold anything
+ * another needs. The caller waits for its call as it waits in the driver
+ * (uninterruptibly: the work item uses the caller's block until it is done).
+ *
  * Loaded from a context without an mm (never, through finit_module()), there
- * is no such page: gs_uvmcall() says so and the calls run in the caller's
- * context with their reply untrusted; the core then keeps those charges
- * until the nvidia-uvm file goes.
+ * is no such address space: gs_uvmcall() says so and the calls run in the
+ * caller's context with their reply untrusted; the core then keeps those
+ * charges until the nvidia-uvm file goes.
  */
 #include <linux/completion.h>
 #include <linux/err.h>
 #include <linux/kthread.h>
-#include <linux/list.h>
 #include <linux/mm.h>
 #include <linux/mman.h>
 #include <linux/sched/mm.h>
-#include <linux/slab.h>
-#include <linux/spinlock.h>
 #include <linux/uaccess.h>
-#include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include "uvmcall.h"
 
 struct gs_uvmcall_req {
-	struct list_head node;
+	struct work_struct work;
 	struct file *real;
 	unsigned int cmd;
 	void *block;
@@ -53,92 +56,57 @@ struct gs_uvmcall_req {
 	struct completion done;
 };
 
+/* the loading process's address space, kept after it exits; NULL: none */
 static struct mm_struct *gs_uc_mm;
-static struct task_struct *gs_uc_thread;
-static DEFINE_SPINLOCK(gs_uc_lock);
-static LIST_HEAD(gs_uc_queue);
-static DECLARE_WAIT_QUEUE_HEAD(gs_uc_wq);
 
-static long gs_uc_run(struct gs_uvmcall_req *req, unsigned long page)
+static long gs_uc_run(struct gs_uvmcall_req *req)
 {
-	void __user *p = (void __user *)page;
+	unsigned long page;
+	void __user *p;
 	long ret;
 
-	if (IS_ERR_VALUE(page))
-		return (long)page;
 	if (!req->real->f_op->unlocked_ioctl)
 		return -ENOTTY;
-	if (copy_to_user(p, req->block, req->size))
-		return -EFAULT;
-	ret = req->real->f_op->unlocked_ioctl(req->real, req->cmd, page);
-	if (copy_from_user(req->block, p, req->size))
-		return -EFAULT;
+	page = vm_mmap(NULL, 0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, 0);
+	if (IS_ERR_VALUE(page))
+		return (long)page;
+	p = (void __user *)page;
+	ret = -EFAULT;
+	if (!copy_to_user(p, req->block, req->size)) {
+		ret = req->real->f_op->unlocked_ioctl(req->real, req->cmd, page);
+		if (copy_from_user(req->block, p, req->size))
+			ret = -EFAULT;
+	}
+	vm_munmap(page, PAGE_SIZE);
 	return ret;
 }
 
-static struct gs_uvmcall_req *gs_uc_next(void)
+static void gs_uc_fn(struct work_struct *work)
 {
-	struct gs_uvmcall_req *req;
-
-	spin_lock(&gs_uc_lock);
-	req = list_first_entry_or_null(&gs_uc_queue, struct gs_uvmcall_req, node);
-	if (req)
-		list_del(&req->node);
-	spin_unlock(&gs_uc_lock);
-	return req;
-}
-
-static int gs_uc_fn(void *data)
-{
-	struct gs_uvmcall_req *req;
-	unsigned long page;
+	struct gs_uvmcall_req *req = container_of(work, struct gs_uvmcall_req, work);
 
 	kthread_use_mm(gs_uc_mm);
-	page = vm_mmap(NULL, 0, PAGE_SIZE, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, 0);
-	for (;;) {
-		wait_event_idle(gs_uc_wq, !list_empty(&gs_uc_queue) || kthread_should_stop());
-		req = gs_uc_next();
-		if (!req) {
-			if (kthread_should_stop())
-				break;
-			continue;
-		}
-		req->ret = gs_uc_run(req, page);
-		complete(&req->done);
-	}
-	if (!IS_ERR_VALUE(page))
-		vm_munmap(page, PAGE_SIZE);
+	req->ret = gs_uc_run(req);
 	kthread_unuse_mm(gs_uc_mm);
-	return 0;
+	complete(&req->done);
 }
 
 int gs_uvmcall_init(void)
 {
-	struct task_struct *t;
-
 	if (!current->mm) {
 		pr_warn("gpuslice: loaded without an mm: nvidia-uvm frees are not trusted, their charges stay until the file goes\n");
 		return 0;
 	}
 	mmget(current->mm);
 	gs_uc_mm = current->mm;
-	t = kthread_run(gs_uc_fn, NULL, "gpuslice-uvm");
-	if (IS_ERR(t)) {
-		mmput(gs_uc_mm);
-		gs_uc_mm = NULL;
-		return PTR_ERR(t);
-	}
-	gs_uc_thread = t;
 	return 0;
 }
 
+/* after every file is gone: no call is in flight */
 void gs_uvmcall_exit(void)
 {
-	if (!gs_uc_thread)
+	if (!gs_uc_mm)
 		return;
-	kthread_stop(gs_uc_thread);
-	gs_uc_thread = NULL;
 	mmput(gs_uc_mm);
 	gs_uc_mm = NULL;
 }
@@ -152,16 +120,15 @@ long gs_uvmcall(struct file *real, unsigned int cmd, void *block, size_t size)
 		.size = size,
 	};
 
-	if (!gs_uc_thread)
+	if (!gs_uc_mm)
 		return -ENODEV;
 	if (size > PAGE_SIZE)
 		return -EINVAL;
 	init_completion(&req.done);
-	spin_lock(&gs_uc_lock);
-	list_add_tail(&req.node, &gs_uc_queue);
-	spin_unlock(&gs_uc_lock);
-	wake_up(&gs_uc_wq);
-	/* not killable: the thread uses req until it completes it */
+	INIT_WORK_ONSTACK(&req.work, gs_uc_fn);
+	queue_work(system_unbound_wq, &req.work);
+	/* not killable: the work item uses req and block until it completes */
 	wait_for_completion(&req.done);
+	destroy_work_on_stack(&req.work);
 	return req.ret;
 }
