@@ -574,7 +574,24 @@ out:
  * taken as UVM's (gs_call.reply_trusted): in user space nothing stops the
  * process from rewriting it, or from making the call without this library.
  */
+static pthread_mutex_t gs_uvm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int gs_uvm_ioctl_locked(int fd, nv_u64 st, unsigned long req, void *uarg);
+
+/* one at a time, so that the core sees them in the order UVM ran them (kmod/core/uvm.c) */
 static int gs_uvm_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
+{
+	int ret, err;
+
+	pthread_mutex_lock(&gs_uvm_lock);
+	ret = gs_uvm_ioctl_locked(fd, st, req, uarg);
+	err = errno;
+	pthread_mutex_unlock(&gs_uvm_lock);
+	errno = err;
+	return ret;
+}
+
+static int gs_uvm_ioctl_locked(int fd, nv_u64 st, unsigned long req, void *uarg)
 {
 	nv_u32 size = gs_uvm_arg_size((nv_u32)req);
 	struct gs_call c;

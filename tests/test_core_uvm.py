@@ -407,3 +407,42 @@ def test_a_region_the_driver_never_ran_is_not_counted(env):
     for i in range(2000):
         region(core, abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION, BASE + i * 2 * MiB, 4096, ret=-11)
     assert region(core, abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION, BASE, 4096).verdict == cs.GS_PASS
+
+
+def test_remapping_one_allocation_is_charged_for_its_page_tables(env):
+    """UVM allocates page tables pinned in video memory, counted by no one: 4 KiB per 2 MiB
+    with 4 KiB pages, which a base 4 KiB off a 2 MiB boundary forces (measured on the H100:
+    1024 maps of one 1 GiB allocation held 2056 MiB). The first mapping of an allocation is
+    free; each further one is charged its page tables' upper bound, so remapping cannot
+    multiply the limit."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, h = p.mem(256 * MiB)
+    arg = lambda i: map_arg(p.client, h, BASE + i * GiB + 4096, 256 * MiB)  # noqa: E731
+    assert uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, arg(0)).verdict == cs.GS_PASS
+    assert core.stats()["used"] == 256 * MiB
+    per_map = (128 + 1 + 1) * 4096  # 129 spans of 2 MiB touched, 1 of 1 GiB
+    n = 1
+    while True:
+        r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, arg(n))
+        if r.verdict != cs.GS_PASS:
+            break
+        n += 1
+    assert (r.status, r.refusal) == (abi.NV_ERR_NO_MEMORY, cs.GS_REFUSE_QUOTA)
+    assert core.stats()["used"] == 256 * MiB + (n - 1) * per_map <= GiB
+    assert GiB - core.stats()["used"] < per_map
+    for i in range(n):
+        uvm(core, abi.UVM_FREE, range_arg(BASE + i * GiB, GiB))
+    assert core.stats()["used"] == 256 * MiB
+    p.free(h)
+    assert core.stats()["used"] == 0
+
+
+def test_a_region_s_page_tables_are_charged_until_it_goes(env):
+    core, rm = env
+    assert region(core, abi.UVM_MAP_DYNAMIC_PARALLELISM_REGION, BASE, 64 * MiB).verdict == cs.GS_PASS
+    assert core.stats()["used"] == (32 + 1) * 4096
+    r = region(core, abi.UVM_ALLOC_SEMAPHORE_POOL, BASE + GiB, 600 * GiB)
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_NO_MEMORY)
+    uvm(core, abi.UVM_FREE, range_arg(BASE, 64 * MiB))
+    assert core.stats()["used"] == 0

@@ -39,6 +39,7 @@ struct gs_mem {
 	nv_u32 refs;
 	nv_u32 gpu;		/* video memory: its GPU, < GPUSLICE_MAX_GPUS */
 	int sys;		/* pinned system memory (NV01_MEMORY_SYSTEM) */
+	nv_u32 uvm_maps;	/* nvidia-uvm mappings of it the core holds (uvm.c) */
 };
 
 /*
@@ -95,6 +96,7 @@ struct gs_uvm_rec {
 	nv_u64 start;		/* MAP, REGION: the range, inclusive */
 	nv_u64 end;
 	struct gs_mem *mem;	/* MAP */
+	struct gs_mem *pt;	/* MAP, REGION: the page tables charged for it, or NULL */
 	nv_handle client;	/* CHANNEL */
 	nv_handle handle;
 	nv_u8 orphan;		/* CHANNEL: freed by the caller, counted here */
@@ -200,6 +202,8 @@ void gs_mem_put(struct gs_inst *in, struct gs_mem *mem);
 void gs_orphan_put(struct gs_inst *in, struct gs_obj *ob);
 void gs_park(struct gs_inst *in, struct gs_call *c, nv_handle client, struct gs_mem *mem);
 nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu);
+int gs_charge_extra(struct gs_inst *in, struct gs_mem *m, nv_u32 gpu, nv_u64 size);
+nv_u32 gs_first_gpu(const struct gs_inst *in);
 
 /* filter.c */
 /*

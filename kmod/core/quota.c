@@ -176,6 +176,39 @@ static void gs_uncharge(struct gs_inst *in, int sys, nv_u32 slot, nv_u64 size)
 }
 
 /* called with in->lock held; p is the glue's copy of the argument block */
+/*
+ * Charges size bytes of video memory on gpu to m (a new record, refs 1), if
+ * the GPU's limit has room: memory the driver allocates for the caller with
+ * no object of its own to count (nvidia-uvm's page tables, uvm.c). 0, or -1.
+ */
+int gs_charge_extra(struct gs_inst *in, struct gs_mem *m, nv_u32 gpu, nv_u64 size)
+{
+	nv_u64 limit;
+
+	if (gpu >= GPUSLICE_MAX_GPUS)
+		return -1;
+	limit = gs_gpu_limit(in, gpu);
+	if (size > limit || in->gpu_used[gpu] + in->gpu_reserved[gpu] > limit - size)
+		return -1;
+	m->size = size;
+	m->gpu = gpu;
+	m->sys = 0;
+	m->refs = 1;
+	gs_charge(in, 0, gpu, size);
+	return 0;
+}
+
+/* the instance's first GPU: where what belongs to no GPU of its own is charged */
+nv_u32 gs_first_gpu(const struct gs_inst *in)
+{
+	nv_u32 gpu;
+
+	for (gpu = 0; gpu < GPUSLICE_MAX_GPUS; gpu++)
+		if (in->gpus >> gpu & 1)
+			return gpu;
+	return 0;
+}
+
 enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			     struct nvos64_params *p, struct gs_evq *q)
 {

@@ -54,6 +54,17 @@
  * their number is capped (GS_MAX_UVM_REGIONS; CUDA makes one or two per
  * context). Their release is UVM_FREE's, the same as for mappings.
  *
+ * Page tables: UVM maps with the largest page size that the range's base,
+ * length and offset and the memory's pages allow (uvm_map_external.c), and
+ * allocates the tables pinned in video memory, counted by no one; with 4 KiB
+ * pages they take 4 KiB per 2 MiB mapped (measured on the H100: 2056 MiB for
+ * 1024 maps of one 1 GiB allocation at 4 KiB alignment). The first mapping of
+ * an allocation is not charged for them (at most 1/512 of what is charged
+ * already, per GPU); every further mapping of the same memory, and every
+ * page-table-only range, is charged an upper bound (gs_uvm_pt_bound()) on the
+ * GPU of the memory (the instance's first GPU for system memory and ranges),
+ * so remapping one allocation over and over cannot multiply the limit.
+ *
  * What may be mapped or registered: an object the instance registered, of one
  * of its own clients. RM lets UVM duplicate an object of any client whose share policy
  * allows it (client_resource.c, RS_SHARE_TYPE_PID for the calling process,
@@ -125,6 +136,19 @@ int gs_uvm_releases(nv_u32 cmd)
 	return cmd == UVM_FREE || cmd == UVM_UNMAP_EXTERNAL || cmd == UVM_UNREGISTER_CHANNEL;
 }
 
+/*
+ * An upper bound of the page tables UVM allocates to map [base, base + length)
+ * on one GPU: 4 KiB pages, one 4 KiB table of 512 entries per 2 MiB and one
+ * per 1 GiB above it (580 uvm_mmu.c; Hopper's tables, the 64 KiB-page ones
+ * smaller). length is not 0 and base + length does not wrap (checked).
+ */
+static nv_u64 gs_uvm_pt_bound(nv_u64 base, nv_u64 length)
+{
+	nv_u64 last = base + length - 1;
+
+	return ((last >> 21) - (base >> 21) + 1 + (last >> 30) - (base >> 30) + 1) * 4096;
+}
+
 int gs_uvm_spares_alloc(struct gs_call *c)
 {
 	nv_u32 n = 1;
@@ -145,7 +169,38 @@ int gs_uvm_spares_alloc(struct gs_call *c)
 		return 0;
 	}
 	c->spare_uvm = gs_zalloc(sizeof(*c->spare_uvm) + n * sizeof(struct nv_processor_uuid));
-	return c->spare_uvm ? 0 : -1;
+	if (!c->spare_uvm)
+		return -1;
+	if (c->escape == UVM_REGISTER_CHANNEL)
+		return 0;
+	c->spare_uvm->pt = gs_zalloc(sizeof(*c->spare_uvm->pt));
+	if (c->spare_uvm->pt)
+		return 0;
+	gs_free(c->spare_uvm);
+	c->spare_uvm = NULL;
+	return -1;
+}
+
+static enum gs_verdict gs_uvm_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status);
+
+/* a range UVM refuses itself (uvm_api_range_invalid_4k()): nothing to charge */
+static int gs_uvm_range_bad(nv_u64 base, nv_u64 length)
+{
+	return !length || base + length - 1 < base;
+}
+
+/*
+ * The page tables of r on gpu, for n GPUs: charged to r->pt, or the call
+ * answered as UVM answers when it cannot allocate them.
+ */
+static int gs_uvm_charge_pt(struct gs_inst *in, struct gs_call *c, struct gs_uvm_rec *r,
+			    nv_u32 gpu, nv_u32 n)
+{
+	if (!gs_charge_extra(in, r->pt, gpu, n * gs_uvm_pt_bound(r->start, r->end - r->start + 1)))
+		return 0;
+	in->nr_refused_quota++;
+	gs_uvm_refuse(c, GS_REFUSE_QUOTA, NV_ERR_NO_MEMORY);
+	return -1;
 }
 
 static enum gs_verdict gs_uvm_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status)
@@ -213,15 +268,19 @@ static enum gs_verdict gs_uvm_pre_map(struct gs_inst *in, struct gs_call *c)
 		return GS_REPLY;
 	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client, p->h_memory))
 		return gs_uvm_refuse(c, GS_REFUSE_MALFORMED, NV_ERR_STATE_IN_USE);
-	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client, p->h_memory);
-	if (!ob->mem)
-		return GS_PASS;		/* nothing counted: nothing to hold */
+	if (!ob->mem || gs_uvm_range_bad(p->base, p->length))
+		return GS_PASS;		/* nothing counted, or UVM refuses it: nothing to hold */
 	r->kind = GS_UVM_MAP;
 	r->start = p->base;
 	r->end = p->base + p->length - 1;
+	r->nr_gpus = gs_uvm_map_count(c);
+	if (ob->mem->uvm_maps &&
+	    gs_uvm_charge_pt(in, c, r, ob->mem->sys ? gs_first_gpu(in) : ob->mem->gpu, r->nr_gpus))
+		return GS_REPLY;
+	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client, p->h_memory);
 	r->mem = ob->mem;
 	r->mem->refs++;
-	r->nr_gpus = gs_uvm_map_count(c);
+	r->mem->uvm_maps++;
 	for (i = 0; i < r->nr_gpus; i++)
 		gs_uvm_gpus(r)[i] = p->per_gpu_attributes[i].gpu_uuid;
 	return GS_PASS;
@@ -257,11 +316,15 @@ static enum gs_verdict gs_uvm_pre_region(struct gs_inst *in, struct gs_call *c, 
 {
 	struct gs_uvm_rec *r = c->spare_uvm;
 
+	if (gs_uvm_range_bad(base, length))
+		return GS_PASS;		/* UVM refuses it */
 	if (gs_uvm_full(in, c, GS_UVM_REGION))
 		return GS_REPLY;
 	r->kind = GS_UVM_REGION;
 	r->start = base;
 	r->end = base + length - 1;
+	if (gs_uvm_charge_pt(in, c, r, gs_first_gpu(in), 1))
+		return GS_REPLY;
 	gs_uvm_add(in, c, r);
 	return GS_PASS;
 }
@@ -294,8 +357,14 @@ static void gs_uvm_drop(struct gs_inst *in, struct gs_uvm_rec **pp)
 	struct gs_uvm_rec *r = *pp;
 
 	*pp = r->next;
-	if (r->mem)
+	if (r->mem) {
+		r->mem->uvm_maps--;
 		gs_mem_put(in, r->mem);
+	}
+	if (r->pt && r->pt->refs)
+		gs_mem_put(in, r->pt);
+	else
+		gs_free(r->pt);
 	if (r->orphan)
 		in->nr_uvm_channels--;
 	if (r->kind == GS_UVM_REGION)
@@ -440,11 +509,17 @@ void gs_uvm_post(struct gs_inst *in, struct gs_call *c, int ret)
 void gs_uvm_abort(struct gs_inst *in, struct gs_call *c)
 {
 	struct gs_uvm_rec **pp = &in->uvm_recs;
+	struct gs_uvm_rec *r = c->spare_uvm;
 
-	if (c->spare_uvm && c->spare_uvm->mem)
-		gs_mem_put(in, c->spare_uvm->mem);
-	if (c->spare_uvm)
-		c->spare_uvm->mem = NULL;
+	if (r && r->mem) {
+		r->mem->uvm_maps--;
+		gs_mem_put(in, r->mem);
+		r->mem = NULL;
+	}
+	if (r && r->pt && r->pt->refs) {
+		gs_mem_put(in, r->pt);	/* frees it */
+		r->pt = NULL;
+	}
 	while (c->uvm_added && *pp) {
 		if (*pp == c->uvm_added) {
 			gs_uvm_drop(in, pp);
@@ -457,6 +532,8 @@ void gs_uvm_abort(struct gs_inst *in, struct gs_call *c)
 
 void gs_uvm_spares_free(struct gs_call *c)
 {
+	if (c->spare_uvm)
+		gs_free(c->spare_uvm->pt);	/* never charged: charged ones are in a record */
 	gs_free(c->spare_uvm);
 	c->spare_uvm = NULL;
 }
