@@ -57,8 +57,8 @@
  * Page tables: UVM maps with the largest page size that the range's base,
  * length and offset and the memory's pages allow (uvm_map_external.c), and
  * allocates the tables pinned in video memory, counted by no one; with 4 KiB
- * pages they take 4 KiB per 2 MiB mapped (measured on the H100: 2056 MiB for
- * 1024 maps of one 1 GiB allocation at 4 KiB alignment). The first mapping of
+ * pages they take 4 KiB per 2 MiB mapped (measured on the H100: 1030 MiB for
+ * 512 maps of one 1 GiB allocation at 4 KiB alignment). The first mapping of
  * an allocation is not charged for them (at most 1/512 of what is charged
  * already, per GPU); every further mapping of the same memory, and every
  * page-table-only range, is charged an upper bound (gs_uvm_pt_bound()) on the
