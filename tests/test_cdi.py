@@ -260,3 +260,21 @@ def test_names_that_are_not_cdi_names_are_left_out(gpuctl, tmp_path) -> None:
     assert res.exit_code == 0
     assert "warning: instance '_hidden' left out of the CDI spec" in res.stderr
     assert [d["name"] for d in yaml.safe_load(out.read_text())["devices"]] == ["ok"]
+
+
+def test_scan_host_under_a_root_gives_host_paths(tmp_path) -> None:
+    """A plugin in a container scans the host's root mounted at /host: the names are the
+    host's paths (what the runtime, on the host, mounts)."""
+    from gpuslice import cdi
+
+    lib = tmp_path / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (lib / "libcuda.so.580.159.04").write_text("")
+    (tmp_path / "lib").symlink_to("usr/lib")  # usrmerge: listed once
+    (tmp_path / "usr/bin").mkdir()
+    (tmp_path / "usr/bin/nvidia-ctk").write_text("")
+    os.chmod(tmp_path / "usr/bin/nvidia-ctk", 0o755)
+    got = cdi.scan_host(lib_dirs=("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"), bin_dirs=("/usr/bin",),
+                        root=str(tmp_path))
+    assert cdi.driver_files(got) == ["/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"]
+    assert cdi.find_nvidia_ctk(("/usr/bin",), root=str(tmp_path)) == "/usr/bin/nvidia-ctk"

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import click
 
+from . import instances
 from . import state as S
 from . import units
 from .netlink import lock_summary
@@ -292,21 +293,12 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tupl
     mode_bits = _mode(mode)
     size, per_gpu = _memory(memory, gpus)
     with S.locked(ctx.obj["state"]) as st:
-        if name in st.instances:
-            raise GpuctlError(f"instance {name!r} exists")
         inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
                           min_share=min_share, gpu_memory=per_gpu)
-        st.instances[name] = inst
-        if policy:
-            for g in gpus:
-                st.gpus[g] = S.GpuPolicy(policy, st.policy_of(g).period_ns)
-        st.check()
-        nl = kernel(ctx)
-        if nl is not None:
-            from .netlink import gpu_mem_limits, mask_of
-
-            nl.instance_new(name, mask_of(gpus), size, gpu_mem_limit=gpu_mem_limits(per_gpu), weight=inst.weight,
-                            share=units.share_to_ppt(share) if share else None, uid=uid, gid=gid, mode=mode_bits)
+        try:
+            instances.add(st, inst, kernel(ctx), policy=policy, uid=uid, gid=gid, mode=mode_bits)
+        except instances.InstanceError as e:
+            raise GpuctlError(str(e)) from None
         cdi_err = _regenerate_cdi(ctx, st)
     _cdi_failed(f"created {name}", cdi_err)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
@@ -484,14 +476,10 @@ def instance_delete(ctx: click.Context, name: str) -> None:
     """Delete an instance (the module refuses while its device nodes are open)."""
     with S.locked(ctx.obj["state"]) as st:
         _get(st, name)
-        nl = kernel(ctx)
-        if nl is not None:
-            try:
-                nl.instance_del(name)
-            except OSError as e:
-                if e.errno != 2:  # ENOENT: the module does not know it (e.g. after reload)
-                    raise GpuctlError(f"cannot delete {name} in the kernel: {e}") from None
-        del st.instances[name]
+        try:
+            instances.remove(st, name, kernel(ctx))
+        except instances.InstanceError as e:
+            raise GpuctlError(str(e)) from None
         cdi_err = _regenerate_cdi(ctx, st)
     _cdi_failed(f"deleted {name}", cdi_err)
     emit(ctx, {"deleted": name}, lambda: f"deleted {name}")
@@ -504,11 +492,13 @@ def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
     (--kernel no, or not loaded) the state file's."""
     from . import cdi
 
+    st = st if st is not None else S.load(ctx.obj["state"])
+    owned = {i.name for i in st.instances.values() if i.owner is not None}  # in their owners' own specs
     nl = kernel(ctx)
     if nl is not None:
-        return cdi.instances_from_netlink(nl.instances())
-    st = st if st is not None else S.load(ctx.obj["state"])
-    return [cdi.Instance(i.name, tuple(i.gpus)) for i in sorted(st.instances.values(), key=lambda i: i.name)]
+        return [i for i in cdi.instances_from_netlink(nl.instances()) if i.name not in owned]
+    return [cdi.Instance(i.name, tuple(i.gpus)) for i in sorted(st.instances.values(), key=lambda i: i.name)
+            if i.name not in owned]
 
 
 def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
@@ -1220,3 +1210,8 @@ try:  # the eBPF tracing command (pyctl/gpuslice/trace.py)
     main.add_command(_trace.trace)
 except ImportError:
     pass
+
+
+from .kube.cli import register as _register_kube  # noqa: E402 (the commands need main)
+
+_register_kube(main)

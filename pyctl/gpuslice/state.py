@@ -36,6 +36,9 @@ PERIOD_MIN_NS = 1_000_000
 PERIOD_MAX_NS = 10_000_000_000
 NAME_RE = re.compile(r"[a-zA-Z0-9_.-]{1,31}")
 NAME_RULE = "1-31 of a-z A-Z 0-9 _ . -, not . or .."
+# Owners of instances not made by hand: each writes its own CDI spec (gpuslice.kube),
+# so `gpuctl cdi generate` leaves their instances out of the shared one.
+OWNERS = ("kubelet-plugin", "device-plugin")
 
 
 def valid_name(name: str) -> bool:
@@ -61,6 +64,7 @@ class Instance:
     priority: str = "online"  # online | offline (policy.PRIORITIES)
     min_share: float | None = None  # offline: floor while online work runs, fraction
     gpu_memory: dict[int, int] | None = None  # per-GPU limits, one per GPU; None: memory on each
+    owner: str | None = None  # who manages it (OWNERS); None: made by hand (`gpuctl instance create`)
 
     def memory_of(self, gpu: int) -> int:
         """The video memory limit on ``gpu`` (bytes)."""
@@ -157,6 +161,8 @@ class State:
 
 def _inst_json(i: Instance) -> dict[str, Any]:
     d = {k: v for k, v in asdict(i).items() if k != "name"}
+    if i.owner is None:
+        del d["owner"]  # instances made by hand read as before
     if i.gpu_memory is None:
         del d["gpu_memory"]  # files written before per-GPU limits read the same
     else:
@@ -174,6 +180,7 @@ def _check_types(inst: Instance) -> None:
         and (inst.ceiling is None or isinstance(inst.ceiling, (int, float)))
         and isinstance(inst.priority, str)
         and (inst.min_share is None or isinstance(inst.min_share, (int, float)))
+        and (inst.owner is None or inst.owner in OWNERS)
         and (inst.gpu_memory is None or (isinstance(inst.gpu_memory, dict)
                                          and all(type(g) is int and type(v) is int
                                                  for g, v in inst.gpu_memory.items())))

@@ -1,0 +1,64 @@
+"""Creating and deleting instances: the state file and the module, in one step.
+
+Shared by `gpuctl instance create/delete` and the Kubernetes plugins. The caller holds
+the state lock (:func:`gpuslice.state.locked`) and passes the state it yielded: a
+change is saved only when the whole block succeeds, so a refusal by the module leaves
+the state file as it was.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from . import state as S
+from . import units
+
+
+class InstanceError(Exception):
+    """A one-line reason why an instance was not created or deleted."""
+
+
+def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, uid: int | None = None,
+        gid: int | None = None, mode: int | None = None) -> None:
+    """Add ``inst`` to ``st`` (and ``policy`` to its GPUs), check the whole state, then
+    create it in the module when ``nl`` (a GpusliceNetlink) is given. Raises
+    InstanceError or StateError with ``st`` unchanged."""
+    if inst.name in st.instances:
+        raise InstanceError(f"instance {inst.name!r} exists")
+    old_policies = {g: st.gpus.get(g) for g in inst.gpus}
+    st.instances[inst.name] = inst
+    if policy:
+        for g in inst.gpus:
+            st.gpus[g] = S.GpuPolicy(policy, st.policy_of(g).period_ns)
+    try:
+        st.check()
+        if nl is not None:
+            from .netlink import gpu_mem_limits, mask_of
+
+            nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory, gpu_mem_limit=gpu_mem_limits(inst.gpu_memory),
+                            weight=inst.weight, share=units.share_to_ppt(inst.share) if inst.share else None,
+                            uid=uid, gid=gid, mode=mode)
+    except BaseException:
+        del st.instances[inst.name]
+        for g, p in old_policies.items():
+            if p is None:
+                st.gpus.pop(g, None)
+            else:
+                st.gpus[g] = p
+        raise
+
+
+def remove(st: S.State, name: str, nl: Any) -> None:
+    """Delete instance ``name`` from the module (when ``nl`` is given; one it does not
+    know is fine) and from ``st``. The module refuses while the instance's nodes are
+    open: InstanceError, ``st`` unchanged."""
+    if name not in st.instances:
+        raise InstanceError(f"no instance {name!r}")
+    if nl is not None:
+        try:
+            nl.instance_del(name)
+        except OSError as e:
+            if e.errno != errno.ENOENT:  # the module does not know it (e.g. after a reload)
+                raise InstanceError(f"cannot delete {name} in the kernel: {e}") from None
+    del st.instances[name]

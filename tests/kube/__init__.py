@@ -1,0 +1,1 @@
+"""Test doubles for the Kubernetes plugins: a kubelet and an API server stand-in."""
