@@ -28,7 +28,10 @@
 #   raw.txt      each run's command line and output
 # The daemon needs click, pyroute2 and nvidia-ml-py; a folder .devsite (carried with the
 # device tool, git-ignored) is added to PYTHONPATH for what the machine lacks (pyroute2).
-# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu|compat]   (default all)
+# kube (not part of all): tests/gpu/kube_h100.py, the DRA plugin on the real driver (inventory
+# from NVML and RM, slices, a prepared claim, PyTorch under the claim's limit): kube.txt, raw.txt.
+# It needs grpcio, protobuf and kubernetes (in .devsite) and the generated kube/gen (carried).
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu|compat|kube]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -64,7 +67,7 @@ fi
 if [[ $what == all || $what == bench ]]; then
 	python3 tests/gpu/bench_overhead.py 5 5 2>&1 | tee "$OUT/bench.txt"
 fi
-if [[ $what == sched || $what == activity || $what == priority ]]; then
+if [[ $what == sched || $what == activity || $what == priority || $what == kube ]]; then
 	export PYTHONPATH="$PWD/pyctl${PYTHONPATH:+:$PYTHONPATH}"
 	[[ -d .devsite ]] && export PYTHONPATH="$PYTHONPATH:$PWD/.devsite"
 	python3 -c 'import click, pyroute2, pynvml' || echo "gpu-run: a package the daemon needs is missing" >&2
@@ -72,6 +75,10 @@ fi
 if [[ $what == multigpu ]]; then
 	python3 tests/gpu/bench_multigpu.py --out "$OUT" ${MULTIGPU_ARGS:-}
 	rc=$?
+fi
+if [[ $what == kube ]]; then
+	python3 tests/gpu/kube_h100.py 2>&1 | tee "$OUT/kube.txt"
+	rc=${PIPESTATUS[0]}
 fi
 if [[ $what == compat ]]; then
 	python3 tests/gpu/compat.py --out "$OUT" ${COMPAT_ARGS:-}

@@ -441,3 +441,12 @@ def test_prepared_claims_never_exceed_the_gpus(tmp_path_factory: Any, claims_spe
         for g in (0, 1):
             assert sum(c["per_gpu"].get(str(g), [0, 0])[0] for c in prepared.values()) <= GPU_MEM
             assert sum(c["per_gpu"].get(str(g), [0, 0])[1] for c in prepared.values()) <= 100
+
+
+def test_hostile_uid_names_no_path(plugin: Plugin) -> None:
+    """A UID is put in no path as given: the spec file is named by the instance."""
+    k = plugin.start()
+    ref = plugin.api.add(claim(uid="../../etc/x"))
+    assert k.prepare([ref])[ref[1]].error == ""
+    assert plugin.specs() == [f"gpuslice.dev-claim_{K.instance_name(ref[1])}.yaml"]
+    assert k.unprepare([ref]) == {ref[1]: ""} and plugin.specs() == []

@@ -311,17 +311,23 @@ def test_host_paths_are_mounted(name: str) -> None:
     spec = pod_spec(ds)
     vols = {v["name"]: v for v in spec["volumes"]}
     host_mounts = {}
+    glob_args, sub = split(argv(ds), sub_name)
+    flags = {**options(glob_args[1:]), **options(sub)}
     for m in plugin_container(ds)["volumeMounts"]:
         hp = vols[m["name"]].get("hostPath")
+        if hp and m["mountPath"] == flags.get("--driver-root"):
+            # the host's root, read only, where the driver files are looked up: the
+            # plugin names them by their host paths (cdi.scan_host's root)
+            assert hp["path"] == "/" and m.get("readOnly") is True, (m, hp)
+            continue
         if hp:
             assert hp["path"] == m["mountPath"], (m, hp)
             assert hp.get("type") in ("Directory", "DirectoryOrCreate"), hp
             assert not m.get("readOnly"), m  # the plugins write in each of them
             host_mounts[m["mountPath"]] = hp
     assert needed <= host_mounts.keys(), needed - host_mounts.keys()
+    assert flags.get("--driver-root"), "the driver files are looked up in the container's own root"
     # paths the flags name
-    glob_args, sub = split(argv(ds), sub_name)
-    flags = {**options(glob_args[1:]), **options(sub)}
     for flag, what in PATH_FLAGS.items():
         if flag in flags:
             path = flags[flag]
@@ -380,6 +386,7 @@ def test_the_parse_check_would_catch_a_wrong_option(monkeypatch: pytest.MonkeyPa
     @click.option("--policy", type=click.Choice(["fixed", "weight", "burst", "equal"]))
     @click.option("--gpu-source", type=click.Choice(["auto", "nvml", "rm"]))
     @click.option("--no-share", is_flag=True)
+    @click.option("--driver-root")
     def kubelet_plugin(**kw: Any) -> None:
         pass
 

@@ -112,14 +112,20 @@ class ApiClient:
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
-            m, url, hdrs, data, post = self._client.param_serialize(
-                method=method, resource_path=path, query_params=list((query or {}).items()),
-                header_params=headers, body=body, auth_settings=["BearerToken"])
-            resp = self._client.call_api(m, url, header_params=hdrs, body=data, post_params=post,
-                                         _request_timeout=self._timeout)
+            if hasattr(self._client, "param_serialize"):  # client 37 and later
+                m, url, hdrs, data, post = self._client.param_serialize(
+                    method=method, resource_path=path, query_params=list((query or {}).items()),
+                    header_params=headers, body=body, auth_settings=["BearerToken"])
+                resp = self._client.call_api(m, url, header_params=hdrs, body=data, post_params=post,
+                                             _request_timeout=self._timeout)
+            else:  # 34 to 36: the older generator's call_api, the raw urllib3 response
+                resp = self._client.call_api(path, method, query_params=list((query or {}).items()),
+                                             header_params=headers, body=body, auth_settings=["BearerToken"],
+                                             _preload_content=False, _return_http_data_only=True,
+                                             _request_timeout=self._timeout)
             raw = resp.read()
         except kubernetes.client.exceptions.ApiException as e:
-            raise ApiError(int(e.status or 0), str(e.reason or e)) from None
+            raise ApiError(int(e.status or 0), _message(e.body) or str(e.reason or e)) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise ApiError(0, f"{method} {path}: {e}") from None
         text = raw.decode(errors="replace") if isinstance(raw, (bytes, bytearray)) else str(raw or "")
@@ -203,3 +209,12 @@ class ApiClient:
     def get_node(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
         return result
+
+
+def _message(body: Any) -> str:
+    """The ``message`` of a Status object in an error's body (bytes or str), else ""."""
+    try:
+        doc = json.loads(body.decode(errors="replace") if isinstance(body, (bytes, bytearray)) else body or "")
+    except (ValueError, TypeError):
+        return ""
+    return str(doc.get("message") or "") if isinstance(doc, dict) else ""

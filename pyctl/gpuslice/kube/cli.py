@@ -33,12 +33,15 @@ def register(main: click.Group) -> None:
               help="Where the CDI spec gpuslice.dev-device-plugin.yaml is written.")
 @click.option("--gpu-source", type=click.Choice(["auto", "nvml", "rm"]), default="auto", show_default=True,
               help="Where the GPUs are read from: NVML, the RM on /dev/nvidiactl, or NVML else RM.")
+@click.option("--driver-root", default="/", show_default=True, metavar="DIR",
+              help="Where the host's root is mounted (in a container, e.g. /host): the driver files the "
+              "CDI spec mounts are looked up there.")
 @click.option("--retry", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True, metavar="SECONDS",
               help="How often instances that could not be deleted or made are tried again.")
 @click.option("-v", "--verbose", count=True, help="-vv: debug output.")
 @click.pass_context
 def device_plugin(ctx: click.Context, config_path: str, device_plugin_dir: str, cdi_dir: str, gpu_source: str,
-                  retry: float, verbose: int) -> None:
+                  driver_root: str, retry: float, verbose: int) -> None:
     """Kubelet device plugin (v1beta1): advertise static slots of each profile as
     gpuslice.dev/<profile>, and GPUs in no profile whole as gpuslice.dev/gpu; each
     container gets one device, as the CDI device of its instance. Runs until SIGTERM
@@ -64,7 +67,8 @@ def device_plugin(ctx: click.Context, config_path: str, device_plugin_dir: str, 
     if not slots:
         raise GpuctlError("nothing to advertise: no GPU on this node")
     plugin = DP.DevicePlugin(slots, ctx.obj["state"], kernel(ctx), plugin_dir=device_plugin_dir, cdi_dir=cdi_dir,
-                             driver_files=cdi.driver_files(cdi.scan_host()), nvidia_ctk=cdi.find_nvidia_ctk(),
+                             driver_files=cdi.driver_files(cdi.scan_host(root=driver_root)),
+                             nvidia_ctk=cdi.find_nvidia_ctk(root=driver_root),
                              retry=retry)
     stop = threading.Event()
 
@@ -98,7 +102,7 @@ QUANTITY.name = "quantity"
 @click.option("--registry-dir", default="/var/lib/kubelet/plugins_registry", show_default=True, metavar="DIR",
               help="The kubelet's plugin watcher directory (the registration socket).")
 @click.option("--cdi-dir", default="/var/run/cdi", show_default=True, metavar="DIR",
-              help="Where each claim's CDI spec gpuslice.dev-claim_<uid>.yaml is written.")
+              help="Where each claim's CDI spec gpuslice.dev-claim_<instance>.yaml is written.")
 @click.option("--kubeconfig", metavar="PATH", envvar="KUBECONFIG",
               help="API server access (default: in-cluster, else ~/.kube/config).")
 @click.option("--memory-min", type=QUANTITY, default="256Mi", show_default=True,

@@ -13,7 +13,7 @@ Prepare, per claim, one at a time (a lock: the kubelet calls concurrently):
 2. else the claim is read from the API server, its UID checked, and planned against
    what this node advertises and what the other prepared claims hold;
 3. the checkpoint records it as ``preparing``; the instance is created (state file and
-   module); its CDI spec is written to ``<cdi-dir>/gpuslice.dev-claim_<uid>.yaml``
+   module); its CDI spec is written to ``<cdi-dir>/gpuslice.dev-claim_<instance>.yaml``
    (kind ``gpuslice.dev/claim``); the checkpoint records it as ``prepared``.
 
 A crash between 3's steps leaves a ``preparing`` entry: the next prepare of that claim
@@ -38,7 +38,7 @@ from .. import instances
 from .. import state as S
 from . import NODE_MODE
 from . import checkpoint as CP
-from .claims import DRIVER, OWNER, ClaimError, Gpu, Plan, plan
+from .claims import DRIVER, OWNER, ClaimError, Gpu, Plan, instance_name, plan
 
 log = logging.getLogger("gpuslice.kube.dra")
 
@@ -66,7 +66,9 @@ class Prepared:
 
 
 def cdi_spec_path(cdi_dir: str, uid: str) -> str:
-    return os.path.join(cdi_dir, f"{DRIVER}-claim_{uid}.yaml")
+    """The claim's spec file, named by its instance (never by the UID as given: a file
+    name made of hex digits only)."""
+    return os.path.join(cdi_dir, f"{DRIVER}-claim_{instance_name(uid)}.yaml")
 
 
 def cdi_id(instance: str) -> str:
