@@ -53,9 +53,11 @@ if [[ ! -x .venv/bin/python ]]; then
     log "creating .venv"
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-# Re-install only when pyproject.toml changed since the last successful install.
+# Re-install only when pyproject.toml, setup.py or the vendored kubelet protos changed
+# since the last successful install, or the modules generated from the protos are gone.
 stamp=.venv/.gpuslice-installed
-if [[ ! -f "$stamp" ]] || [[ pyproject.toml -nt "$stamp" ]]; then
+newer=$(find pyproject.toml setup.py pyctl/gpuslice/kube/proto -newer "$stamp" 2>/dev/null | head -1 || true)
+if [[ ! -f "$stamp" ]] || [[ -n "$newer" ]] || [[ ! -f pyctl/gpuslice/kube/gen/__init__.py ]]; then
     log "pip install -e .[test]"
     .venv/bin/pip install -q -e '.[test]' >/tmp/gpuslice-pip.log 2>&1 || {
         tail -n 40 /tmp/gpuslice-pip.log >&2

@@ -278,7 +278,9 @@ def test_uid_mismatch(plugin: Plugin) -> None:
 BAD_CONFIGS = [
     ([cfg("FromClaim", priority="offline")], "set by the DeviceClass"),
     ([cfg("FromClaim", minShare="5%")], "set by the DeviceClass"),
-    ([cfg("FromClaim", policy="fastest")], "not one of"),
+    ([cfg("FromClaim", policy="burst")], "set by the DeviceClass"),
+    ([cfg("FromClass", policy="fastest")], "not one of"),
+    ([cfg("FromClaim", ceiling="31%")], "may only lower its ceiling"),
     ([cfg("FromClaim", memory="8Gi")], "unknown field"),
     ([{"source": "FromClaim", "opaque": {"driver": K.DRIVER, "parameters": {"kind": "GpuConfig"}}}], "apiVersion"),
     ([{"source": "FromClaim", "opaque": {"driver": K.DRIVER, "parameters": "offline"}}], "must be an object"),
@@ -307,17 +309,34 @@ def test_other_drivers_config_is_ignored(plugin: Plugin) -> None:
 
 def test_offline_priority_from_the_class(plugin: Plugin) -> None:
     k = plugin.start()
-    ref = plugin.api.add(claim(config=[cfg("FromClass", priority="offline", minShare="5%"),
-                                       cfg("FromClaim", policy="weight")], compute="20"))
+    ref = plugin.api.add(claim(config=[cfg("FromClass", priority="offline", minShare="5%", policy="weight")],
+                               compute="20"))
     assert k.prepare([ref])[ref[1]].error == ""
     inst = plugin.instances()[K.instance_name(ref[1])]
     assert (inst.priority, inst.min_share, inst.weight, inst.share) == ("offline", 0.05, 20, None)
     assert S.load(plugin.state).policy_of(0).policy == "weight"
 
 
+def test_offline_floor_is_at_most_the_granted_compute(plugin: Plugin) -> None:
+    """19 offline claims of 1% each cannot take 19 floors of 5% beside online work."""
+    k = plugin.start()
+    ref = plugin.api.add(claim(config=[cfg("FromClass", priority="offline", minShare="5%", policy="weight")],
+                               compute="1"))
+    assert k.prepare([ref])[ref[1]].error == ""
+    assert plugin.instances()[K.instance_name(ref[1])].min_share == 0.01
+
+
+def test_a_claim_may_lower_its_ceiling(plugin: Plugin) -> None:
+    k = plugin.start()
+    ref = plugin.api.add(claim(config=[cfg("FromClass", policy="equal", ceiling="50%"),
+                                       cfg("FromClaim", ceiling="20%")], compute="30"))
+    assert k.prepare([ref])[ref[1]].error == ""
+    assert plugin.instances()[K.instance_name(ref[1])].ceiling == 0.2
+
+
 def test_policy_conflict_on_a_gpu(plugin: Plugin) -> None:
     k = plugin.start()
-    a = plugin.api.add(claim(name="a", config=[cfg("FromClaim", policy="weight")]))
+    a = plugin.api.add(claim(name="a", config=[cfg("FromClass", policy="weight")]))
     b = plugin.api.add(claim(name="b"))
     assert k.prepare([a])[a[1]].error == ""
     assert "runs the weight policy" in k.prepare([b])[b[1]].error
@@ -450,3 +469,74 @@ def test_hostile_uid_names_no_path(plugin: Plugin) -> None:
     assert k.prepare([ref])[ref[1]].error == ""
     assert plugin.specs() == [f"gpuslice.dev-claim_{K.instance_name(ref[1])}.yaml"]
     assert k.unprepare([ref]) == {ref[1]: ""} and plugin.specs() == []
+
+
+def test_instances_not_the_plugins_count_against_the_gpu(plugin: Plugin) -> None:
+    """An instance made by hand (or left by the device plugin) holds its memory and share:
+    a claim that would overcommit the GPU beside it is refused."""
+    with S.locked(plugin.state) as st:
+        st.instances["manual"] = S.Instance("manual", [1], 70 * GI, share=0.5)
+        st.gpus[1] = S.GpuPolicy("fixed")
+    k = plugin.start()
+    big = plugin.api.add(claim(name="big", results=[result("gpu", "gpu-1", memory="16Gi", compute="10")]))
+    hot = plugin.api.add(claim(name="hot", results=[result("gpu", "gpu-1", memory="4Gi", compute="60")]))
+    ok = plugin.api.add(claim(name="ok", results=[result("gpu", "gpu-1", memory="8Gi", compute="40")]))
+    out = k.prepare([big, hot, ok])
+    assert "more than it has" in out[big[1]].error and "more than it has" in out[hot[1]].error
+    assert out[ok[1]].error == ""
+
+
+class FakeNl:
+    """The module's instance table, as netlink shows it (tests only)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.fail_new: str | None = None
+
+    def instances(self) -> list[dict[str, Any]]:
+        return [{"name": n} for n in sorted(self.names)]
+
+    def instance_new(self, name: str, *a: Any, **k: Any) -> None:
+        if self.fail_new == name:
+            raise OSError(19, "No such device")
+        if name in self.names:
+            raise OSError(17, "File exists")
+        self.names.add(name)
+
+    def instance_del(self, name: str) -> None:
+        if name not in self.names:
+            raise OSError(2, "No such file or directory")
+        self.names.discard(name)
+
+
+def test_killed_after_the_module_before_the_state_file(tmp_path: Any) -> None:
+    """Killed after the instance was made in the module but before the state file was
+    saved: the next start deletes it in the module, and the claim can be prepared."""
+    api, nl = Api(), FakeNl()
+    ref = api.add(claim())
+    name = K.instance_name(ref[1])
+    cp_path = tmp_path / "plugin" / "checkpoint.json"
+    CP.save(str(cp_path), {ref[1]: {"namespace": ref[0], "name": ref[2], "instance": name, "state": CP.PREPARING,
+                                    "per_gpu": {"0": [4 * GI, 30]}, "devices": []}})
+    nl.names.add(name)
+    d = Driver(NODE, GPUS, api.get, str(tmp_path / "state.json"), nl, cdi_dir=str(tmp_path / "cdi"),
+               plugin_dir=str(tmp_path / "plugin"))
+    assert d.recover()["undone"] == [ref[1]] and nl.names == set()
+    assert d.prepare(ref[1], ref[0], ref[2]) and nl.names == {name}
+
+
+def test_one_entry_that_cannot_be_restored_does_not_stop_the_start(tmp_path: Any) -> None:
+    """After a reboot the module lost every instance and one cannot be made again (its
+    GPU is gone): the others are restored and the plugin starts."""
+    api = Api()
+    refs = [api.add(claim(name=f"c{i}")) for i in range(3)]
+    d = Driver(NODE, GPUS, api.get, str(tmp_path / "state.json"), None, cdi_dir=str(tmp_path / "cdi"),
+               plugin_dir=str(tmp_path / "plugin"))
+    for ns, uid, name in refs:
+        d.prepare(uid, ns, name)
+    nl = FakeNl()
+    nl.fail_new = K.instance_name(refs[1][1])
+    d = Driver(NODE, GPUS, api.get, str(tmp_path / "state.json"), nl, cdi_dir=str(tmp_path / "cdi"),
+               plugin_dir=str(tmp_path / "plugin"))
+    done = d.recover()
+    assert done["failed"] == [refs[1][1]] and sorted(done["restored"]) == sorted([refs[0][1], refs[2][1]])

@@ -174,7 +174,7 @@ def test_strict_validation_would_catch_a_misspelled_field() -> None:
 PLUGINS = {
     # DaemonSet: (gpuctl command, host paths it must have mounted at the same path)
     "gpuslice-kubelet-plugin": ("kubelet-plugin", {
-        "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev",
+        "/var/lib/kubelet/plugins/gpuslice.dev", "/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev",
         "/var/lib/gpuslice", "/run/gpuslice"}),
     "gpuslice-device-plugin": ("device-plugin", {
         "/var/lib/kubelet/device-plugins", "/var/run/cdi", "/dev", "/var/lib/gpuslice",
@@ -315,10 +315,11 @@ def test_host_paths_are_mounted(name: str) -> None:
     flags = {**options(glob_args[1:]), **options(sub)}
     for m in plugin_container(ds)["volumeMounts"]:
         hp = vols[m["name"]].get("hostPath")
-        if hp and m["mountPath"] == flags.get("--driver-root"):
-            # the host's root, read only, where the driver files are looked up: the
-            # plugin names them by their host paths (cdi.scan_host's root)
-            assert hp["path"] == "/" and m.get("readOnly") is True, (m, hp)
+        root = flags.get("--driver-root") or ""
+        if hp and root and m["mountPath"].startswith(root.rstrip("/") + "/"):
+            # the host's driver directories, read only, under --driver-root: the plugin
+            # names the files by their host paths (cdi.scan_host's root)
+            assert hp["path"] == m["mountPath"][len(root.rstrip("/")):] and m.get("readOnly") is True, (m, hp)
             continue
         if hp:
             assert hp["path"] == m["mountPath"], (m, hp)
@@ -336,7 +337,7 @@ def test_host_paths_are_mounted(name: str) -> None:
             assert any(d == mp or d.startswith(mp.rstrip("/") + "/") for mp in host_mounts), (flag, path)
     # kubelet's own directories must exist (kubelet makes them); ours may be created
     for mp, hp in host_mounts.items():
-        if mp.startswith("/var/lib/kubelet") or mp == "/dev":
+        if (mp.startswith("/var/lib/kubelet") or mp == "/dev") and not mp.endswith("/gpuslice.dev"):
             assert hp["type"] == "Directory", mp
 
 
@@ -372,7 +373,8 @@ def test_the_parse_check_would_catch_a_wrong_option(monkeypatch: pytest.MonkeyPa
     bad choice and a missing required option fail."""
     @click.group()
     @click.option("--state")
-    def fake(state: str | None) -> None:
+    @click.option("--kernel")
+    def fake(state: str | None, kernel: str | None) -> None:
         pass
 
     @fake.command("kubelet-plugin")
@@ -404,8 +406,8 @@ def test_the_parse_check_would_catch_a_wrong_option(monkeypatch: pytest.MonkeyPa
 
 # (apiGroup, resource) -> verbs: what `gpuctl kubelet-plugin` calls, and all it may call
 PLUGIN_API = {
-    ("resource.k8s.io", "resourceslices"): {"get", "list", "watch", "create", "update", "patch", "delete"},
-    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+    ("resource.k8s.io", "resourceslices"): {"get", "list", "create", "update", "delete"},
+    ("resource.k8s.io", "resourceclaims"): {"get"},
     ("", "nodes"): {"get"},
 }
 

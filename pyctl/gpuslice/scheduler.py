@@ -365,12 +365,36 @@ class Scheduler:
                 except OSError as e:
                     if e.errno != errno.ENOENT:
                         raise
-                    # configured but unknown to the module (reloaded?): create it
-                    self.netlink.instance_new(inst.name, mask_of(inst.gpus), inst.memory,
-                                              gpu_mem_limit=gpu_mem_limits(inst.gpu_memory), **attrs)
-                    log.info("created instance %s in the kernel", inst.name)
+                    # configured but unknown to the module (reloaded?): create it, unless
+                    # it was deleted since this configuration was read (a `gpuctl instance
+                    # delete` or a Kubernetes plugin deletes in the module, then saves the
+                    # state file, under the exclusive lock: the shared lock waits for both)
+                    if self._create_if_configured(inst, attrs):
+                        log.info("created instance %s in the kernel", inst.name)
             except OSError as e:
                 log.warning("netlink INSTANCE_SET %s: %s", inst.name, e)
+
+    def _create_if_configured(self, inst: st.Instance, attrs: dict[str, Any]) -> bool:
+        """Create ``inst`` in the module if the state file still has it, under the shared
+        state lock (no delete runs meanwhile). Without a state file: create it."""
+        assert self.netlink is not None
+
+        def create() -> None:
+            mode = {"mode": st.OWNED_NODE_MODE} if inst.owner is not None else {}
+            self.netlink.instance_new(inst.name, mask_of(inst.gpus), inst.memory,
+                                      gpu_mem_limit=gpu_mem_limits(inst.gpu_memory), **attrs, **mode)
+
+        if self._fixed_state or not os.path.exists(st.state_path(self.state_path)):
+            create()
+            return True
+        with st.shared_lock(self.state_path):
+            try:
+                if inst.name not in st.load(self.state_path).instances:
+                    return False
+            except st.StateError:
+                pass
+            create()
+        return True
 
     def hold_ns(self) -> int:
         """The online hold in effect: --online-hold, but never shorter than the longest gap

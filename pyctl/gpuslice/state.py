@@ -39,6 +39,11 @@ NAME_RULE = "1-31 of a-z A-Z 0-9 _ . -, not . or .."
 # Owners of instances not made by hand: each writes its own CDI spec (gpuslice.kube),
 # so `gpuctl cdi generate` leaves their instances out of the shared one.
 OWNERS = ("kubelet-plugin", "device-plugin")
+# Mode of their nodes: NVIDIA's own nodes are 0666, so a container need not run as root.
+# Who may open them is decided by the pod's device cgroup (the runtime allows the CDI
+# device's nodes only) and, in the module, by require_device_cgroup (a process that may
+# open the real nodes gets no instance node).
+OWNED_NODE_MODE = 0o666
 
 
 def valid_name(name: str) -> bool:
@@ -273,6 +278,17 @@ def locked(path: str | None = None) -> Iterator[State]:
         st = load(p)
         yield st
         save(st, p)
+
+
+@contextlib.contextmanager
+def shared_lock(path: str | None = None) -> Iterator[None]:
+    """Hold the state lock shared: no :func:`locked` block of another process runs
+    meanwhile, so what is read under it stays true until it is released."""
+    p = state_path(path)
+    os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+    with open(p + ".lock", "a") as lk:
+        fcntl.flock(lk, fcntl.LOCK_SH)
+        yield
 
 
 def file_stamp(path: str | None = None) -> tuple[int, int, int] | None:

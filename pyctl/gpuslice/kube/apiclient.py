@@ -119,10 +119,10 @@ class ApiClient:
                 resp = self._client.call_api(m, url, header_params=hdrs, body=data, post_params=post,
                                              _request_timeout=self._timeout)
             else:  # 34 to 36: the older generator's call_api, the raw urllib3 response
-                resp = self._client.call_api(path, method, query_params=list((query or {}).items()),
-                                             header_params=headers, body=body, auth_settings=["BearerToken"],
-                                             _preload_content=False, _return_http_data_only=True,
-                                             _request_timeout=self._timeout)
+                old_call: Any = self._client.call_api
+                resp = old_call(path, method, query_params=list((query or {}).items()),
+                                header_params=headers, body=body, auth_settings=["BearerToken"],
+                                _preload_content=False, _return_http_data_only=True, _request_timeout=self._timeout)
             raw = resp.read()
         except kubernetes.client.exceptions.ApiException as e:
             raise ApiError(int(e.status or 0), _message(e.body) or str(e.reason or e)) from None

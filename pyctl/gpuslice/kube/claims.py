@@ -14,10 +14,11 @@ results of our driver on this node into one instance:
   weight under ``weight`` and ``burst``, a ceiling under ``equal``; an instance has one
   share for all its GPUs, so a claim with different amounts on its GPUs gets the
   smallest (never more than granted anywhere);
-- the policy comes from the claim's opaque config (``GpuConfig``), else the plugin's
-  default; priority (online/offline) and an offline ``minShare`` only from a config
-  whose source is the DeviceClass, which the administrator owns: a claim that sets them
-  is refused.
+- the policy, priority (online/offline) and an offline ``minShare`` (at most the
+  granted compute) come only from a config whose source is the DeviceClass, which the
+  administrator owns, else the plugin's default policy: a claim that sets them is
+  refused, since each would give it more than it was granted (equal and burst give idle
+  time away, a floor is taken before online work). A claim may lower its ``ceiling``.
 
 A claim status is written by the scheduler, but also by anyone allowed to update
 ``resourceclaims/status``: every amount is checked against what the node's slices
@@ -43,7 +44,7 @@ CONFIG_KIND = "GpuConfig"
 COMPUTE_FULL = 100  # the `compute` capacity of one GPU, percent
 OWNER = "kubelet-plugin"  # state.OWNERS
 _CONFIG_KEYS = {"apiVersion", "kind", "policy", "priority", "minShare", "ceiling"}
-_CLASS_ONLY = ("priority", "minShare")
+_CLASS_ONLY = ("policy", "priority", "minShare")  # what would give a claim more than it was granted
 _DEVICE_RE = re.compile(r"gpu-(0|[1-9][0-9]{0,2})")
 
 
@@ -77,7 +78,8 @@ class GpuConfig:
     policy: str | None = None
     priority: str | None = None
     min_share: float | None = None
-    ceiling: float | None = None
+    ceiling: float | None = None  # the DeviceClass's
+    claim_ceiling: float | None = None  # the claim's: it may only lower the ceiling
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,10 @@ def merged_config(allocation: Mapping[str, Any], requests: Iterable[str]) -> Gpu
         if source not in ("FromClass", "FromClaim"):
             raise ClaimError(f"config source {source!r} is neither FromClass nor FromClaim")
         parsed = parse_config(opaque.get("parameters"), from_class=source == "FromClass")
-        out.update({k: v for k, v in parsed.__dict__.items() if v is not None})
+        fields = {k: v for k, v in parsed.__dict__.items() if v is not None}
+        if source == "FromClaim" and "ceiling" in fields:
+            fields["claim_ceiling"] = fields.pop("ceiling")
+        out.update(fields)
     return GpuConfig(**out)
 
 
@@ -245,24 +250,41 @@ def plan(claim: Mapping[str, Any], pool: str, gpus: Mapping[int, Gpu], default_p
     for s in got:
         m, c = per_gpu.get(s.gpu, (0, 0))
         per_gpu[s.gpu] = (m + s.memory, c + s.compute)
-    for g, (m, c) in sorted(per_gpu.items()):
-        hm, hc = (held or {}).get(g, (0, 0))
-        if m + hm > gpus[g].memory or c + hc > COMPUTE_FULL:
-            raise ClaimError(f"gpu-{g} would hold more than it has: {m + hm} of {gpus[g].memory} bytes, "
-                             f"{c + hc}% of {COMPUTE_FULL}% compute with the claims prepared there")
+    _fits(per_gpu, gpus, held or {})
     compute = min(c for _m, c in per_gpu.values())
     gpu_list = sorted(per_gpu)
     mems = {g: m for g, (m, _c) in per_gpu.items()}
     weight, share, ceiling = 1, None, cfg.ceiling
+    granted = compute / COMPUTE_FULL
+    if cfg.claim_ceiling is not None:
+        if cfg.claim_ceiling > granted:
+            raise ClaimError(f"ceiling {units.format_share(cfg.claim_ceiling)} is above the compute the claim was "
+                             f"granted ({compute}%): a claim may only lower its ceiling")
+        ceiling = cfg.claim_ceiling if ceiling is None else min(ceiling, cfg.claim_ceiling)
     if policy == "fixed":
-        share = compute / COMPUTE_FULL
+        share = granted
     elif policy in ("weight", "burst"):
         weight = compute
     elif compute < COMPUTE_FULL and ceiling is None:  # equal
-        ceiling = compute / COMPUTE_FULL
+        ceiling = granted
     priority = cfg.priority or "online"
+    # an offline floor is what the instance keeps beside online work: never more than granted
+    min_share = min(cfg.min_share, granted) if priority == "offline" and cfg.min_share is not None else None
     inst = S.Instance(instance_name(uid), gpu_list, max(mems.values()), weight=weight, share=share,
-                      ceiling=ceiling, priority=priority,
-                      min_share=cfg.min_share if priority == "offline" else None,
+                      ceiling=ceiling, priority=priority, min_share=min_share,
                       gpu_memory=mems if len(set(mems.values())) > 1 else None, owner=OWNER)
     return Plan(uid, ns, name, inst, policy, tuple(got))
+
+
+def _fits(per_gpu: Mapping[int, tuple[int, int]], gpus: Mapping[int, Gpu],
+          held: Mapping[int, tuple[int, int]]) -> None:
+    for g, (m, c) in sorted(per_gpu.items()):
+        hm, hc = held.get(g, (0, 0))
+        if m + hm > gpus[g].memory or c + hc > COMPUTE_FULL:
+            raise ClaimError(f"gpu-{g} would hold more than it has: {m + hm} of {gpus[g].memory} bytes, "
+                             f"{c + hc}% of {COMPUTE_FULL}% compute with what is prepared there")
+
+
+def check_fits(p: Plan, gpus: Mapping[int, Gpu], held: Mapping[int, tuple[int, int]]) -> None:
+    """Raise ClaimError unless claim ``p`` fits its GPUs beside ``held``."""
+    _fits(p.per_gpu(), gpus, held)

@@ -26,6 +26,7 @@ already unprepared.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -38,7 +39,7 @@ from .. import instances
 from .. import state as S
 from . import NODE_MODE
 from . import checkpoint as CP
-from .claims import DRIVER, OWNER, ClaimError, Gpu, Plan, instance_name, plan
+from .claims import COMPUTE_FULL, DRIVER, OWNER, ClaimError, Gpu, Plan, check_fits, instance_name, plan
 
 log = logging.getLogger("gpuslice.kube.dra")
 
@@ -115,50 +116,71 @@ class Driver:
     def recover(self) -> dict[str, list[str]]:
         """At start: undo every ``preparing`` entry (a crash mid-prepare; the kubelet
         retries), and make sure every prepared claim's instance exists in the state
-        file, the module and its CDI spec. What was done, by kind."""
-        done: dict[str, list[str]] = {"undone": [], "restored": [], "lost": []}
+        file, the module and its CDI spec. One entry that fails is logged and left for
+        the kubelet's next call: the others, and the plugin, go on. What was done, by kind."""
+        done: dict[str, list[str]] = {"undone": [], "restored": [], "kept": [], "lost": [], "failed": []}
         with self.lock:
             for uid, c in sorted(self.claims.items()):
-                if c["state"] == CP.PREPARING:
-                    self._undo(uid, c)
-                    done["undone"].append(uid)
-                    continue
-                st = S.load(self.state_path)
-                inst = st.instances.get(c["instance"])
-                if inst is None:
-                    done["lost"].append(uid)  # deleted by hand: re-made on the next prepare
-                    continue
-                if self.nl is not None and not any(d.get("name") == inst.name for d in self.nl.instances()):
-                    from ..netlink import gpu_mem_limits, mask_of
-                    from .. import units
-
-                    self.nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory,
-                                         gpu_mem_limit=gpu_mem_limits(inst.gpu_memory), weight=inst.weight,
-                                         share=units.share_to_ppt(inst.share) if inst.share else None,
-                                         mode=NODE_MODE)
-                    done["restored"].append(uid)
-                self._write_spec(uid, inst)
+                try:
+                    done[self._recover_one(uid, c)].append(uid)
+                except Exception as e:
+                    log.error("at start, claim %s/%s (%s): %s", c.get("namespace"), c.get("name"), uid,
+                              error_text(e))
+                    done["failed"].append(uid)
             self._save()
         return done
+
+    def _recover_one(self, uid: str, c: Mapping[str, Any]) -> str:
+        if c["state"] == CP.PREPARING:
+            self._undo(uid, c)
+            return "undone"
+        inst = S.load(self.state_path).instances.get(c["instance"])
+        if inst is None:
+            return "lost"  # deleted by hand: made again on the next prepare
+        restored = False
+        if self.nl is not None and not any(d.get("name") == inst.name for d in self.nl.instances()):
+            from ..netlink import gpu_mem_limits, mask_of
+            from .. import units
+
+            self.nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory,
+                                 gpu_mem_limit=gpu_mem_limits(inst.gpu_memory), weight=inst.weight,
+                                 share=units.share_to_ppt(inst.share) if inst.share else None, mode=NODE_MODE)
+            restored = True
+        self._write_spec(uid, inst)
+        return "restored" if restored else "kept"
 
     # ---- prepare / unprepare ---------------------------------------------------------
 
     def prepare(self, uid: str, namespace: str, name: str) -> list[Prepared]:
+        """The claim's devices. The API server is asked outside the lock (a slow one
+        holds no other claim up); what was prepared meanwhile is answered as it is."""
         if not uid or not name:
             raise ClaimError("a claim needs a UID and a name")
         with self.lock:
+            done = self._prepared(uid)
+            if done is not None:
+                return done
+        claim = self.get_claim(namespace, name)
+        got_uid = (claim.get("metadata") or {}).get("uid")
+        if got_uid != uid:
+            raise ClaimError(f"claim {namespace}/{name} has UID {got_uid}, not {uid} (deleted and made again?)")
+        with self.lock:
+            done = self._prepared(uid)
+            if done is not None:
+                return done
             c = self.claims.get(uid)
-            if c is not None and c["state"] == CP.PREPARED and c["instance"] in S.load(self.state_path).instances:
-                return [Prepared(tuple(d["requests"]), d["pool"], d["device"], d.get("share_id"), tuple(d["cdi"]))
-                        for d in c["devices"]]
             if c is not None:
                 self._undo(uid, c)
-            claim = self.get_claim(namespace, name)
-            got_uid = (claim.get("metadata") or {}).get("uid")
-            if got_uid != uid:
-                raise ClaimError(f"claim {namespace}/{name} has UID {got_uid}, not {uid} (deleted and made again?)")
-            p = plan(claim, self.node, self.gpus, self.default_policy, self._held(exclude=uid))
+            p = plan(claim, self.node, self.gpus, self.default_policy,
+                     self._held(uid, S.load(self.state_path)))
             return self._make(p)
+
+    def _prepared(self, uid: str) -> list[Prepared] | None:
+        c = self.claims.get(uid)
+        if c is None or c["state"] != CP.PREPARED or c["instance"] not in S.load(self.state_path).instances:
+            return None
+        return [Prepared(tuple(d["requests"]), d["pool"], d["device"], d.get("share_id"), tuple(d["cdi"]))
+                for d in c["devices"]]
 
     def unprepare(self, uid: str) -> None:
         with self.lock:
@@ -166,14 +188,25 @@ class Driver:
             if c is not None:
                 self._undo(uid, c)
 
-    def _held(self, exclude: str) -> dict[int, tuple[int, int]]:
+    def _held(self, exclude: str, st: S.State) -> dict[int, tuple[int, int]]:
+        """GPU -> (memory, compute) held by everything but claim ``exclude``: the other
+        prepared claims, and every instance the plugin does not own on the GPU (made by
+        hand or by the device plugin): its memory limit, and its fixed share."""
         out: dict[int, tuple[int, int]] = {}
+
+        def add(g: int, m: int, comp: int) -> None:
+            hm, hc = out.get(g, (0, 0))
+            out[g] = (hm + m, hc + comp)
+
+        mine = {c["instance"] for c in self.claims.values()}
         for uid, c in self.claims.items():
-            if uid == exclude:
-                continue
-            for g, (m, comp) in c.get("per_gpu", {}).items():
-                hm, hc = out.get(int(g), (0, 0))
-                out[int(g)] = (hm + m, hc + comp)
+            if uid != exclude:
+                for g, (m, comp) in c.get("per_gpu", {}).items():
+                    add(int(g), m, comp)
+        for i in st.instances.values():
+            if i.name not in mine and i.name != instance_name(exclude):
+                for g in i.gpus:
+                    add(g, i.memory_of(g), round((i.share or 0) * COMPUTE_FULL))
         return out
 
     def _make(self, p: Plan) -> list[Prepared]:
@@ -191,6 +224,7 @@ class Driver:
                 old = st.instances.get(inst.name)
                 if old is not None and old.owner == OWNER:  # made before a checkpoint was lost
                     instances.remove(st, inst.name, self.nl)
+                check_fits(p, self.gpus, self._held(p.uid, st))  # what changed since the plan
                 for g in inst.gpus:
                     others = [i for i in st.instances_on(g) if i.name != inst.name]
                     if others and st.policy_of(g).policy != p.policy:
@@ -223,6 +257,13 @@ class Driver:
                     instances.remove(st, name, self.nl)
                 except instances.InstanceError as e:
                     raise ClaimError(str(e)) from None
+            elif self.nl is not None:
+                # made in the module by a plugin killed before it saved the state file
+                try:
+                    self.nl.instance_del(name)
+                except OSError as e:
+                    if e.errno != errno.ENOENT:
+                        raise ClaimError(f"cannot delete {name} in the kernel: {e}") from None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(cdi_spec_path(self.cdi_dir, uid))
         self.claims.pop(uid, None)
