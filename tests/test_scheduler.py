@@ -1020,6 +1020,27 @@ def test_kernel_sync_sets_weights_and_recreates_missing(tmp_path) -> None:
     assert new and new[0][0] == "b" and new[0][1]["gpu_mask"] == 0b11 and new[0][1]["mem_limit"] == 7 << 20
 
 
+def test_kernel_sync_does_not_bring_back_a_deleted_instance(tmp_path) -> None:
+    """An instance deleted (module, then state file) after the daemon read the state:
+    the module answers ENOENT, and the daemon, reading the state file again under the
+    shared lock, leaves it deleted. A plugin's instance is made with its node mode."""
+    p = str(tmp_path / "state.json")
+    S.save(S.State(instances={"a": S.Instance("a", [0], 5 << 20), "k": S.Instance("k", [0], 5 << 20,
+                                                                                   owner="kubelet-plugin")}), p)
+    nl = FakeNl(set())
+    clock = Clock()
+    sched = FakeSched(p, StaticSource({}), RecGate(clock), AllActive(), clock=clock, netlink=nl)
+    sched.reload_state(force=True)
+    assert {n for op, n, _a in nl.calls if op == "new"} == {"a", "k"}
+    assert [a.get("mode") for op, n, a in nl.calls if op == "new" and n == "k"] == [S.OWNED_NODE_MODE]
+    nl.known.clear()
+    nl.calls.clear()
+    with S.locked(p) as st:  # deleted after the daemon read it
+        del st.instances["a"]
+    sched.sync_kernel()  # the daemon's configuration still names a
+    assert [n for op, n, _a in nl.calls if op == "new"] == ["k"]
+
+
 @pytest.mark.parametrize("policy", ["equal", "burst"])
 def test_offline_instances_alone_on_a_gpu_keep_the_policys_timeslice(policy: str) -> None:
     """The short offline slice only where an online instance is there to take the GPU:
