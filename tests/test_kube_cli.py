@@ -43,15 +43,6 @@ main()
 """
 
 
-def kubeconfig(path: Path, url: str) -> str:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": url}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
-        "users": [{"name": "u", "user": {}}]}))
-    return str(path)
-
-
 class Proc:
     def __init__(self, tmp: Path, api: FakeApiServer, *extra: str) -> None:
         self.tmp = tmp
@@ -61,7 +52,7 @@ class Proc:
         self.args = [sys.executable, "-c", RUNNER, "--state", str(self.state), "--kernel", "no", "kubelet-plugin",
                      "--node-name", "node-a", "--plugin-dir", str(tmp / "plugin"), "--registry-dir",
                      str(self.registry), "--cdi-dir", str(self.cdi), "--kubeconfig",
-                     kubeconfig(tmp / "kubeconfig", api.url), *extra]
+                     api.kubeconfig(tmp / "kubeconfig"), *extra]
         self.p: subprocess.Popen[str] | None = None
 
     def start(self) -> DraKubelet:

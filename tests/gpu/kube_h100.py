@@ -46,15 +46,6 @@ def emit(what: str, **kw: object) -> None:
     print(json.dumps({"what": what, **kw}, default=str), flush=True)
 
 
-def kubeconfig(path: Path, url: str) -> str:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": url}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
-        "users": [{"name": "u", "user": {}}]}))
-    return str(path)
-
-
 def main() -> int:
     rc = 0
     # 1. inventory
@@ -80,7 +71,7 @@ def main() -> int:
         args = [sys.executable, "-c", "from gpuslice.cli import main; main()", "--state", str(tmp / "state.json"),
                 "--kernel", "no", "kubelet-plugin", "--node-name", NODE, "--plugin-dir", str(tmp / "plugin"),
                 "--registry-dir", str(tmp / "registry"), "--cdi-dir", str(tmp / "cdi"), "--kubeconfig",
-                kubeconfig(tmp / "kubeconfig", api.url)]
+                api.kubeconfig(tmp / "kubeconfig")]
         p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         assert p.stderr is not None

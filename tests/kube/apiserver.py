@@ -445,6 +445,15 @@ class FakeApiServer:
         cfg.host = self.url
         return cfg
 
+    def kubeconfig(self, path: Any) -> str:
+        """Write a kubeconfig naming this server (no authentication) at ``path``."""
+        with open(path, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "t",
+                       "clusters": [{"name": "t", "cluster": {"server": self.url}}],
+                       "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
+                       "users": [{"name": "u", "user": {}}]}, f)
+        return str(path)
+
     # test helpers
     def add_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
         """Store a ResourceClaim (v1 or v1beta1 layout; namespace default "default")."""
