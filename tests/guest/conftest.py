@@ -26,3 +26,24 @@ if IN_GUEST:
 
         with GpusliceNetlink() as s:
             yield s
+
+    @pytest.fixture(scope="session")
+    def podman(tmp_path_factory):
+        """Rootful podman with the rmclient image, all under a directory in /tmp
+        (tests/guest/podmanlib.py); one image for the whole session."""
+        from podmanlib import build_image
+
+        return build_image(tmp_path_factory.mktemp("podman"))
+
+    @pytest.fixture
+    def devcg_required():
+        """The module's production setting while the containers run: a process whose device
+        cgroup lets it open the real node gets no instance node."""
+        from podmanlib import DEVCG_PARAM
+
+        old = DEVCG_PARAM.read_text().strip()
+        DEVCG_PARAM.write_text("Y")
+        try:
+            yield
+        finally:
+            DEVCG_PARAM.write_text(old)
