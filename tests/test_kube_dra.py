@@ -540,3 +540,20 @@ def test_one_entry_that_cannot_be_restored_does_not_stop_the_start(tmp_path: Any
                plugin_dir=str(tmp_path / "plugin"))
     done = d.recover()
     assert done["failed"] == [refs[1][1]] and sorted(done["restored"]) == sorted([refs[0][1], refs[2][1]])
+
+
+def test_a_renumbered_gpu_is_not_restored(tmp_path: Any, caplog: Any) -> None:
+    """After a reboot gpu-0 is another GPU: the claim's instance is not made again on it."""
+    api = Api()
+    ns, uid, name = api.add(claim())
+    gpus = {g: K.Gpu(g, GPU_MEM, MEM_POLICY, COMPUTE_POLICY, f"GPU-{g}") for g in (0, 1)}
+    d = Driver(NODE, gpus, api.get, str(tmp_path / "state.json"), None, cdi_dir=str(tmp_path / "cdi"),
+               plugin_dir=str(tmp_path / "plugin"))
+    d.prepare(uid, ns, name)
+    swapped = {0: K.Gpu(0, GPU_MEM, MEM_POLICY, COMPUTE_POLICY, "GPU-1"),
+               1: K.Gpu(1, GPU_MEM, MEM_POLICY, COMPUTE_POLICY, "GPU-0")}
+    nl = FakeNl()
+    d = Driver(NODE, swapped, api.get, str(tmp_path / "state.json"), nl, cdi_dir=str(tmp_path / "cdi"),
+               plugin_dir=str(tmp_path / "plugin"))
+    assert d.recover()["failed"] == [uid] and nl.names == set()
+    assert "gpu-0 was GPU-0 when the claim was prepared, now GPU-1" in caplog.text

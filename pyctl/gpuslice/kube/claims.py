@@ -60,6 +60,7 @@ class Gpu:
     memory: int  # bytes
     memory_policy: C.RequestPolicy | None  # None: whole devices only (no consumable capacity)
     compute_policy: C.RequestPolicy | None
+    uuid: str = ""  # the GPU's identity: a minor may name another GPU after a reboot
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ def kubelet_plugin(ctx: click.Context, node_name: str, plugin_dir: str, registry
     except (ApiError, slices.SliceError) as e:
         raise GpuctlError(f"cannot publish the ResourceSlices: {e}") from None
     gpus = {g.minor: Gpu(g.minor, g.memory, mem_policies[g.minor] if shared else None,
-                         slices.COMPUTE_POLICY if shared else None) for g in infos}
+                         slices.COMPUTE_POLICY if shared else None, g.uuid) for g in infos}
     try:
         driver = dra.Driver(node_name, gpus, api.get_claim, ctx.obj["state"], kernel(ctx), cdi_dir=cdi_dir,
                             plugin_dir=plugin_dir, default_policy=policy,

@@ -134,6 +134,10 @@ class Driver:
         if c["state"] == CP.PREPARING:
             self._undo(uid, c)
             return "undone"
+        for g, uuid in (c.get("uuids") or {}).items():
+            now = self.gpus[int(g)].uuid if int(g) in self.gpus else None
+            if uuid and now != uuid:  # renumbered, replaced or gone: its instance is not restored
+                raise ClaimError(f"gpu-{g} was {uuid} when the claim was prepared, now {now or 'absent'}")
         inst = S.load(self.state_path).instances.get(c["instance"])
         if inst is None:
             return "lost"  # deleted by hand: made again on the next prepare
@@ -215,6 +219,7 @@ class Driver:
         entry: dict[str, Any] = {
             "namespace": p.namespace, "name": p.name, "instance": inst.name, "state": CP.PREPARING,
             "per_gpu": {str(g): list(v) for g, v in sorted(p.per_gpu().items())},
+            "uuids": {str(g): self.gpus[g].uuid for g in inst.gpus},
             "devices": [{"requests": list(d.requests), "pool": d.pool, "device": d.device, "share_id": d.share_id,
                          "cdi": list(d.cdi_ids)} for d in devs]}
         self.claims[p.uid] = entry
