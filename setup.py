@@ -17,6 +17,9 @@ class BuildWithProtos(build_py):
         finally:
             sys.path.pop(0)
         protogen.generate()
+        # the package list was read before gen/ existed (a clean tree): add it
+        if self.packages is not None and "gpuslice.kube.gen" not in self.packages:
+            self.packages.append("gpuslice.kube.gen")
         super().run()
 
 

@@ -41,3 +41,31 @@ def test_generation_into_a_fresh_directory(tmp_path) -> None:
     assert len(written) == 2 * len(protogen.PINNED)
     text = (tmp_path / "gen" / "dra_v1_pb2_grpc.py").read_text()
     assert "from . import dra_v1_pb2 as" in text and "\nimport dra_v1_pb2" not in text
+
+
+def test_a_wheel_from_a_clean_tree_has_the_generated_modules(tmp_path) -> None:
+    """`pip install .` of a clean checkout (the container image's build): the modules
+    generated at build time are in the wheel, though gen/ did not exist when setuptools
+    listed the packages."""
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = subprocess.run(["git", "-C", repo, "ls-files", "-z", "pyproject.toml", "setup.py", "pyctl"],
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    src = tmp_path / "src"
+    for f in filter(None, files):
+        if os.path.exists(os.path.join(repo, f)):
+            (src / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.join(repo, f), src / f)
+    assert not (src / "pyctl/gpuslice/kube/gen").exists()
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").iterdir()
+    names = zipfile.ZipFile(wheel).namelist()
+    for stem in protogen.PINNED:
+        assert f"gpuslice/kube/gen/{stem[:-len('.proto')]}_pb2.py" in names
+        assert f"gpuslice/kube/gen/{stem[:-len('.proto')]}_pb2_grpc.py" in names
