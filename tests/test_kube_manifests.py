@@ -615,7 +615,8 @@ def test_device_plugin_config() -> None:
     cfg = device_plugin_config()
     assert set(cfg) == {"profiles"}
     profiles = cfg["profiles"]
-    assert profiles == [{"name": "gpu-8gi", "memory": "8Gi", "compute": "12%", "gpus": [0, 1]}]
+    # no `gpus`: a list would name GPUs every node must have
+    assert profiles == [{"name": "gpu-8gi", "memory": "8Gi", "compute": "12%"}]
     names = set()
     for p in profiles:
         assert set(p) <= {"name", "memory", "compute", "gpus", "slots"} and {"name", "memory"} <= set(p), p
@@ -645,7 +646,7 @@ def test_device_plugin_config_reads_with_gpuctls_reader(tmp_path) -> None:
     path.write_text(yaml.safe_dump(device_plugin_config()))
     config = DP.read_config(str(path))
     (p,) = config.profiles
-    assert (p.name, p.memory, p.compute, tuple(p.gpus)) == ("gpu-8gi", 8 << 30, 0.12, (0, 1))
+    assert (p.name, p.memory, p.compute, p.gpus) == ("gpu-8gi", 8 << 30, 0.12, None)
 
 
 def test_offline_class_config_parses_with_gpuctls_parser() -> None:

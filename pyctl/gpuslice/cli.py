@@ -621,7 +621,8 @@ def cdi_generate(ctx: click.Context, output: str | None) -> None:
 def instance_restore(ctx: click.Context) -> None:
     """Create in the module every instance of the state file it does not have (after a
     boot or a module reload; the gpuslice-daemon unit runs it before the daemon).
-    Node owner, group and mode are not kept in the state file: the module's defaults."""
+    Node owner, group and mode are not kept in the state file: the module's defaults,
+    except the Kubernetes plugins' instances (0666, as they made them)."""
     from .netlink import gpu_mem_limits, mask_of
 
     nl = kernel(ctx)
@@ -634,7 +635,8 @@ def instance_restore(ctx: click.Context) -> None:
             if i.name not in have:
                 nl.instance_new(i.name, mask_of(i.gpus), i.memory, gpu_mem_limit=gpu_mem_limits(i.gpu_memory),
                                 weight=i.weight,
-                                share=units.share_to_ppt(i.share) if i.share else None)
+                                share=units.share_to_ppt(i.share) if i.share else None,
+                                mode=S.OWNED_NODE_MODE if i.owner is not None else None)
                 made.append(i.name)
         cdi_err = _regenerate_cdi(ctx, st)
     _cdi_failed(f"created {', '.join(made) or 'nothing'}", cdi_err)

@@ -265,6 +265,17 @@ def test_claim_becomes_an_instance_a_container_uses(plugin: Plugin, nl, podman: 
     d = module_instances(nl)[inst]
     assert d["mem_peak"] == 4 * GI and d["nr_refused_quota"] >= 2, d
 
+    # its nodes are 0666 (a container need not run as root), also when `gpuctl instance
+    # restore` makes it again after the module lost it (a reboot)
+    node = Path(f"/dev/gpuslice/{inst}/nvidiactl")
+    assert node.stat().st_mode & 0o777 == 0o666
+    nl.instance_del(inst)
+    r = subprocess.run([sys.executable, "-c", "from gpuslice.cli import main; main()", "--state", str(plugin.state),
+                        "--kernel", "yes", "instance", "restore"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "pyctl")})
+    assert r.returncode == 0 and inst in r.stdout, r.stderr
+    assert wait_for(node.exists) and node.stat().st_mode & 0o777 == 0o666
+
     assert plugin.unprepare([ref]) == {uid: ""}
     assert inst not in module_instances(nl)
     assert inst not in S.load(str(plugin.state)).instances

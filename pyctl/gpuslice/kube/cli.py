@@ -165,7 +165,7 @@ def kubelet_plugin(ctx: click.Context, node_name: str, plugin_dir: str, registry
         """Publish; whether the GPUs are shared (consumable capacity kept by the API server)."""
         res = publisher.publish(infos, shared_wanted=not no_share)
         if res.fallback_reason:
-            log.warning("publishing whole GPUs: %s", res.fallback_reason)
+            log.warning("%s", res.fallback_reason)
         elif res.changed:
             log.info("published %d GPUs in %s (generation %d, %s)", len(infos), ", ".join(res.slices),
                      res.generation, "shared" if res.shared else "whole")
