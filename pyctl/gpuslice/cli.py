@@ -623,8 +623,6 @@ def instance_restore(ctx: click.Context) -> None:
     boot or a module reload; the gpuslice-daemon unit runs it before the daemon).
     Node owner, group and mode are not kept in the state file: the module's defaults,
     except the Kubernetes plugins' instances (0666, as they made them)."""
-    from .netlink import gpu_mem_limits, mask_of
-
     nl = kernel(ctx)
     if nl is None:
         raise GpuctlError("the gpuslice module is not loaded (modprobe gpuslice)")
@@ -633,10 +631,7 @@ def instance_restore(ctx: click.Context) -> None:
         made = []
         for i in sorted(st.instances.values(), key=lambda i: i.name):
             if i.name not in have:
-                nl.instance_new(i.name, mask_of(i.gpus), i.memory, gpu_mem_limit=gpu_mem_limits(i.gpu_memory),
-                                weight=i.weight,
-                                share=units.share_to_ppt(i.share) if i.share else None,
-                                mode=S.OWNED_NODE_MODE if i.owner is not None else None)
+                instances.create_in_module(nl, i)
                 made.append(i.name)
         cdi_err = _regenerate_cdi(ctx, st)
     _cdi_failed(f"created {', '.join(made) or 'nothing'}", cdi_err)

@@ -34,11 +34,7 @@ def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, ui
     try:
         st.check()
         if nl is not None:
-            from .netlink import gpu_mem_limits, mask_of
-
-            nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory, gpu_mem_limit=gpu_mem_limits(inst.gpu_memory),
-                            weight=inst.weight, share=units.share_to_ppt(inst.share) if inst.share else None,
-                            uid=uid, gid=gid, mode=mode)
+            create_in_module(nl, inst, uid=uid, gid=gid, mode=mode)
     except BaseException:
         del st.instances[inst.name]
         for g, p in old_policies.items():
@@ -47,6 +43,20 @@ def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, ui
             else:
                 st.gpus[g] = p
         raise
+
+
+def create_in_module(nl: Any, inst: S.Instance, **attrs: Any) -> None:
+    """INSTANCE_NEW of ``inst`` as the state file has it: GPUs, memory limits, weight and
+    share; the nodes of an instance a Kubernetes plugin owns get S.OWNED_NODE_MODE unless
+    ``attrs`` names a mode. ``attrs`` adds to or overrides the attributes (None: left out)."""
+    from .netlink import gpu_mem_limits, mask_of
+
+    attrs = {"weight": inst.weight, "share": units.share_to_ppt(inst.share) if inst.share else None,
+             **attrs}
+    if inst.owner is not None and attrs.get("mode") is None:
+        attrs["mode"] = S.OWNED_NODE_MODE
+    nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory, gpu_mem_limit=gpu_mem_limits(inst.gpu_memory),
+                    **attrs)
 
 
 def remove(st: S.State, name: str, nl: Any) -> None:

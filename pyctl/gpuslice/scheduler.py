@@ -30,11 +30,11 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from . import instances
 from . import state as st
 from .policy import (Slot, compute_shares, corrected_shares, gang_order, online_busy, slot_plan, sticky_active,
                      ungated)
 from .probes import Probe
-from .netlink import gpu_mem_limits, mask_of
 from .sources import Channel, Source
 from .units import share_to_ppt
 
@@ -380,9 +380,7 @@ class Scheduler:
         assert self.netlink is not None
 
         def create() -> None:
-            mode = {"mode": st.OWNED_NODE_MODE} if inst.owner is not None else {}
-            self.netlink.instance_new(inst.name, mask_of(inst.gpus), inst.memory,
-                                      gpu_mem_limit=gpu_mem_limits(inst.gpu_memory), **attrs, **mode)
+            instances.create_in_module(self.netlink, inst, **attrs)
 
         if self._fixed_state or not os.path.exists(st.state_path(self.state_path)):
             create()

@@ -143,12 +143,7 @@ class Driver:
             return "lost"  # deleted by hand: made again on the next prepare
         restored = False
         if self.nl is not None and not any(d.get("name") == inst.name for d in self.nl.instances()):
-            from ..netlink import gpu_mem_limits, mask_of
-            from .. import units
-
-            self.nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory,
-                                 gpu_mem_limit=gpu_mem_limits(inst.gpu_memory), weight=inst.weight,
-                                 share=units.share_to_ppt(inst.share) if inst.share else None, mode=NODE_MODE)
+            instances.create_in_module(self.nl, inst, mode=NODE_MODE)
             restored = True
         self._write_spec(uid, inst)
         return "restored" if restored else "kept"
