@@ -246,17 +246,23 @@ def load(path: str | None = None) -> State:
 def save(state: State, path: str | None = None) -> None:
     """Validate and atomically replace ``path`` with ``state``."""
     state.check()
-    p = state_path(path)
-    d = os.path.dirname(os.path.abspath(p))
+    write_json(state_path(path), state.to_json(), indent=2, prefix=".state.")
+
+
+def write_json(path: str, doc: Any, indent: int, prefix: str) -> None:
+    """Replace ``path`` with ``doc`` as JSON atomically: a temporary file (``prefix``) in
+    the same directory, fsync, rename, fsync of the directory. A crash leaves the old
+    file or the new one, never half of one."""
+    d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".state.", dir=d)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(state.to_json(), f, indent=2, sort_keys=True)
+            json.dump(doc, f, indent=indent, sort_keys=True)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, p)
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -20,12 +20,11 @@ Layout (version 1)::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from typing import Any
+
+from .. import state as S
 
 VERSION = 1
 PREPARING, PREPARED = "preparing", "prepared"
@@ -64,23 +63,5 @@ def load(path: str) -> dict[str, dict[str, Any]]:
 
 def save(path: str, claims: dict[str, dict[str, Any]]) -> None:
     """Replace the checkpoint at ``path`` atomically."""
-    doc = {"version": VERSION, "sha256": _digest(claims), "claims": claims}
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    S.write_json(path, {"version": VERSION, "sha256": _digest(claims), "claims": claims}, indent=1,
+                 prefix=".checkpoint.")
