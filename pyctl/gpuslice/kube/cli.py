@@ -18,6 +18,19 @@ from ..policy import POLICIES
 from . import DRIVER
 
 
+def _stop_on_signals(log: logging.Logger) -> threading.Event:
+    """An event set, with a log line, at SIGTERM or SIGINT: what the plugins run until."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    return stop
+
+
 def register(main: click.Group) -> None:
     """Add the Kubernetes commands to ``main``."""
     main.add_command(device_plugin)
@@ -70,14 +83,7 @@ def device_plugin(ctx: click.Context, config_path: str, device_plugin_dir: str, 
                              driver_files=cdi.driver_files(cdi.scan_host(root=driver_root)),
                              nvidia_ctk=cdi.find_nvidia_ctk(root=driver_root),
                              retry=retry)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        logging.info("signal %d: stopping", signum)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    stop = _stop_on_signals(logging.getLogger())
     try:
         plugin.run(stop)
     except DP.ConfigError as e:
@@ -191,14 +197,7 @@ def kubelet_plugin(ctx: click.Context, node_name: str, plugin_dir: str, registry
     servers = dra.Servers(driver, plugin_dir, registry_dir)
     servers.start()
     log.info("serving %s on %s (registration %s)", DRIVER, servers.dra_socket, servers.reg_socket)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    stop = _stop_on_signals(log)
     try:
         while not stop.wait(republish):
             try:
