@@ -31,7 +31,10 @@
 # kube (not part of all): tests/gpu/kube_h100.py, the DRA plugin on the real driver (inventory
 # from NVML and RM, slices, a prepared claim, PyTorch under the claim's limit): kube.txt, raw.txt.
 # It needs grpcio, protobuf and kubernetes (in .devsite) and the generated kube/gen (carried).
-# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu|compat|kube]   (default all)
+# mix (not part of all): tests/gpu/bench_mix.py, three frameworks under each policy with the
+# daemon on its default paths, RM calls per switch, daemon restarts (MIX_ARGS): mix.txt,
+# mix.json, mix-work/daemon.log.
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu|compat|kube|mix]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -67,7 +70,7 @@ fi
 if [[ $what == all || $what == bench ]]; then
 	python3 tests/gpu/bench_overhead.py 5 5 2>&1 | tee "$OUT/bench.txt"
 fi
-if [[ $what == sched || $what == activity || $what == priority || $what == kube ]]; then
+if [[ $what == sched || $what == activity || $what == priority || $what == kube || $what == mix ]]; then
 	export PYTHONPATH="$PWD/pyctl${PYTHONPATH:+:$PYTHONPATH}"
 	[[ -d .devsite ]] && export PYTHONPATH="$PYTHONPATH:$PWD/.devsite"
 	python3 -c 'import click, pyroute2, pynvml' || echo "gpu-run: a package the daemon needs is missing" >&2
@@ -90,6 +93,10 @@ if [[ $what == priority ]]; then
 fi
 if [[ $what == activity ]]; then
 	python3 tests/gpu/bench_activity.py --out "$OUT" ${ACTIVITY_ARGS:-}
+	rc=$?
+fi
+if [[ $what == mix ]]; then
+	python3 tests/gpu/bench_mix.py --out "$OUT" ${MIX_ARGS:-}
 	rc=$?
 fi
 if [[ $what == sched ]]; then

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpuslice import abi
 from gpuslice import state as S
-from gpuslice.gate import RmGate
+from gpuslice.gate import REFUSED_RETRY_MAX_NS, RmGate
 from gpuslice.probes import AllActive
 from gpuslice.rm import RmError
 from gpuslice.scheduler import OFFLINE_TIMESLICE_US, Scheduler, on_instance_gpus, timeslice_us
@@ -1123,19 +1123,26 @@ def test_slot_and_gated_time_and_latency_histogram() -> None:
     assert g["switch_latency_sum_ns"] == sum(max(0, x) for x in sched.latencies_ns)
 
 
-def test_rmgate_logs_once_per_process(caplog) -> None:
-    """Channels RM refuses (INVALID_CHANNEL: not scheduled yet) give one log line per
-    process and status, however many channels and switches (issue 12, item 3)."""
-    class Refusing(FakeRm):
-        def disable_channels(self, gpu, pairs, disable):
-            pairs = sorted(set(pairs))
-            self.calls += 1
-            if any(p[0] in (1, 2) for p in pairs):
-                raise RmError("DISABLE", abi.NV_ERR_INVALID_CHANNEL)
-            self.log.append((gpu, disable, pairs))
-            return 1
+class Refusing(FakeRm):
+    """RM that refuses every batch naming a client of ``refuse`` with ``status``."""
 
-    rm = Refusing()
+    def __init__(self, refuse: set[int], status: int) -> None:
+        super().__init__()
+        self.refuse, self.status = refuse, status
+
+    def disable_channels(self, gpu, pairs, disable):
+        pairs = sorted(set(pairs))
+        self.calls += 1
+        if any(p[0] in self.refuse for p in pairs):
+            raise RmError("DISABLE", self.status)
+        self.log.append((gpu, disable, pairs))
+        return 1
+
+
+def test_rmgate_logs_once_per_process(caplog) -> None:
+    """Channels RM refuses for another reason than being on no runlist give one log line
+    per process and status, however many channels and switches (issue 12, item 3)."""
+    rm = Refusing({1, 2}, abi.NV_ERR_INSUFFICIENT_PERMISSIONS)
     gate = RmGate(rm, RecGuard(rm))  # type: ignore[arg-type]
     a = {Channel(0, 1, h, pid=11) for h in range(20)} | {Channel(0, 2, h, pid=12) for h in range(20)}
     b = {Channel(0, 3, h, pid=13) for h in range(4)}
@@ -1147,6 +1154,61 @@ def test_rmgate_logs_once_per_process(caplog) -> None:
     assert len(lines) == 2, lines
     assert any("20 channel(s) of pid 11" in m for m in lines) and any("pid 12" in m for m in lines)
     assert gate.disabled == b  # the refused ones are not counted as disabled
+
+
+def test_a_channel_on_no_runlist_costs_no_calls_and_no_log_lines(caplog) -> None:
+    """RM answers NV_ERR_INVALID_CHANNEL for a channel on no runlist (not scheduled yet, or
+    freed while its client lives), and one such channel fails a whole batch. The gate
+    leaves it out of its batches, so a switch costs one call to disable and one to enable
+    again (not one per channel, as when each switch re-found it), logs nothing above
+    debug, and tries the channel alone again later; once RM takes it, it is gated."""
+    now = [0]
+    rm = Refusing({9}, abi.NV_ERR_INVALID_CHANNEL)
+    gate = RmGate(rm, RecGuard(rm), enable_first=True, clock=lambda: now[0])  # type: ignore[arg-type]
+    a = {Channel(0, 1, h, pid=11) for h in range(20)} | {Channel(0, 9, 1, pid=19)}
+    b = {Channel(0, 2, h, pid=12) for h in range(20)}
+    with caplog.at_level("INFO", logger="gpuslice.gate"):
+        gate.apply(0, a)  # the batch fails once: 1 + 21 single calls find the refused one
+        assert Channel(0, 9, 1) not in gate.disabled and Channel(0, 1, 0) in gate.disabled
+        calls = []
+        for _ in range(50):
+            now[0] += 10_000_000  # 10 ms slots
+            calls.append(gate.apply(0, b))
+            now[0] += 10_000_000
+            calls.append(gate.apply(0, a))
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    # within the first second, a handful of retries of the refused channel alone; else 2
+    assert sum(calls) <= 2 * len(calls) + 8, calls
+    assert sorted(set(calls[-10:])) == [2], calls
+    assert gate.stats.refused >= 2
+    rm.refuse = set()  # RM schedules it: the next retry takes it
+    now[0] += REFUSED_RETRY_MAX_NS
+    gate.apply(0, b)
+    gate.apply(0, a)
+    assert Channel(0, 9, 1) in gate.disabled and not gate.refused
+    gate.release_all()
+    assert not gate.disabled
+
+
+@pytest.mark.parametrize("instances,per,want", [(3, 20, 2), (8, 8, 2), (2, 40, 4), (64, 1, 2)])
+def test_a_switch_costs_one_call_each_way_per_64_channels(instances: int, per: int, want: int) -> None:
+    """Whatever the number of instances: one FIFO_DISABLE_CHANNELS to disable and one to
+    enable per switch for up to 64 channels (the call's maximum), one more pair per
+    further 64. Through the scheduler: every switch of a weight policy's plan."""
+    rm = FakeRm()
+    gate = RmGate(rm, RecGuard(rm), enable_first=True)  # type: ignore[arg-type]
+    names = [f"i{k:02d}" for k in range(instances)]
+    table = {n: {Channel(0, 100 + k, h) for h in range(per)} for k, n in enumerate(names)}
+    st = S.State(instances={n: S.Instance(n, [0], 1 << 30) for n in names},
+                 gpus={0: S.GpuPolicy("weight", 50_000_000)})
+    clock = Clock()
+    sched = FakeSched(None, StaticSource(table), gate, AllActive(), clock=clock, state_obj=st)
+    sched.start()
+    sched.run(lambda: False, until_ns=clock.t + 10 * 50_000_000)
+    assert sched.switches >= 9 * instances
+    # one call each way per 64 of the channels that change state at a switch
+    per_switch = sched.rm_calls / sched.switches
+    assert per_switch <= want, (sched.rm_calls, sched.switches)
 
 
 def test_online_work_preempts_offline_at_once_and_offline_resumes() -> None:

@@ -928,11 +928,14 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         except (OSError, AttributeError) as e:
             logging.info("no SCHED_FIFO (%s); running with normal priority", e)
     try:
+        t0 = time.monotonic_ns()
         # the inputs first: a source or probe that cannot be had fails before the GPU is touched
         src = _make_source(ctx, source, preload_sock, preload_dir)
         cleanups.append(src.close)
+        t_src = time.monotonic_ns()
         prb = _make_probe(probe, src)
-        wd = Watchdog(ctl) if watchdog else None
+        t_prb = time.monotonic_ns()
+        wd = Watchdog(ctl) if watchdog else None  # starts while the rest is made; awaited before a disable
         if wd is not None:
             cleanups.append(wd.close)
         if guard_interval and source in ("auto", "netlink"):
@@ -949,6 +952,9 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
         cleanups.append(sched.close)  # runs first: re-enable before anything is closed
         until = time.monotonic_ns() + duration if duration else None
         sched.start()
+        logging.info("started in %.0f ms (source %.0f, probe %.0f, RM client and scheduler %.0f)",
+                     (time.monotonic_ns() - t0) / 1e6, (t_src - t0) / 1e6, (t_prb - t_src) / 1e6,
+                     (time.monotonic_ns() - t_prb) / 1e6)
         sched.run(lambda: "sig" in stop, until_ns=until)
     finally:
         cleanup()

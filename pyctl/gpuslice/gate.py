@@ -28,6 +28,14 @@ log = logging.getLogger("gpuslice.gate")
 # statuses that mean "this channel/client no longer exists": stop tracking it
 GONE = {abi.NV_ERR_INVALID_CLIENT, abi.NV_ERR_INVALID_OBJECT_HANDLE, abi.NV_ERR_OBJECT_NOT_FOUND,
         abi.NV_ERR_INVALID_OBJECT}
+# RM's answer for a channel that is on no runlist: not scheduled yet (every new channel's
+# first disable on the H100, kmod/core/core.h: GS_OBJ_SCHEDULED) or freed while its client
+# lives on. Such a channel runs nothing, so there is nothing to gate or to re-enable: the
+# gate leaves it out of its batches (one refused channel fails a whole batch, and the
+# switch would fall back to a call per channel) and tries it alone again later.
+NOT_ON_A_RUNLIST = abi.NV_ERR_INVALID_CHANNEL
+REFUSED_RETRY_NS = 250_000_000  # first retry of a refused channel; doubles up to
+REFUSED_RETRY_MAX_NS = 4_000_000_000
 
 
 class Guard(Protocol):
@@ -45,6 +53,7 @@ class GateStats:
     # wall time of each FIFO_DISABLE_CHANNELS call (one batch of <= 64 channels), ns
     disable_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
     enable_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
+    refused: int = 0  # channels RM answered NOT_ON_A_RUNLIST for (each time)
 
 
 class RmGate:
@@ -53,8 +62,10 @@ class RmGate:
     no idle gap (the two overlap for about one RM call, under the hardware's own
     time-slicing) - on an H100 each switch idled it ~0.75 ms (docs/h100-scheduler.md)."""
 
-    def __init__(self, rm: RmClient, guard: Guard | None = None, enable_first: bool = False) -> None:
+    def __init__(self, rm: RmClient, guard: Guard | None = None, enable_first: bool = False,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.rm = rm
+        self.clock = clock
         self.guard = guard
         self.enable_first = enable_first
         # after apply(): when the incoming slot's channels were enabled, if they were
@@ -65,41 +76,80 @@ class RmGate:
         self.stats = GateStats()
         # (process, status) pairs already logged: one line per process and status
         self._warned: set[tuple[int, int]] = set()
+        # channels RM said are on no runlist: when to try each alone again, and the wait after
+        self.refused: dict[Channel, tuple[int, int]] = {}
 
     def _switch(self, gpu: int, chans: set[Channel], disable: bool) -> set[Channel]:
-        """Issue the calls; return the channels that failed."""
+        """Issue the calls; return the channels that failed (for a disable, refused ones
+        included; for an enable, a refused channel has nothing to re-enable).
+
+        One call per 64 channels, whoever they belong to. Channels RM refused as on no
+        runlist are left out until their retry time, then tried alone; a batch that
+        fails is retried one channel at a time, which finds the channel that failed it."""
         if not chans:
             return set()
-        by_pair = {c.pair: c for c in chans}
+        now = self.clock()
+        waiting = {c for c in chans if c in self.refused and self.refused[c][0] > now}
+        retry = {c for c in chans if c in self.refused} - waiting
+        batch = chans - waiting - retry
         before = self.rm.calls
+        failed: set[Channel] = set()
+        if batch:
+            failed = self._batch(gpu, batch, disable, now)
+        for c in retry:
+            bad = self.rm.disable_channels_each(gpu, [c.pair], disable)
+            if not bad:
+                del self.refused[c]
+                continue
+            e = bad[0][1]
+            if e.status == NOT_ON_A_RUNLIST:
+                wait = min(REFUSED_RETRY_MAX_NS, 2 * self.refused[c][1])
+                self.refused[c] = (now + wait, wait)
+                self.stats.refused += 1
+            elif e.status in GONE:
+                self.forget({c})
+                continue
+            failed.add(c)
+        self.stats.calls += self.rm.calls - before
+        if not disable:  # on no runlist: nothing to re-enable
+            return {c for c in failed if c not in self.refused}
+        return failed | waiting
+
+    def _batch(self, gpu: int, chans: set[Channel], disable: bool, now: int) -> set[Channel]:
+        by_pair = {c.pair: c for c in chans}
         try:
             t0 = time.perf_counter_ns()
             n = self.rm.disable_channels(gpu, by_pair.keys(), disable)
             (self.stats.disable_ns if disable else self.stats.enable_ns).append(
                 (time.perf_counter_ns() - t0) // max(1, n or 1))
-            failed: set[Channel] = set()
+            return set()
         except RmError:
             bad = self.rm.disable_channels_each(gpu, by_pair.keys(), disable)
-            failed = {by_pair[p] for p, _e in bad}
-            # refusals by process (its pid, else its RM client) and status, in order
-            by_who: dict[tuple[int, int], list[tuple[Channel, RmError]]] = {}
-            for p, e in bad:
-                if e.status not in GONE:
-                    c = by_pair[p]
-                    by_who.setdefault((c.pid or c.client, e.status), []).append((c, e))
-            for key, refused in by_who.items():
-                if key not in self._warned:
-                    self._warned.add(key)
-                    c, e = refused[0]
-                    log.warning("%s of %d channel(s) of %s %d (first 0x%x/0x%x): %s",
-                                "disable" if disable else "enable", len(refused),
-                                "pid" if c.pid else "client", key[0], c.client, c.handle, e)
-            gone = {by_pair[p] for p, e in bad if e.status in GONE}
-            self.forget(gone)
-            failed -= gone
-            self.stats.errors += len(bad)
-        self.stats.calls += self.rm.calls - before
-        return failed
+        failed = {by_pair[p] for p, _e in bad}
+        refused = {by_pair[p] for p, e in bad if e.status == NOT_ON_A_RUNLIST}
+        for c in refused:
+            self.refused[c] = (now + REFUSED_RETRY_NS, REFUSED_RETRY_NS)
+        if refused:
+            self.stats.refused += len(refused)
+            log.debug("%d channel(s) on no runlist (NV_ERR_INVALID_CHANNEL), left out of the batches",
+                      len(refused))
+        # other refusals by process (its pid, else its RM client) and status, in order
+        by_who: dict[tuple[int, int], list[tuple[Channel, RmError]]] = {}
+        for p, e in bad:
+            if e.status not in GONE and e.status != NOT_ON_A_RUNLIST:
+                c = by_pair[p]
+                by_who.setdefault((c.pid or c.client, e.status), []).append((c, e))
+        for key, others in by_who.items():
+            if key not in self._warned:
+                self._warned.add(key)
+                c, e = others[0]
+                log.warning("%s of %d channel(s) of %s %d (first 0x%x/0x%x): %s",
+                            "disable" if disable else "enable", len(others),
+                            "pid" if c.pid else "client", key[0], c.client, c.handle, e)
+        gone = {by_pair[p] for p, e in bad if e.status in GONE}
+        self.forget(gone)
+        self.stats.errors += len(bad) - len(refused)
+        return failed - gone
 
     def apply(self, gpu: int, target: set[Channel]) -> int:
         """Make exactly ``target`` disabled among this GPU's channels: incoming channels
@@ -146,7 +196,7 @@ class RmGate:
         for gpu, cs in by_gpu.items():
             bad = self.rm.disable_channels_each(gpu, [c.pair for c in cs], False)
             for p, e in bad:
-                if e.status not in GONE:
+                if e.status not in GONE and e.status != NOT_ON_A_RUNLIST:
                     log.warning("start re-enable of 0x%x/0x%x: %s", p[0], p[1], e)
             self.disabled -= cs
 
@@ -161,6 +211,8 @@ class RmGate:
             return
         self._reenable(cs & self.disabled, "re-enable of forgotten channels", log.warning)
         self.disabled -= cs
+        for c in cs:
+            self.refused.pop(c, None)
         gone = cs & self.announced
         self.announced -= gone
         if gone and self.guard is not None:
@@ -179,7 +231,8 @@ class RmGate:
                 report("%s on GPU %d failed: %s", what, gpu, e)
                 continue
             for p, err in bad:
-                if err.status not in GONE:
+                # gone, or on no runlist (freed while its client lives on): nothing to re-enable
+                if err.status not in GONE and err.status != NOT_ON_A_RUNLIST:
                     report("%s of 0x%x/0x%x failed: %s", what, p[0], p[1], err)
 
     def release_all(self) -> None:
@@ -200,19 +253,28 @@ class Watchdog:
         self._spawn()
 
     def _spawn(self) -> None:
-        """Start the watchdog and wait until it has its own RM client open (it prints
-        "ready"), so that it can act at once however soon the daemon dies."""
+        """Start the watchdog. It prints "ready" once it has its own RM client open, so
+        that it can act at once however soon the daemon dies; that is awaited before the
+        first channel is announced (:meth:`_await_ready`), not here: the daemon's start
+        (its source, probe and RM client) goes on meanwhile, and a restarted daemon
+        schedules its workloads that much sooner."""
         self.proc = subprocess.Popen(
             [self.python, "-m", "gpuslice.watchdog", "--ctl", self.ctl_path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, close_fds=True,
         )
+        self._ready = False
+        if self.known:
+            self._write("add", self.known)
+
+    def _await_ready(self) -> None:
+        if self._ready or self.proc is None:
+            return
+        self._ready = True
         assert self.proc.stdout is not None
         ready = select.select([self.proc.stdout], [], [], self.ready_timeout)[0]
         line = self.proc.stdout.readline() if ready else b""
         if line.strip() != b"ready":
             log.warning("watchdog %d not ready (%r); going on without waiting", self.proc.pid, line)
-        if self.known:
-            self._write("add", self.known)
 
     @property
     def pid(self) -> int:
@@ -228,8 +290,10 @@ class Watchdog:
         except (BrokenPipeError, OSError):
             log.warning("watchdog %d died; starting a new one", self.pid)
             self._spawn()
+            self._await_ready()
 
     def announce(self, chans: Iterable[Channel]) -> None:
+        self._await_ready()  # before RM disables any of them
         cs = set(chans)
         self.known |= cs
         self._write("add", cs)

@@ -317,6 +317,7 @@ class Scheduler:
         self.preempt_after_ns = preempt_after_ns
         self.online_sample_us = online_sample_us
         self._fast_of: st.State | None = None  # the configuration the source was told of
+        self._status_soon = False
 
     # --- configuration ---
     def reload_state(self, force: bool = False) -> bool:
@@ -480,6 +481,8 @@ class Scheduler:
         gone = old - cur
         if gone:
             self.gate.forget(gone)
+        if old != cur:
+            self._status_soon = True  # who has channels changed: report it without the 0.5 s wait
         self.chans = new
 
     def _plan(self, tl: GpuTimeline, now: int) -> None:
@@ -692,6 +695,7 @@ class Scheduler:
         self._sync_timelines(now)
         if self.status_path and self._status_due(now):
             self._last_status = now
+            self._status_soon = False
             self.write_status()
             self.status_cost_ns = int(0.8 * self.status_cost_ns + 0.2 * (self.clock() - now))
         if not self.timelines:
@@ -701,10 +705,12 @@ class Scheduler:
         return max(0, nxt - self.clock())
 
     def _status_due(self, now: int) -> bool:
-        """Every 0.5 s, at a moment with room before the next switch (twice the average
-        time a report takes), so writing it never delays a switch; at the latest every 5 s."""
+        """Every 0.5 s, and 20 ms after the channels changed (a restarted daemon shows its
+        workloads as soon as their libraries or the module gave them back), at a moment
+        with room before the next switch (twice the average time a report takes), so
+        writing it never delays a switch; at the latest every 5 s."""
         since = now - self._last_status
-        if since < 500_000_000:
+        if since < (20_000_000 if self._status_soon else 500_000_000):
             return False
         nxt = min((tl.next_boundary() for tl in self.timelines.values()), default=now + 10**9)
         return nxt - now >= 2 * self.status_cost_ns or since > 5_000_000_000
