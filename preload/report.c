@@ -166,6 +166,20 @@ static void gs_sock_close_locked(nv_u64 now, nv_u64 pause)
 	__atomic_store_n(&gs_pl.next_try_ns, now + pause, __ATOMIC_RELAXED);
 }
 
+/*
+ * A send of n bytes (-1: errno) failed: the connection goes. A controller that
+ * closed its end (stopped or killed: EPIPE, ECONNRESET) is gone, and a
+ * restarted one may be listening already: connect again at the next look, as
+ * when the liveness check finds it gone. Else (a full buffer: the controller
+ * stopped reading) it must see this connection end first: GS_RETRY_NS.
+ */
+static void gs_send_failed_locked(ssize_t n)
+{
+	int gone = n < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN);
+
+	gs_sock_close_locked(gs_now_ns(), gone ? 0 : GS_RETRY_NS);
+}
+
 /* all of it or the connection goes: half a line would garble the stream */
 static int gs_send_locked(const char *buf, size_t len)
 {
@@ -176,7 +190,7 @@ static int gs_send_locked(const char *buf, size_t len)
 	n = send(gs_pl.sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n == (ssize_t)len)
 		return 0;
-	gs_sock_close_locked(gs_now_ns(), GS_RETRY_NS);
+	gs_send_failed_locked(n);
 	return -1;
 }
 
@@ -225,7 +239,7 @@ static int gs_prove_locked(nv_u64 file_id, int fd)
 	}
 	if (n < 0 && (errno == EBADF || errno == ETOOMANYREFS))
 		return 0;
-	gs_sock_close_locked(gs_now_ns(), GS_RETRY_NS);
+	gs_send_failed_locked(n);
 	return 0;
 }
 
@@ -484,7 +498,10 @@ static void *gs_reporter(void *arg)
 		last = period;
 		gs_sleep_ns(period && period < GS_TICK_NS ? period : GS_TICK_NS);
 		now = gs_now_ns();
-		if (now >= next_check) {
+		/* a connection that just went (gs_send_failed_locked) is tried again at once */
+		if (now >= next_check ||
+		    (__atomic_load_n(&gs_pl.sock, __ATOMIC_RELAXED) < 0 &&
+		     now >= __atomic_load_n(&gs_pl.next_try_ns, __ATOMIC_RELAXED))) {
 			next_check = now + GS_TICK_NS;
 			pthread_mutex_lock(&gs_pl.sock_lock);
 			gs_check_locked(now);

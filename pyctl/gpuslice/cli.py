@@ -28,6 +28,7 @@ from . import instances
 from . import state as S
 from . import units
 from .netlink import lock_summary
+from .netlink import module_loaded as nl_module_loaded
 from .policy import POLICIES, compute_shares, validate
 
 STATUS_PATH = S.STATUS_PATH
@@ -198,8 +199,11 @@ def kernel(ctx: click.Context) -> Any:
     if mode == "no":
         return None
     if "nl" not in ctx.obj:
-        from .netlink import GpusliceNetlink, NetlinkError, VersionMismatch
+        from .netlink import GpusliceNetlink, NetlinkError, VersionMismatch, module_loaded
 
+        if mode == "auto" and not module_loaded():
+            ctx.obj["nl"] = None
+            return None
         try:
             ctx.obj["nl"] = GpusliceNetlink()
         except VersionMismatch as e:  # refused whatever the mode: never talk to another ABI
@@ -1133,7 +1137,7 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 def _spawn_guard(ctx: click.Context, ctl: str, interval_ns: int) -> subprocess.Popen[bytes] | None:
     """`gpuctl guard` as a process of its own (its RM calls never hold up a slot switch)."""
-    if not os.path.exists("/sys/module/gpuslice"):
+    if not nl_module_loaded():
         return None  # no module: no instances to guard (user-space build: run guard --source environ)
     cmd = [sys.executable, "-m", "gpuslice", "--state", ctx.obj["state"], "guard", "--ctl", ctl,
            "--interval", f"{max(1, interval_ns // 1_000_000)}ms"]
@@ -1163,7 +1167,7 @@ def _make_source(ctx: click.Context, kind: str | type, preload_sock: str, preloa
 
     if isinstance(kind, type):
         return construct(kind, "--source")
-    if kind in ("auto", "netlink"):
+    if kind == "netlink" or (kind == "auto" and nl_module_loaded()):
         from .netlink import GpusliceNetlink, VersionMismatch
 
         try:

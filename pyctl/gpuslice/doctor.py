@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from .netlink import SYS_MODULE
+
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
 
@@ -35,7 +37,6 @@ TESTED_DRIVER_VERSIONS: tuple[str, ...] = ("580.159.04", "580.142")
 
 PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 SYS_DRIVER_VERSION = "/sys/module/nvidia/version"
-SYS_MODULE = "/sys/module/gpuslice"
 MMAP_MIN_ADDR = "/proc/sys/vm/mmap_min_addr"
 # The module maps each process's parameter pages at 0x1000..0x10000 (15 pages, below
 # mmap_min_addr, where only CAP_SYS_RAWIO may map): docs/isolation.md, section 2.

@@ -9,10 +9,20 @@ Attributes travel as their Python names without prefix, lower case (``mem_limit`
 from __future__ import annotations
 
 import errno
+import os
 import functools
 import select
 import socket
 from typing import Any, Iterable, Mapping
+
+SYS_MODULE = "/sys/module/gpuslice"  # there while the module is loaded
+
+
+def module_loaded(sys_module: str = SYS_MODULE) -> bool:
+    """Is gpuslice.ko loaded? (Checked before pyroute2 is imported and the family looked
+    up, which cost a daemon in `--kernel auto` a few hundred ms of its start.)"""
+    return os.path.isdir(sys_module)
+
 
 # pyroute2 is imported lazily (msg_class()): it is a large package, and the constants
 # below are needed by processes that never open a netlink socket (sources, workloads).
