@@ -55,14 +55,17 @@ class DefaultDaemon(sc.Daemon):
         os.makedirs(os.path.dirname(STATE), exist_ok=True)
 
     def cmd(self) -> list[str]:
-        return [sys.executable, "-c", DAEMON_PY, "daemon", "-v"] + self.extra
+        return [sys.executable, "-c", DAEMON_PY, "daemon", "-v"] + self.extra + self.mode_args
 
 
-def parse_policies(spec: str) -> list[tuple[str, list[float]]]:
+def parse_policies(spec: str) -> list[tuple[str, list[float], str]]:
+    """weight:3,2,1/fixed:20,30,40@disable-first: a policy, its values by tenant, and
+    optionally the daemon's --switch-order."""
     out = []
     for part in filter(None, spec.split("/")):
+        part, _, order = part.partition("@")
         kind, _, vals = part.partition(":")
-        out.append((kind, [float(v) for v in vals.split(",")] if vals else []))
+        out.append((kind, [float(v) for v in vals.split(",")] if vals else [], order))
     return out
 
 
@@ -162,8 +165,9 @@ class Mix:
         self.res["phases"].append({"phase": "native", "t0": t0 + SETTLE, "t1": t1, "rates": self.window(t0 + SETTLE, t1),
                                    "clocks": self.clock_in(t0 + SETTLE, t1)})
 
-    def policy(self, kind: str, vals: list[float], period: int, seconds: float) -> None:
+    def policy(self, kind: str, vals: list[float], order: str, period: int, seconds: float) -> None:
         members = members_of(kind, vals, self.names)
+        self.daemon.mode_args = ["--switch-order", order] if order else []
         self.daemon.write_state(kind, period, members)
         off = os.path.getsize(self.daemon.logf.name) if os.path.exists(self.daemon.logf.name) else 0
         self.run_set(set(self.names))
@@ -194,14 +198,16 @@ class Mix:
         target = compute_shares(kind, claims, set(self.names))
         sw = (s1.get("switches", 0) or 0) - (s0.get("switches", 0) or 0)
         calls = (s1.get("rm_calls", 0) or 0) - (s0.get("rm_calls", 0) or 0)
-        self.res["phases"].append({"phase": f"{kind}-{period}", "policy": kind, "vals": vals, "period_ms": period,
+        self.daemon.mode_args = []
+        self.res["phases"].append({"phase": f"{kind}-{period}" + (f"-{order}" if order else ""), "policy": kind, "vals": vals, "period_ms": period,
                                    "t0": t0, "t1": t1, "rates": rates, "target": target, "switches": sw,
                                    "rm_calls": calls, "log_problems": bad[:50], "log_problem_count": len(bad),
                                    "switch_latency_ns": s1.get("switch_latency_ns"),
                                    "rm_call_ns": s1.get("rm_call_ns"), "clocks": self.clock_in(t0, t1),
                                    "instances": s1.get("gpus", {}).get("0", {}).get("instances")})
 
-    def restarts(self, n: int, kind: str, vals: list[float]) -> None:
+    def restarts(self, n: int, kind: str, vals: list[float], _order: str = "") -> None:
+        self.daemon.mode_args = []
         self.daemon.write_state(kind, 50, members_of(kind, vals, self.names))
         self.run_set(set(self.names))
         try:
@@ -332,8 +338,8 @@ def main() -> int:
         if a.native:
             m.native(a.seconds)
         for period in (int(p) for p in a.periods.split(",")):
-            for kind, vals in pols:
-                m.policy(kind, vals, period, a.seconds)
+            for kind, vals, order in pols:
+                m.policy(kind, vals, order, period, a.seconds)
             m.alone(a.alone_seconds)
         if a.restarts:
             m.restarts(a.restarts, *pols[0])
