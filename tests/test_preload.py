@@ -535,6 +535,46 @@ def test_preload_reports_work_submitted_in_userd(built, tmp_path, others):
     assert not [x for x in at if x >= (t["unmapped"] + t["done"]) // 2]
 
 
+def test_preload_reconnects_at_once_to_a_controller_restarted_while_it_reports(built, tmp_path):
+    """A controller stopped while the library reports a busy channel (CHANNEL_WORK every
+    few ms): the library's next send fails (EPIPE), and it connects again at once, not a
+    second later as after a send a live controller did not take (its buffer full). So the
+    restarted controller has the channel back, and hears its work, while the channel is
+    still busy: the busy phase lasts 1 s and the controller is restarted 0.1 s into it
+    (before, the library waited GS_RETRY_NS, 1 s, and came back only once it was idle)."""
+    sock = tmp_path / "busy.sock"
+    first = Server(sock)
+    env = {**os.environ, "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+           "GPUSLICE_INSTANCE": "box1", "GPUSLICE_SOCKET": str(sock)}
+    p = subprocess.Popen([str(built / "client"), str(built / "dev"), "userd", "0"], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first.wait(lambda c: c and any(e["event"] == 3 for e in c[0]), "the channel")
+        t: dict[str, int] = {}
+        while "busy" not in t:
+            w = p.stdout.readline().split()
+            assert w, p.stderr.read()
+            if w[0] == "phase":
+                t[w[1]] = int(w[2])
+        time.sleep(0.1)
+        first.wait(lambda c: any(e["event"] == WORK for e in c[0]), "work before the restart")
+        first.stop()
+        second = Server(sock)
+        out, errs = p.communicate(timeout=60)
+        assert p.returncode == 0, errs
+        t.update({w[1]: int(w[2]) for w in (ln.split() for ln in out.splitlines()) if w and w[0] == "phase"})
+        with second.lock:
+            lines = list(second.conns[0]) if second.conns else []
+        second.stop()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert [e["event"] for e in lines[:1]] == [1], lines[:3]  # the snapshot first
+    assert any(e["event"] == 3 for e in lines)
+    busy = [e for e in lines if e["event"] == WORK and e["_t"] < t["idle"]]
+    assert busy, f"no work heard by the restarted controller before the channel went idle: {lines[:5]}"
+
+
 def test_preload_reports_a_busy_channel_as_often_as_the_controller_asks(built, tmp_path):
     """{"sample_us":N,"repeat_us":M}: a channel that keeps work pending is reported every M
     us, not only every GS_WORK_REPEAT_NS (10 ms): the daemon asks for less than its online
