@@ -456,8 +456,10 @@ static void gs_tsg_control(int fd, const struct nvos64_params *a, nv_u32 cmd, vo
  */
 static void gs_apply_tsg(int fd, const struct nvos64_params *a)
 {
-	if (gs_pl.timeslice_us) {
-		struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = gs_pl.timeslice_us };
+	nv_u64 us = gs_timeslice_us();
+
+	if (us) {
+		struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = us };
 
 		gs_tsg_control(fd, a, NVA06C_CTRL_CMD_SET_TIMESLICE, &tp, sizeof(tp));
 	}
@@ -466,6 +468,68 @@ static void gs_apply_tsg(int fd, const struct nvos64_params *a)
 
 		gs_tsg_control(fd, a, NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, &ip, sizeof(ip));
 	}
+}
+
+nv_u64 gs_timeslice_us(void)
+{
+	nv_u64 ctl = __atomic_load_n(&gs_pl.ctl_timeslice_us, __ATOMIC_RELAXED);
+
+	return ctl ? ctl : gs_pl.timeslice_us;
+}
+
+#define GS_TS_MAX_TSGS	256	/* TSGs of one process re-timed at once */
+
+struct gs_tsg_list {
+	struct { nv_handle client, handle; nv_u64 file_id; } t[GS_TS_MAX_TSGS];
+	int n;
+};
+
+static int gs_tsg_collect(void *ctx, const struct gs_object *o)
+{
+	struct gs_tsg_list *l = ctx;
+
+	if (o->obj_kind != GPUSLICE_OBJ_TSG || l->n >= GS_TS_MAX_TSGS)
+		return 0;
+	l->t[l->n].client = o->client;
+	l->t[l->n].handle = o->handle;
+	l->t[l->n].file_id = o->file_id;
+	l->n++;
+	return 0;
+}
+
+/*
+ * The controller asked for a timeslice ({"timeslice_us":N}): the process's
+ * live TSGs get it now, from this process (RM takes it only from the owner),
+ * on a file of the TSG's client; TSGs made later get it in gs_apply_tsg().
+ * The scheduler asks it of every instance it gates: with RM's default
+ * timeslice the hardware switched the running TSG out every few ms even while
+ * every other TSG was disabled (docs/policies.md). The TSGs are collected
+ * under the core's lock and told after it, outside any lock of ours.
+ */
+void gs_apply_timeslice_all(void)
+{
+	struct gs_tsg_list *l;
+	nv_u64 us;
+	int i;
+
+	if (!__atomic_exchange_n(&gs_pl.ctl_timeslice_new, 0, __ATOMIC_ACQ_REL))
+		return;
+	us = gs_timeslice_us();
+	if (!us || !gs_pl.inst)
+		return;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return;
+	gs_for_each_object(gs_pl.inst, gs_tsg_collect, l);
+	for (i = 0; i < l->n; i++) {
+		struct nvos64_params a = { .h_root = l->t[i].client, .h_object_new = l->t[i].handle };
+		struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = us };
+		int fd = gs_fd_of_file(l->t[i].file_id);
+
+		if (fd >= 0)
+			gs_tsg_control(fd, &a, NVA06C_CTRL_CMD_SET_TIMESLICE, &tp, sizeof(tp));
+	}
+	free(l);
 }
 
 static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)

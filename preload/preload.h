@@ -27,7 +27,9 @@ struct gs_preload {
 	nv_u64 sample_ns;	/* GPUSLICE_SAMPLE_MS / _US; 0: USERD is never read */
 	nv_u64 ctl_sample_ns;	/* the controller's {"sample_us":N}; 0: none (__atomic) */
 	nv_u64 ctl_repeat_ns;	/* its "repeat_us"; 0: GS_WORK_REPEAT_NS (__atomic) */
-	char ctl_line[64];	/* a controller's line being read (under sock_lock) */
+	nv_u64 ctl_timeslice_us;	/* its "timeslice_us"; 0: none, GPUSLICE_TIMESLICE_US (__atomic) */
+	int ctl_timeslice_new;	/* a timeslice_us to apply to the live TSGs (__atomic) */
+	char ctl_line[96];	/* a controller's line being read (under sock_lock) */
 	int ctl_len;		/* bytes in ctl_line; -1: the rest of a too long line */
 	nv_u64 proof_file;	/* the RM file sent last as {"proof_file":1} on sock, 0: none (under sock_lock) */
 	nv_u64 timeslice_us;	/* GPUSLICE_TIMESLICE_US; 0: RM's default */
@@ -45,6 +47,10 @@ void gs_report_refusal(const struct gs_call *c);
 void gs_report_stats(void);
 /* how often the sampler looks now (ns; 0: never): GPUSLICE_SAMPLE_*, or the controller's if shorter */
 nv_u64 gs_sample_period(void);
+/* the timeslice of this process's TSGs (us): the controller's, else GPUSLICE_TIMESLICE_US; 0: RM's */
+nv_u64 gs_timeslice_us(void);
+/* the reporter thread: a timeslice the controller sent, on every live TSG of the process */
+void gs_apply_timeslice_all(void);
 /* the fd of the RM call this thread is in, -1 outside one */
 int gs_event_fd(void);
 /* an fd of ours on the open file file_id (RM ties clients to it), or -1 */

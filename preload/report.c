@@ -23,15 +23,19 @@
  * ioctl path and the events do the same, as often.
  * The same thread reads the channels' USERD every GPUSLICE_SAMPLE_MS and sends
  * CHANNEL_WORK for those that submitted (userd.c).
- * The controller writes back one kind of line, {"sample_us":N} or
- * {"sample_us":N,"repeat_us":M}: look at least every N us (50-1000000; 0: as
- * the process was configured), and report a channel that keeps submitting
- * every M us (50-10000; 0 or absent: GS_WORK_REPEAT_NS). It sends it to the
- * processes of an online instance on a GPU with offline ones, whose work it
- * must see at once to preempt the offline work, and must keep seeing within
- * its online hold (docs/policies.md); the line is read at each liveness check
- * (every GS_TICK_NS), anything else is ignored, and a new connection starts
- * from the process's own setting.
+ * The controller writes back one kind of line, {"sample_us":N},
+ * {"sample_us":N,"repeat_us":M} or {"sample_us":N,"repeat_us":M,"timeslice_us":T}:
+ * look at least every N us (50-1000000; 0: as the process was configured),
+ * report a channel that keeps submitting every M us (50-10000; 0 or absent:
+ * GS_WORK_REPEAT_NS), and give every TSG of the process the hardware timeslice
+ * T us (100-1000000; 0 or absent: as they are), as the module does for an
+ * instance's TIMESLICE_US. It asks the first two of the processes of an online
+ * instance on a GPU with offline ones, whose work it must see at once to
+ * preempt the offline work, and must keep seeing within its online hold, and
+ * the timeslice of every instance it gates (docs/policies.md); the line is
+ * read at each liveness check (every GS_TICK_NS), anything else is ignored,
+ * and a new connection starts from the process's own sampling (a timeslice
+ * stays as it was set).
  * A send that fails or is short closes the connection: the controller forgets
  * that connection's processes, and the next connect's snapshot gives them
  * back, so a lost event is never a lasting error.
@@ -371,12 +375,17 @@ static int gs_ctl_number(const char *s, int n, int *i, nv_u64 max, nv_u64 *out)
 	return 0;
 }
 
-/* one line from the controller: {"sample_us":N} or {"sample_us":N,"repeat_us":M}, else nothing */
+/*
+ * One line from the controller: {"sample_us":N}, {"sample_us":N,"repeat_us":M}
+ * or {"sample_us":N,"repeat_us":M,"timeslice_us":T} (T 0: leave the TSGs as
+ * they are, 100-1000000: their hardware timeslice), else nothing.
+ */
 static void gs_ctl_line(const char *s, int n)
 {
-	static const char key[] = "{\"sample_us\":", key2[] = ",\"repeat_us\":";
-	int i = sizeof(key) - 1, i2 = sizeof(key2) - 1;
-	nv_u64 us, rep = 0;
+	static const char key[] = "{\"sample_us\":", key2[] = ",\"repeat_us\":",
+			  key3[] = ",\"timeslice_us\":";
+	int i = sizeof(key) - 1, i2 = sizeof(key2) - 1, i3 = sizeof(key3) - 1;
+	nv_u64 us, rep = 0, ts = 0;
 
 	if (n < i || memcmp(s, key, i) || gs_ctl_number(s, n, &i, 1000000, &us))
 		return;
@@ -384,11 +393,18 @@ static void gs_ctl_line(const char *s, int n)
 		i += i2;
 		if (gs_ctl_number(s, n, &i, 10000, &rep) || (rep && rep < 50))
 			return;
+		if (n - i >= i3 && !memcmp(s + i, key3, i3)) {
+			i += i3;
+			if (gs_ctl_number(s, n, &i, 1000000, &ts) || (ts && ts < 100))
+				return;
+		}
 	}
 	if (i != n - 1 || s[i] != '}' || (us && us < 50))
 		return;
 	__atomic_store_n(&gs_pl.ctl_sample_ns, us * 1000ull, __ATOMIC_RELAXED);
 	__atomic_store_n(&gs_pl.ctl_repeat_ns, rep * 1000ull, __ATOMIC_RELAXED);
+	if (ts && __atomic_exchange_n(&gs_pl.ctl_timeslice_us, ts, __ATOMIC_RELAXED) != ts)
+		__atomic_store_n(&gs_pl.ctl_timeslice_new, 1, __ATOMIC_RELEASE);
 	if (gs_pl.debug)
 		fprintf(stderr, "gpuslice: sampling every %llu us (controller: %llu, repeat %llu)\n",
 			(unsigned long long)gs_sample_period() / 1000, (unsigned long long)us,
@@ -506,6 +522,7 @@ static void *gs_reporter(void *arg)
 			pthread_mutex_lock(&gs_pl.sock_lock);
 			gs_check_locked(now);
 			pthread_mutex_unlock(&gs_pl.sock_lock);
+			gs_apply_timeslice_all();	/* what the controller just said, outside sock_lock */
 		}
 		if (period)	/* 0 only where the operator turned it off: no request changes that */
 			gs_send_work(now);

@@ -410,7 +410,7 @@ def test_preload_samples_as_often_as_the_controller_asks(built, tmp_path, own):
 
 def test_preload_takes_controller_lines_split_or_at_the_length_limit(built, tmp_path):
     """A controller line may arrive in pieces (read at the library's next look); a line of
-    64 bytes is taken, one of 65 is dropped whole, and the line after it is read again."""
+    96 bytes is taken, one of 97 is dropped whole, and the line after it is read again."""
     sock = tmp_path / "split.sock"
     srv = Server(sock)
     p = start_serving(built, tmp_path, sock, extra_env={"GPUSLICE_DEBUG": "1"})
@@ -434,10 +434,10 @@ def test_preload_takes_controller_lines_split_or_at_the_length_limit(built, tmp_
         time.sleep(0.3)  # a few looks of the library in between
         srv.say(b'0,"repeat_us":600}\n')
         assert said("(controller: 150, repeat 600)"), err
-        exact = line("0" * 30 + "120")
-        assert len(exact) == 64
-        long = line("0" * 31 + "130")
-        assert len(long) == 65
+        exact = line("0" * 62 + "120")
+        assert len(exact) == 96
+        long = line("0" * 63 + "130")
+        assert len(long) == 97
         srv.say(long + b"\n")  # well formed, one byte too long: dropped whole
         srv.say(exact + b"\n")
         assert said("(controller: 120, repeat 1000)"), err
@@ -695,6 +695,39 @@ def test_preload_sample_us_takes_plain_microseconds(built, tmp_path, value, bad)
     p.stdin.close()
     assert p.wait(timeout=60) == 0
     assert ("bad GPUSLICE_SAMPLE_US" in p.stderr.read()) == bad
+
+
+
+def test_preload_gives_its_tsgs_the_timeslice_the_controller_asks(built, tmp_path):
+    """{"sample_us":0,"repeat_us":0,"timeslice_us":T}: the process's live TSG gets
+    SET_TIMESLICE T from the process itself (RM takes it only from the owner), once;
+    the same T again changes nothing; one below 100 us is not a line the library takes."""
+    sock = tmp_path / "ts.sock"
+    log = tmp_path / "rmlog"
+    srv = Server(sock)
+    p = start_serving(built, tmp_path, sock, extra_env={"MOCKRM_LOG": str(log)})
+
+    def sets() -> list[str]:
+        return [x for x in log.read_text().split("\n") if x.startswith("7473 ")]
+
+    try:
+        srv.wait(lambda c: c and len(channels(c[0])) >= 2, "channels")
+        assert sets() == []
+        srv.say(b'{"sample_us":0,"repeat_us":0,"timeslice_us":8000}\n')
+        deadline = time.monotonic() + 30
+        while not sets() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sets() == ["7473 1f40"]
+        srv.say(b'{"sample_us":0,"repeat_us":0,"timeslice_us":8000}\n')
+        srv.say(b'{"sample_us":0,"repeat_us":0,"timeslice_us":99}\n')
+        time.sleep(0.5)  # several looks of the library
+        assert sets() == ["7473 1f40"]
+        lines = log.read_text().split("\n")
+        assert lines.index("2b a06c") < lines.index("7473 1f40")
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    srv.stop()
 
 
 @pytest.mark.parametrize("us,level", [(0, ""), (1500, ""), (0, "high"), (250, "low"), (0, "bogus")])

@@ -14,7 +14,8 @@ from gpuslice import state as S
 from gpuslice.gate import REFUSED_RETRY_MAX_NS, RmGate
 from gpuslice.probes import AllActive
 from gpuslice.rm import RmError
-from gpuslice.scheduler import OFFLINE_TIMESLICE_US, Scheduler, on_instance_gpus, timeslice_us
+from gpuslice.scheduler import (GATED_TIMESLICE_US, OFFLINE_TIMESLICE_US, TIMESLICE_MAX_US, Scheduler,
+                                on_instance_gpus, timeslice_us)
 from gpuslice.sources import Channel, EventTracker, PreloadSource, StaticSource
 
 MS = 1_000_000
@@ -390,9 +391,14 @@ def test_single_full_instance_never_switches() -> None:
 
 
 def test_timeslice() -> None:
-    assert timeslice_us("burst", 4, [1, 4]) == 4000
-    assert timeslice_us("weight", 100, [1, 100]) == 16000
-    assert timeslice_us("equal", 4, [1, 4]) == 0
+    """Every gated instance gets at least GATED_TIMESLICE_US (RM's default made the H100
+    switch the running TSG out while the others were disabled); weight and burst scale it
+    by weight up to TIMESLICE_MAX_US."""
+    assert timeslice_us("burst", 4, [1, 4]) == TIMESLICE_MAX_US
+    assert timeslice_us("burst", 3, [2, 3]) == 12000
+    assert timeslice_us("weight", 1, [1, 100]) == GATED_TIMESLICE_US
+    assert timeslice_us("equal", 4, [1, 4]) == GATED_TIMESLICE_US
+    assert timeslice_us("fixed", 1, [1]) == GATED_TIMESLICE_US
 
 
 @given(st.sampled_from(["fixed", "equal", "weight", "burst"]), st.lists(st.integers(1, 1000), min_size=1, max_size=8))
@@ -635,6 +641,12 @@ def test_the_preload_source_asks_online_processes_to_sample_sooner(tmp_path) -> 
         src.refresh()
         assert got(batch) == b'{"sample_us":0,"repeat_us":2500}\n'
         assert len(src.channels()) == 2
+        # the hardware timeslice of each instance's TSGs, set by the library (the
+        # module's TIMESLICE_US in the user-space build), with what else it is asked
+        src.set_timeslices({"svc": 8000, "batch": 0})
+        src.refresh()
+        assert got(svc) == b'{"sample_us":0,"repeat_us":0,"timeslice_us":8000}\n'
+        assert got(batch) == b""
     finally:
         src.close()
         rmf.close()
@@ -1014,8 +1026,8 @@ def test_kernel_sync_sets_weights_and_recreates_missing(tmp_path) -> None:
     sched = FakeSched(p, StaticSource({}), RecGate(clock), AllActive(), clock=clock, netlink=nl)
     sched.start()
     sets = {n: a for op, n, a in nl.calls if op == "set"}
-    assert sets["a"] == {"weight": 1, "share": None, "timeslice_us": 1000}
-    assert sets["b"]["timeslice_us"] == 4000
+    assert sets["a"] == {"weight": 1, "share": None, "timeslice_us": GATED_TIMESLICE_US}
+    assert sets["b"]["timeslice_us"] == TIMESLICE_MAX_US
     new = [(n, a) for op, n, a in nl.calls if op == "new"]
     assert new and new[0][0] == "b" and new[0][1]["gpu_mask"] == 0b11 and new[0][1]["mem_limit"] == 7 << 20
 

@@ -258,23 +258,35 @@ def report_repeat_us(hold_ns: int) -> int:
     return max(500, min(10_000, hold_ns // 2000))
 
 
+# The hardware timeslice of every gated instance's TSGs. With RM's default the H100 lost
+# 6-8% of the GPU under gating, whatever the period (50 or 100 ms) and switch order,
+# and time-slicing alone lost 10-13%: the hardware switches the running TSG out at each
+# timeslice even while every other one is disabled. At 8 ms three frameworks under
+# weight 3:2:1 and burst came within 1.8 and 1.1 points of target, totals 98-99%
+# (docs/h100-scheduler.md, "Mixed frameworks"). A slot of a 50 ms period is at least
+# this long for shares of 16% and more; a shorter slot ends by the daemon's disable.
+GATED_TIMESLICE_US = 8000
+TIMESLICE_MAX_US = 16000
+
+
 def timeslice_us(policy: str, weight: int, weights: list[int], priority: str = "online",
                  mixed: bool = False) -> int:
-    """Hardware timeslice the module should give an instance's TSGs: proportional to
-    weight under weight/burst (1 ms for the lightest, at most 16 ms), else 0 (driver
-    default). It only matters while several instances run at once (ungated idle ones, or
-    an offline one until its preemption lands). On a GPU with both online and offline
-    instances (mixed), an offline instance gets OFFLINE_TIMESLICE_US and an online one at
-    least ONLINE_TIMESLICE_US. Not on a GPU of offline instances only: two TSGs that
-    both have work switch at every slice, and at 250 us two trainers got 45% of the GPU
-    between them against 80% at RM's default (docs/h100-priority.md, run 6)."""
+    """Hardware timeslice an instance's TSGs get (the module's TIMESLICE_US; the library
+    of the user-space build when the daemon asks): GATED_TIMESLICE_US, and under
+    weight/burst proportional to weight above it (at most TIMESLICE_MAX_US), which
+    matters while several instances run at once (ungated idle ones under equal and
+    burst). On a GPU with both online and offline instances (mixed), an offline
+    instance gets OFFLINE_TIMESLICE_US and an online one at least ONLINE_TIMESLICE_US.
+    Not on a GPU of offline instances only: two TSGs that both have work switch at
+    every slice, and at 250 us two trainers got 45% of the GPU between them against 80%
+    at RM's default (docs/h100-priority.md, run 6)."""
     if mixed:
         if priority == "offline":
             return OFFLINE_TIMESLICE_US
         return max(ONLINE_TIMESLICE_US, timeslice_us(policy, weight, weights))
     if policy not in ("weight", "burst") or not weights:
-        return 0
-    return int(min(16000, 1000 * weight / min(weights)))
+        return GATED_TIMESLICE_US
+    return int(min(TIMESLICE_MAX_US, GATED_TIMESLICE_US * weight / min(weights)))
 
 
 class Scheduler:
@@ -343,10 +355,8 @@ class Scheduler:
         self.state = new
         self._fixed_state = True
 
-    def sync_kernel(self) -> None:
-        """Tell the module each instance's weight, share and timeslice."""
-        if self.netlink is None:
-            return
+    def timeslices(self) -> dict[str, int]:
+        """Each instance's hardware timeslice (timeslice_us), the largest over its GPUs."""
         slices: dict[str, int] = {}
         for gpu in self.state.used_gpus():
             pol = self.state.policy_of(gpu).policy
@@ -354,9 +364,16 @@ class Scheduler:
             weights = [i.weight for i in insts]
             prios = {i.priority for i in insts}
             mixed = "offline" in prios and len(prios) > 1
-            for inst in insts:  # one value per instance: the largest over its GPUs
+            for inst in insts:
                 slices[inst.name] = max(slices.get(inst.name, 0),
                                         timeslice_us(pol, inst.weight, weights, inst.priority, mixed))
+        return slices
+
+    def sync_kernel(self) -> None:
+        """Tell the module each instance's weight, share and timeslice."""
+        if self.netlink is None:
+            return
+        slices = self.timeslices()
         for inst in sorted(self.state.instances.values(), key=lambda i: i.name):
             attrs = {"weight": inst.weight, "share": share_to_ppt(inst.share) if inst.share else None,
                      "timeslice_us": slices.get(inst.name, 0)}
@@ -416,7 +433,7 @@ class Scheduler:
         """When the configuration changed, tell a source that listens per instance
         (the user-space build's, PreloadSource.set_instances) which instances there are,
         and one that can ask its processes to sample faster (PreloadSource.set_fast)
-        which to ask."""
+        which to ask, and each instance's hardware timeslice (set_timeslices)."""
         if self._fast_of is self.state:
             return
         self._fast_of = self.state
@@ -426,6 +443,9 @@ class Scheduler:
         set_fast = getattr(self.source, "set_fast", None)
         if set_fast is not None:
             set_fast(self.fast_instances(), self.online_sample_us, report_repeat_us(self.online_hold_ns))
+        set_timeslices = getattr(self.source, "set_timeslices", None)
+        if set_timeslices is not None:  # the user-space build: the library sets them, as the module does
+            set_timeslices(self.timeslices())
 
     # --- lifecycle ---
     def start(self) -> None:

@@ -277,7 +277,7 @@ class _Conn:
     pids: set[int] = field(default_factory=set)
     keys: set[tuple[int, int]] = field(default_factory=set)  # the channels it registered (owns)
     name: str = ""
-    told: tuple[int, int] = (0, 0)  # (sample_us, repeat_us); the library starts from its own (0)
+    told: tuple[int, ...] = (0, 0, 0)  # (sample_us, repeat_us, timeslice_us); the library starts from its own (0)
     partial: bytes = b""  # the rest of a line whose start was written
     pending: bytes = b""  # a whole line not begun (a newer request replaces it)
 
@@ -385,6 +385,7 @@ class PreloadSource(EventTracker):
         self.unproven = 0  # channels refused: no file passed, or RM says it is not the sender's
         self._fast: frozenset[str] = frozenset()
         self._fast_us = (0, 0)
+        self._timeslice: dict[str, int] = {}
 
     def _listen(self, path: str, mode: int, private_in: str) -> socket.socket:
         """A socket at ``path`` with ``mode``, made in a private directory in
@@ -454,6 +455,12 @@ class PreloadSource(EventTracker):
         known."""
         self._fast = frozenset(names) if sample_us > 0 or repeat_us > 0 else frozenset()
         self._fast_us = (sample_us, repeat_us) if self._fast else (0, 0)
+
+    def set_timeslices(self, us: Mapping[str, int]) -> None:
+        """Ask the processes of each instance to give their TSGs this hardware timeslice
+        (us; 0: leave them as they are), at the next refresh and to each process that
+        connects later (preload/report.c applies it to the live TSGs and the new ones)."""
+        self._timeslice = {n: int(v) for n, v in us.items() if v}
 
     def _lane_open(self, lane: str) -> bool:
         """Are this instance's connections read (its closes are not behind)?"""
@@ -575,9 +582,13 @@ class PreloadSource(EventTracker):
     def _tell(self, c: socket.socket, conn: _Conn) -> bool:
         """Write the sampling request this connection should have (never blocks: what the
         socket does not take now is written at a later refresh). False: the peer is gone."""
-        want = self._fast_us if conn.name in self._fast else (0, 0)
+        fast = self._fast_us if conn.name in self._fast else (0, 0)
+        want = (*fast, self._timeslice.get(conn.name, 0))
         if want != conn.told and conn.name:
-            conn.pending = b'{"sample_us":%d,"repeat_us":%d}\n' % want
+            line = b'{"sample_us":%d,"repeat_us":%d' % fast
+            if want[2]:
+                line += b',"timeslice_us":%d' % want[2]
+            conn.pending = line + b"}\n"
             conn.told = want
         data = conn.partial + conn.pending  # a line begun is finished first: whole lines only
         if not data:

@@ -78,8 +78,9 @@ def members_of(kind: str, vals: list[float], names: list[str]) -> dict[str, dict
 
 
 class Mix:
-    def __init__(self, out: Path, mix: list[tuple[str, str]]) -> None:
+    def __init__(self, out: Path, mix: list[tuple[str, str]], timeslice_us: int = 0) -> None:
         self.out = out
+        self.env = {"GPUSLICE_TIMESLICE_US": str(timeslice_us)} if timeslice_us else {}
         self.work = out / "mix-work"
         self.work.mkdir(parents=True, exist_ok=True)
         self.logf = open(out / "mix.txt", "a")
@@ -123,7 +124,7 @@ class Mix:
     def start(self) -> None:
         os.makedirs(os.path.dirname(SOCK), exist_ok=True)
         for n in self.names:
-            self.ws[n] = sc.Workload(n, 0, str(self.work), SOCK, self.log,
+            self.ws[n] = sc.Workload(n, 0, str(self.work), SOCK, self.log, extra_env=self.env,
                                      cmd=[sys.executable, str(Path(__file__).with_name("wl_mix.py")), self.kinds[n]])
         for w in self.ws.values():
             w.wait_ready(timeout=300)
@@ -325,12 +326,14 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--restarts", type=int, default=4)
     ap.add_argument("--alone-seconds", type=float, default=2.0)
+    ap.add_argument("--timeslice-us", type=int, default=0,
+                    help="every tenant's TSGs get this hardware timeslice (GPUSLICE_TIMESLICE_US; 0: RM's)")
     ap.add_argument("--native", action=argparse.BooleanOptionalAction, default=True)
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     mix = [tuple(p.split("=", 1)) for p in a.mix.split(",")]
-    m = Mix(out, mix)  # type: ignore[arg-type]
+    m = Mix(out, mix, a.timeslice_us)  # type: ignore[arg-type]
     pols = parse_policies(a.policies)
     try:
         m.start()

@@ -305,6 +305,24 @@ def test_restart_reenables_what_a_sigkilled_daemon_left(rig: Rig) -> None:
     assert all(progressed_within(loads, 1.0).values())
 
 
+def test_a_switch_costs_one_call_each_way_and_logs_nothing(rig: Rig) -> None:
+    """Six instances under weight 1..6: whatever the number of instances, a slot switch
+    is one FIFO_DISABLE_CHANNELS to disable the outgoing channels and one to enable the
+    incoming ones (up to 64 channels a call), and a clean run logs no warning or error
+    (the daemon logs at WARNING by default). tests/test_scheduler.py checks the same
+    with a channel RM refuses (NV_ERR_INVALID_CHANNEL) and with more than 64 channels."""
+    names = [f"w{k}" for k in range(6)]
+    write_state(rig.state, "weight", [(n, k + 1, None) for k, n in enumerate(names)])
+    rig.start_loads(names)
+    d = rig.daemon()
+    st = d.wait_periods(min_periods=12)
+    assert st["switches"] >= 6 * 5, st["switches"]
+    assert st["rm_calls"] <= 2 * st["switches"], (st["rm_calls"], st["switches"])
+    d.stop()
+    bad = [ln for ln in d.log_tail(500).splitlines() if any(w in ln.lower() for w in ("warning", "error", "failed"))]
+    assert not bad, bad
+
+
 def test_online_work_preempts_offline_work(rig: Rig) -> None:
     """Issue 14 on the stand-in's engine: an offline instance has the engine while the
     online one is idle; the online one's work is seen by the daemon's watch (every 5 ms)
