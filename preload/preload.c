@@ -529,6 +529,8 @@ void gs_apply_timeslice_all(void)
 		if (fd >= 0)
 			gs_tsg_control(fd, &a, NVA06C_CTRL_CMD_SET_TIMESLICE, &tp, sizeof(tp));
 	}
+	if (gs_pl.debug)
+		fprintf(stderr, "gpuslice: timeslice %llu us asked for %d TSG(s)\n", (unsigned long long)us, l->n);
 	free(l);
 }
 
