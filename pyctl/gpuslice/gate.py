@@ -32,10 +32,12 @@ GONE = {abi.NV_ERR_INVALID_CLIENT, abi.NV_ERR_INVALID_OBJECT_HANDLE, abi.NV_ERR_
 # first disable on the H100, kmod/core/core.h: GS_OBJ_SCHEDULED) or freed while its client
 # lives on. Such a channel runs nothing, so there is nothing to gate or to re-enable: the
 # gate leaves it out of its batches (one refused channel fails a whole batch, and the
-# switch would fall back to a call per channel) and tries it alone again later.
+# switch would fall back to a call per channel) and tries it alone again at its next
+# disable after REFUSED_RETRY_NS. Not longer: a process that takes its TSG off the runlist
+# at the moment of a disable and puts it back after runs ungated until that retry (one
+# default period at most), and never backs the retries off.
 NOT_ON_A_RUNLIST = abi.NV_ERR_INVALID_CHANNEL
-REFUSED_RETRY_NS = 250_000_000  # first retry of a refused channel; doubles up to
-REFUSED_RETRY_MAX_NS = 4_000_000_000
+REFUSED_RETRY_NS = 50_000_000
 
 
 class Guard(Protocol):
@@ -76,8 +78,8 @@ class RmGate:
         self.stats = GateStats()
         # (process, status) pairs already logged: one line per process and status
         self._warned: set[tuple[int, int]] = set()
-        # channels RM said are on no runlist: when to try each alone again, and the wait after
-        self.refused: dict[Channel, tuple[int, int]] = {}
+        # channels RM said are on no runlist: when to try each alone again
+        self.refused: dict[Channel, int] = {}
 
     def _switch(self, gpu: int, chans: set[Channel], disable: bool) -> set[Channel]:
         """Issue the calls; return the channels that failed (for a disable, refused ones
@@ -89,22 +91,22 @@ class RmGate:
         if not chans:
             return set()
         now = self.clock()
-        waiting = {c for c in chans if c in self.refused and self.refused[c][0] > now}
+        waiting = {c for c in chans if c in self.refused and self.refused[c] > now}
         retry = {c for c in chans if c in self.refused} - waiting
         batch = chans - waiting - retry
         before = self.rm.calls
         failed: set[Channel] = set()
         if batch:
             failed = self._batch(gpu, batch, disable, now)
-        for c in retry:
-            bad = self.rm.disable_channels_each(gpu, [c.pair], disable)
-            if not bad:
+        for c in retry:  # one call each
+            try:
+                self.rm.disable_channels(gpu, [c.pair], disable)
                 del self.refused[c]
                 continue
-            e = bad[0][1]
+            except RmError as err:
+                e = err
             if e.status == NOT_ON_A_RUNLIST:
-                wait = min(REFUSED_RETRY_MAX_NS, 2 * self.refused[c][1])
-                self.refused[c] = (now + wait, wait)
+                self.refused[c] = now + REFUSED_RETRY_NS
                 self.stats.refused += 1
             elif e.status in GONE:
                 self.forget({c})
@@ -128,7 +130,7 @@ class RmGate:
         failed = {by_pair[p] for p, _e in bad}
         refused = {by_pair[p] for p, e in bad if e.status == NOT_ON_A_RUNLIST}
         for c in refused:
-            self.refused[c] = (now + REFUSED_RETRY_NS, REFUSED_RETRY_NS)
+            self.refused[c] = now + REFUSED_RETRY_NS
         if refused:
             self.stats.refused += len(refused)
             log.debug("%d channel(s) on no runlist (NV_ERR_INVALID_CHANNEL), left out of the batches",
