@@ -298,7 +298,7 @@ def test_a_restarted_daemon_gates_every_running_workload_again(tmp_path: Path) -
 
         d = start()
         d.wait_periods(min_periods=3)
-        for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGTERM):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             rc = d.stop(sig)
             assert rc == (0 if sig == signal.SIGTERM else -signal.SIGKILL), (rc, d.log_tail())
             t0 = time.monotonic()
