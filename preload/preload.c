@@ -179,6 +179,8 @@ static void gs_atfork_child(void)
 	gs_pl.next_try_ns = 0;
 	gs_pl.ctl_sample_ns = 0;	/* the parent's controller said it to the parent */
 	gs_pl.ctl_repeat_ns = 0;
+	gs_pl.ctl_timeslice_us = 0;
+	gs_pl.ctl_timeslice_new = 0;
 	gs_pl.ctl_len = 0;
 	gs_pl.reporter = 0;	/* threads do not survive fork: the child starts its own */
 	gs_userd_atfork_child();
@@ -521,6 +523,9 @@ void gs_apply_timeslice_all(void)
 	if (!l)
 		return;
 	gs_for_each_object(gs_pl.inst, gs_tsg_collect, l);
+	if (l->n == GS_TS_MAX_TSGS && gs_pl.debug)
+		fprintf(stderr, "gpuslice: more than %d TSGs: the timeslice reaches the first %d\n",
+			GS_TS_MAX_TSGS, GS_TS_MAX_TSGS);
 	for (i = 0; i < l->n; i++) {
 		struct nvos64_params a = { .h_root = l->t[i].client, .h_object_new = l->t[i].handle };
 		struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = us };
@@ -609,7 +614,7 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
 	gs_fd_now = -1;
 	gs_userd_ioctl(&c, buf, ret);
-	if (ret == 0 && (gs_pl.timeslice_us || gs_pl.interleave >= 0) && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
+	if (ret == 0 && (gs_timeslice_us() || gs_pl.interleave >= 0) && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
 	    size >= sizeof(struct nvos64_params) &&
 	    ((const struct nvos64_params *)buf)->h_class == KEPLER_CHANNEL_GROUP_A &&
 	    ((const struct nvos64_params *)buf)->status == NV_OK)

@@ -701,7 +701,8 @@ def test_preload_sample_us_takes_plain_microseconds(built, tmp_path, value, bad)
 def test_preload_gives_its_tsgs_the_timeslice_the_controller_asks(built, tmp_path):
     """{"sample_us":0,"repeat_us":0,"timeslice_us":T}: the process's live TSG gets
     SET_TIMESLICE T from the process itself (RM takes it only from the owner), once;
-    the same T again changes nothing; one below 100 us is not a line the library takes."""
+    the same T again changes nothing; one below 100 us is not a line the library takes;
+    a TSG made later gets T when it is made."""
     sock = tmp_path / "ts.sock"
     log = tmp_path / "rmlog"
     srv = Server(sock)
@@ -724,6 +725,10 @@ def test_preload_gives_its_tsgs_the_timeslice_the_controller_asks(built, tmp_pat
         assert sets() == ["7473 1f40"]
         lines = log.read_text().split("\n")
         assert lines.index("2b a06c") < lines.index("7473 1f40")
+        p.stdin.write("tsg\n")  # a TSG made after the line gets it when it is made
+        p.stdin.flush()
+        assert p.stdout.readline().split()[0] == "tsg_done"
+        assert sets() == ["7473 1f40", "7473 1f40"]
     finally:
         p.stdin.close()
         assert p.wait(timeout=60) == 0, p.stderr.read()

@@ -1203,6 +1203,43 @@ def test_a_channel_on_no_runlist_costs_no_calls_and_no_log_lines(caplog) -> None
     assert not gate.disabled
 
 
+def test_an_enable_rm_refuses_is_tried_again_until_rm_takes_it(caplog) -> None:
+    """A disabled channel whose enable RM refuses as on no runlist stays among the disabled
+    and is tried again alone, so a channel that comes back on a runlist with the disable
+    still in force is not left stalled; another refusal of a retried channel puts it back
+    in the batches and is logged once."""
+    now = [0]
+    rm = Refusing(set(), abi.NV_ERR_INVALID_CHANNEL)
+    gate = RmGate(rm, RecGuard(rm), enable_first=True, clock=lambda: now[0])  # type: ignore[arg-type]
+    x = Channel(0, 9, 1, pid=19)
+    a = {Channel(0, 1, h, pid=11) for h in range(4)} | {x}
+    b = {Channel(0, 2, h, pid=12) for h in range(4)}
+    gate.apply(0, a)
+    assert x in gate.disabled
+    rm.refuse = {9}
+    now[0] += 1
+    gate.apply(0, b)  # a enabled: x refused, so still ours to enable
+    assert x in gate.disabled and x in gate.refused
+    now[0] += REFUSED_RETRY_NS // 2
+    gate.apply(0, b)
+    assert x in gate.disabled  # not yet retried
+    rm.refuse = set()
+    now[0] += REFUSED_RETRY_NS
+    gate.apply(0, b)  # retried alone: enabled now
+    assert x not in gate.disabled and not gate.refused
+    # a retried channel refused for another reason: back in the batches, logged once
+    rm.refuse = {9}
+    gate.apply(0, a)
+    assert x in gate.refused
+    rm.status = abi.NV_ERR_INSUFFICIENT_PERMISSIONS
+    now[0] += REFUSED_RETRY_NS
+    with caplog.at_level("WARNING", logger="gpuslice.gate"):
+        gate.apply(0, b)
+        gate.apply(0, a)
+    assert x not in gate.refused
+    assert len(caplog.records) == 1 and "pid 19" in caplog.records[0].getMessage()
+
+
 @pytest.mark.parametrize("instances,per,want", [(3, 20, 2), (8, 8, 2), (2, 40, 4), (64, 1, 2)])
 def test_a_switch_costs_one_call_each_way_per_64_channels(instances: int, per: int, want: int) -> None:
     """Whatever the number of instances: one FIFO_DISABLE_CHANNELS to disable and one to

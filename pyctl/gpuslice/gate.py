@@ -82,8 +82,7 @@ class RmGate:
         self.refused: dict[Channel, int] = {}
 
     def _switch(self, gpu: int, chans: set[Channel], disable: bool) -> set[Channel]:
-        """Issue the calls; return the channels that failed (for a disable, refused ones
-        included; for an enable, a refused channel has nothing to re-enable).
+        """Issue the calls; return the channels that failed, refused ones included.
 
         One call per 64 channels, whoever they belong to. Channels RM refused as on no
         runlist are left out until their retry time, then tried alone; a batch that
@@ -111,11 +110,23 @@ class RmGate:
             elif e.status in GONE:
                 self.forget({c})
                 continue
+            else:  # refused for another reason: back in the batches, reported as those are
+                del self.refused[c]
+                self.stats.errors += 1
+                self._warn_once(c, e, disable, 1)
             failed.add(c)
         self.stats.calls += self.rm.calls - before
-        if not disable:  # on no runlist: nothing to re-enable
-            return {c for c in failed if c not in self.refused}
+        # an enable RM refused keeps the channel among the disabled: it is tried again
+        # (alone, after REFUSED_RETRY_NS) until RM takes it or the channel is gone
         return failed | waiting
+
+    def _warn_once(self, c: Channel, e: RmError, disable: bool, n: int) -> None:
+        key = (c.pid or c.client, e.status)
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("%s of %d channel(s) of %s %d (first 0x%x/0x%x): %s",
+                        "disable" if disable else "enable", n, "pid" if c.pid else "client", key[0],
+                        c.client, c.handle, e)
 
     def _batch(self, gpu: int, chans: set[Channel], disable: bool, now: int) -> set[Channel]:
         by_pair = {c.pair: c for c in chans}
@@ -141,13 +152,8 @@ class RmGate:
             if e.status not in GONE and e.status != NOT_ON_A_RUNLIST:
                 c = by_pair[p]
                 by_who.setdefault((c.pid or c.client, e.status), []).append((c, e))
-        for key, others in by_who.items():
-            if key not in self._warned:
-                self._warned.add(key)
-                c, e = others[0]
-                log.warning("%s of %d channel(s) of %s %d (first 0x%x/0x%x): %s",
-                            "disable" if disable else "enable", len(others),
-                            "pid" if c.pid else "client", key[0], c.client, c.handle, e)
+        for others in by_who.values():
+            self._warn_once(others[0][0], others[0][1], disable, len(others))
         gone = {by_pair[p] for p, e in bad if e.status in GONE}
         self.forget(gone)
         self.stats.errors += len(bad) - len(refused)

@@ -19,9 +19,11 @@ SYS_MODULE = "/sys/module/gpuslice"  # there while the module is loaded
 
 
 def module_loaded(sys_module: str = SYS_MODULE) -> bool:
-    """Is gpuslice.ko loaded? (Checked before pyroute2 is imported and the family looked
-    up, which cost a daemon in `--kernel auto` a few hundred ms of its start.)"""
-    return os.path.isdir(sys_module)
+    """Is gpuslice.ko loaded, as far as sysfs says? (Checked before pyroute2 is imported
+    and the family looked up, which cost a daemon in `--kernel auto` a few hundred ms of
+    its start.) Where sysfs shows no modules at all (masked in a container), maybe: the
+    caller asks netlink."""
+    return os.path.isdir(sys_module) or not os.path.isdir(os.path.dirname(sys_module))
 
 
 # pyroute2 is imported lazily (msg_class()): it is a large package, and the constants

@@ -501,8 +501,8 @@ class Scheduler:
         gone = old - cur
         if gone:
             self.gate.forget(gone)
-        if old != cur:
-            self._status_soon = True  # who has channels changed: report it without the 0.5 s wait
+        if {n for n, cs in self.chans.items() if cs} != {n for n, cs in new.items() if cs}:
+            self._status_soon = True  # which instances have channels changed: reported without the 0.5 s wait
         self.chans = new
 
     def _plan(self, tl: GpuTimeline, now: int) -> None:
@@ -725,8 +725,9 @@ class Scheduler:
         return max(0, nxt - self.clock())
 
     def _status_due(self, now: int) -> bool:
-        """Every 0.5 s, and 20 ms after the channels changed (a restarted daemon shows its
-        workloads as soon as their libraries or the module gave them back), at a moment
+        """Every 0.5 s, and 20 ms after an instance's first channel came or its last went
+        (a restarted daemon shows its workloads as soon as their libraries or the module
+        gave them back; a process that makes and frees channels does not), at a moment
         with room before the next switch (twice the average time a report takes), so
         writing it never delays a switch; at the latest every 5 s."""
         since = now - self._last_status

@@ -7,7 +7,8 @@
  *   preload_client DIR         (DIR holds files named nvidiactl and nvidia0)
  *   preload_client DIR serve   a CUDA-like context (device 0, a TSG, two channels),
  *                              "ready", then cheap controls until stdin closes;
- *                              each line "chan" on stdin adds a channel ("chan_done")
+ *                              each line "chan" on stdin adds a channel ("chan_done"),
+ *                              each "tsg" a TSG ("tsg_done")
  *   preload_client DIR userd   a channel whose USERD is a memory object mapped
  *                              the way CUDA maps it (RM_MAP_MEMORY with an fd of
  *                              nvidia0, then mmap of that fd), then phases that
@@ -169,7 +170,7 @@ static int serve(int quiet)
 	struct nv0080_alloc_params dp;
 	struct nv_channel_group_alloc_params tp = { .engine_type = 1 };
 	struct nv_channel_alloc_params_head cp;
-	nv_handle ch = 0x5c000031;
+	nv_handle ch = 0x5c000031, tsg_h = 0x5c000040;
 	nv_u32 total, free_kib;
 	char line[64];
 	int ret;
@@ -203,6 +204,11 @@ static int serve(int quiet)
 		if (!strncmp(line, "chan", 4)) {
 			rm_alloc(client, 0x5c000030, ch++, HOPPER_CHANNEL_GPFIFO_A, &cp, &ret);
 			printf("chan_done 0x%x\n", ch - 1);
+			fflush(stdout);
+		}
+		if (!strncmp(line, "tsg", 3)) {
+			rm_alloc(client, DEV, tsg_h, KEPLER_CHANNEL_GROUP_A, &tp, &ret);
+			printf("tsg_done 0x%x\n", tsg_h++);
 			fflush(stdout);
 		}
 	}
