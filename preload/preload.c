@@ -436,10 +436,10 @@ static void gs_fd_dup(int oldfd, int newfd)
 /* ---- ioctl ---- */
 
 /* one control on a TSG this process just made, past the core */
-static void gs_tsg_control(int fd, const struct nvos64_params *a, nv_u32 cmd, void *params, nv_u32 size)
+static void gs_tsg_control(int fd, nv_handle client, nv_handle tsg, nv_u32 cmd, void *params, nv_u32 size)
 {
 	struct nvos54_params p = {
-		.h_client = a->h_root, .h_object = a->h_object_new, .cmd = cmd,
+		.h_client = client, .h_object = tsg, .cmd = cmd,
 		.params = (nv_u64)(uintptr_t)params, .params_size = size,
 	};
 	int ret;
@@ -447,7 +447,15 @@ static void gs_tsg_control(int fd, const struct nvos64_params *a, nv_u32 cmd, vo
 	ret = real_ioctl(fd, _IOWR(NV_IOCTL_MAGIC, NV_ESC_RM_CONTROL, struct nvos54_params), &p);
 	if ((ret || p.status) && gs_pl.debug)
 		fprintf(stderr, "gpuslice: control 0x%x on 0x%x/0x%x: ret %d status 0x%x\n",
-			cmd, a->h_root, a->h_object_new, ret, p.status);
+			cmd, client, tsg, ret, p.status);
+}
+
+/* SET_TIMESLICE on one of this process's TSGs, from this process (RM takes it from the owner only) */
+static void gs_tsg_set_timeslice(int fd, nv_handle client, nv_handle tsg, nv_u64 us)
+{
+	struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = us };
+
+	gs_tsg_control(fd, client, tsg, NVA06C_CTRL_CMD_SET_TIMESLICE, &tp, sizeof(tp));
 }
 
 /*
@@ -460,15 +468,12 @@ static void gs_apply_tsg(int fd, const struct nvos64_params *a)
 {
 	nv_u64 us = gs_timeslice_us();
 
-	if (us) {
-		struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = us };
-
-		gs_tsg_control(fd, a, NVA06C_CTRL_CMD_SET_TIMESLICE, &tp, sizeof(tp));
-	}
+	if (us)
+		gs_tsg_set_timeslice(fd, a->h_root, a->h_object_new, us);
 	if (gs_pl.interleave >= 0) {
 		struct nva06c_ctrl_interleave_level_params ip = { .tsg_interleave_level = gs_pl.interleave };
 
-		gs_tsg_control(fd, a, NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, &ip, sizeof(ip));
+		gs_tsg_control(fd, a->h_root, a->h_object_new, NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, &ip, sizeof(ip));
 	}
 }
 
@@ -527,12 +532,10 @@ void gs_apply_timeslice_all(void)
 		fprintf(stderr, "gpuslice: more than %d TSGs: the timeslice reaches the first %d\n",
 			GS_TS_MAX_TSGS, GS_TS_MAX_TSGS);
 	for (i = 0; i < l->n; i++) {
-		struct nvos64_params a = { .h_root = l->t[i].client, .h_object_new = l->t[i].handle };
-		struct nva06c_ctrl_timeslice_params tp = { .timeslice_us = us };
 		int fd = gs_fd_of_file(l->t[i].file_id);
 
 		if (fd >= 0)
-			gs_tsg_control(fd, &a, NVA06C_CTRL_CMD_SET_TIMESLICE, &tp, sizeof(tp));
+			gs_tsg_set_timeslice(fd, l->t[i].client, l->t[i].handle, us);
 	}
 	if (gs_pl.debug)
 		fprintf(stderr, "gpuslice: timeslice %llu us asked for %d TSG(s)\n", (unsigned long long)us, l->n);

@@ -28,7 +28,6 @@ from . import instances
 from . import state as S
 from . import units
 from .netlink import lock_summary
-from .netlink import module_loaded as nl_module_loaded
 from .policy import POLICIES, compute_shares, validate
 
 STATUS_PATH = S.STATUS_PATH
@@ -1137,7 +1136,9 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 def _spawn_guard(ctx: click.Context, ctl: str, interval_ns: int) -> subprocess.Popen[bytes] | None:
     """`gpuctl guard` as a process of its own (its RM calls never hold up a slot switch)."""
-    if not nl_module_loaded():
+    from .netlink import module_loaded
+
+    if not module_loaded():
         return None  # no module: no instances to guard (user-space build: run guard --source environ)
     cmd = [sys.executable, "-m", "gpuslice", "--state", ctx.obj["state"], "guard", "--ctl", ctl,
            "--interval", f"{max(1, interval_ns // 1_000_000)}ms"]
@@ -1163,13 +1164,12 @@ def _stop_child(p: subprocess.Popen[bytes]) -> None:
 def _make_source(ctx: click.Context, kind: str | type, preload_sock: str, preload_dir: str | None = None) -> Any:
     """--source: netlink, preload, auto (netlink when the module is loaded, else preload),
     or a class (MODULE:CLASS)."""
+    from .netlink import GpusliceNetlink, VersionMismatch, module_loaded
     from .sources import NetlinkSource, PreloadSource
 
     if isinstance(kind, type):
         return construct(kind, "--source")
-    if kind == "netlink" or (kind == "auto" and nl_module_loaded()):
-        from .netlink import GpusliceNetlink, VersionMismatch
-
+    if kind == "netlink" or (kind == "auto" and module_loaded()):
         try:
             return NetlinkSource(GpusliceNetlink())
         except VersionMismatch as e:

@@ -38,6 +38,8 @@ GONE = {abi.NV_ERR_INVALID_CLIENT, abi.NV_ERR_INVALID_OBJECT_HANDLE, abi.NV_ERR_
 # default period at most), and never backs the retries off.
 NOT_ON_A_RUNLIST = abi.NV_ERR_INVALID_CHANNEL
 REFUSED_RETRY_NS = 50_000_000
+# after these a channel has nothing to re-enable and nothing to report
+NOTHING_TO_UNDO = GONE | {NOT_ON_A_RUNLIST}
 
 
 class Guard(Protocol):
@@ -101,20 +103,18 @@ class RmGate:
             try:
                 self.rm.disable_channels(gpu, [c.pair], disable)
                 del self.refused[c]
-                continue
-            except RmError as err:
-                e = err
-            if e.status == NOT_ON_A_RUNLIST:
-                self.refused[c] = now + REFUSED_RETRY_NS
-                self.stats.refused += 1
-            elif e.status in GONE:
-                self.forget({c})
-                continue
-            else:  # refused for another reason: back in the batches, reported as those are
-                del self.refused[c]
-                self.stats.errors += 1
-                self._warn_once(c, e, disable, 1)
-            failed.add(c)
+            except RmError as e:
+                if e.status in GONE:
+                    self.forget({c})
+                    continue
+                if e.status == NOT_ON_A_RUNLIST:
+                    self.refused[c] = now + REFUSED_RETRY_NS
+                    self.stats.refused += 1
+                else:  # refused for another reason: back in the batches, reported as those are
+                    del self.refused[c]
+                    self.stats.errors += 1
+                    self._warn_once(c, e, disable, 1)
+                failed.add(c)
         self.stats.calls += self.rm.calls - before
         # an enable RM refused keeps the channel among the disabled: it is tried again
         # (alone, after REFUSED_RETRY_NS) until RM takes it or the channel is gone
@@ -149,7 +149,7 @@ class RmGate:
         # other refusals by process (its pid, else its RM client) and status, in order
         by_who: dict[tuple[int, int], list[tuple[Channel, RmError]]] = {}
         for p, e in bad:
-            if e.status not in GONE and e.status != NOT_ON_A_RUNLIST:
+            if e.status not in NOTHING_TO_UNDO:
                 c = by_pair[p]
                 by_who.setdefault((c.pid or c.client, e.status), []).append((c, e))
         for others in by_who.values():
@@ -204,7 +204,7 @@ class RmGate:
         for gpu, cs in by_gpu.items():
             bad = self.rm.disable_channels_each(gpu, [c.pair for c in cs], False)
             for p, e in bad:
-                if e.status not in GONE and e.status != NOT_ON_A_RUNLIST:
+                if e.status not in NOTHING_TO_UNDO:
                     log.warning("start re-enable of 0x%x/0x%x: %s", p[0], p[1], e)
             self.disabled -= cs
 
@@ -240,7 +240,7 @@ class RmGate:
                 continue
             for p, err in bad:
                 # gone, or on no runlist (freed while its client lives on): nothing to re-enable
-                if err.status not in GONE and err.status != NOT_ON_A_RUNLIST:
+                if err.status not in NOTHING_TO_UNDO:
                     report("%s of 0x%x/0x%x failed: %s", what, p[0], p[1], err)
 
     def release_all(self) -> None:
