@@ -259,6 +259,15 @@ def start_serving(built, tmp_path, sock, mode="serve", extra_env=None):
     return p
 
 
+def start_userd(built, sock):
+    """The client's userd mode (one channel whose USERD it moves through its phases,
+    printed as it goes) under the library, reporting to ``sock``."""
+    env = {**os.environ, "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+           "GPUSLICE_INSTANCE": "box1", "GPUSLICE_SOCKET": str(sock)}
+    return subprocess.Popen([str(built / "client"), str(built / "dev"), "userd", "0"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def check_snapshot(lines, n_chan=2):
     """A connection starts with the live objects: the TSG, then its channels, on GPU 0."""
     head = lines[: 1 + n_chan]
@@ -544,10 +553,7 @@ def test_preload_reconnects_at_once_to_a_controller_restarted_while_it_reports(b
     (before, the library waited GS_RETRY_NS, 1 s, and came back only once it was idle)."""
     sock = tmp_path / "busy.sock"
     first = Server(sock)
-    env = {**os.environ, "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
-           "GPUSLICE_INSTANCE": "box1", "GPUSLICE_SOCKET": str(sock)}
-    p = subprocess.Popen([str(built / "client"), str(built / "dev"), "userd", "0"], env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = start_userd(built, sock)
     try:
         first.wait(lambda c: c and any(e["event"] == 3 for e in c[0]), "the channel")
         t: dict[str, int] = {}
@@ -582,10 +588,7 @@ def test_preload_reports_a_busy_channel_as_often_as_the_controller_asks(built, t
     one entry pending for 600 ms: at 10 ms that is at most 61 reports."""
     sock = tmp_path / "rep.sock"
     srv = Server(sock)
-    env = {**os.environ, "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
-           "GPUSLICE_INSTANCE": "box1", "GPUSLICE_SOCKET": str(sock)}
-    p = subprocess.Popen([str(built / "client"), str(built / "dev"), "userd", "0"], env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = start_userd(built, sock)
     srv.wait(lambda c: c and any(e["event"] == 3 for e in c[0]), "the channel")
     srv.say(b'{"sample_us":100,"repeat_us":1000}\n')
     out, errs = p.communicate(timeout=60)

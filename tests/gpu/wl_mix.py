@@ -2,7 +2,7 @@
 
   wl_mix.py CTLFILE OUTFILE KIND [SIZE]
 
-The protocol of wl_sched.py: prints {"ready": pid} once warm, then re-reads CTLFILE
+The protocol of wl_sched.py (its serve()): prints {"ready": pid} once warm, then re-reads CTLFILE
 ("run", "pause", "exit") before every step, and appends each step's completion time
 (CLOCK_MONOTONIC seconds) to OUTFILE every 0.25 s. One step is one unit of work, waited
 for the way the framework's users usually wait:
@@ -24,6 +24,8 @@ import time
 from array import array
 from collections import deque
 from typing import Callable
+
+from wl_sched import serve  # the harness's protocol (this directory is the script's)
 
 DEFAULT_SIZE = {"cupy": 4096, "torch-block": 4096, "torch-spin": 4096, "torch-small": 1024,
                 "torch-sleep": 4096, "jax": 2048, "fake": 0}
@@ -125,33 +127,7 @@ def main() -> None:
         step()
     del ts[:]
     print(json.dumps({"ready": os.getpid(), "kind": kind, "size": size}), flush=True)
-    f = open(out, "ab")
-    cfd = os.open(ctl, os.O_RDONLY)
-    mode, last_flush = "pause", time.monotonic()
-    try:
-        while True:
-            prev, mode = mode, os.pread(cfd, 16, 0).decode(errors="replace").strip() or mode
-            if mode != "run" and prev == "run":
-                drain()
-                last_flush = 0.0
-            if mode == "exit":
-                break
-            if mode == "run":
-                step()
-            else:
-                time.sleep(0.002)
-            now = time.monotonic()
-            if now - last_flush >= 0.25 and ts:
-                ts.tofile(f)
-                f.flush()
-                del ts[:]
-                last_flush = now
-    finally:
-        drain()
-        ts.tofile(f)
-        f.close()
-        os.close(cfd)
-
+    serve(ctl, out, ts, step, drain)
 
 if __name__ == "__main__":
     main()

@@ -79,6 +79,13 @@ def main() -> None:
                 ts.append(time.monotonic())
 
     print(json.dumps({"ready": os.getpid(), "size": size}), flush=True)
+    serve(ctl, out, ts, step, drain)
+
+
+def serve(ctl: str, out: str, ts: array, step, drain) -> None:  # type: ignore[no-untyped-def]
+    """The harness's protocol, for this program and wl_mix.py: CTLFILE re-read before
+    every step ("run": one step; "pause": nothing, the queue drained once; "exit"), and
+    the completion times in ``ts`` appended to OUTFILE every 0.25 s, at a pause and at exit."""
     last_flush = time.monotonic()
     f = open(out, "ab")
     mode = "pause"
@@ -95,7 +102,6 @@ def main() -> None:
             if mode == "run":
                 step()
             else:
-                drain()
                 time.sleep(0.002)
             now = time.monotonic()
             if now - last_flush >= 0.25 and ts:
@@ -108,7 +114,6 @@ def main() -> None:
         ts.tofile(f)
         f.close()
         os.close(cfd)
-
 
 if __name__ == "__main__":
     main()
