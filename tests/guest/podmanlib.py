@@ -105,3 +105,29 @@ def parse_fb(out: str) -> dict[str, dict[str, int]]:
         if m := re.fullmatch(r"fb (\w+) (\w+) (\d+)", line):
             fb.setdefault(m[1], {})[m[2]] = int(m[3]) << 10
     return fb
+
+
+def check_instance_container(podman: Podman, cdi_id: str, cdi: Path, inst: str, limit: int,
+                             sizes: dict[int, int]) -> None:
+    """A container given CDI device ``cdi_id`` (spec directory ``cdi``) sees instance
+    ``inst``'s nodes at /dev/nvidiactl and /dev/nvidia0 and no real NVIDIA node, RM's
+    framebuffer figures are the instance's ``limit`` (bytes) and all free, and its
+    allocations of ``sizes`` (MiB) get the RM status given (the limit ends them), after
+    which nothing is free. What both Kubernetes plugins' container tests check."""
+    from gpuslice import abi
+    from gsinst import rdev_major
+
+    out = podman.rmclient(["--device", cdi_id], "devs", "fbinfo", "alloc", *map(str, sizes), cdi=cdi)
+    assert out.returncode == 0, f"rc {out.returncode}\n{out.stdout}\n{out.stderr}"
+    devs, allocs, session = parse(out.stdout)
+    assert session == ["session ok"], out.stdout
+    for leaf in ("nvidiactl", "nvidia0"):
+        st = os.stat(f"/dev/gpuslice/{inst}/{leaf}").st_rdev
+        assert devs.get(f"/dev/{leaf}") == (os.major(st), os.minor(st)), (leaf, devs)
+    real = {abi.NV_MAJOR_DEVICE_NUMBER, rdev_major("/dev/nvidia-uvm")}
+    assert not {p: d for p, d in devs.items() if d[0] in real}, devs
+    fb = parse_fb(out.stdout)
+    assert fb["start"] == {"ram": limit, "total_ram": limit, "heap": limit, "heap_free": limit,
+                           "usable_ram": limit}, out.stdout
+    assert fb["end"]["total_ram"] == limit and fb["end"]["heap_free"] == 0, out.stdout
+    assert allocs == sizes, out.stdout

@@ -46,8 +46,8 @@ from gpuslice import abi
 from gpuslice import state as S
 from gpuslice.netlink import GpusliceNetlink
 
-from gsinst import needs_modules, rdev_major, wait_for
-from podmanlib import REPO, Podman, parse, parse_fb
+from gsinst import needs_modules, wait_for
+from podmanlib import REPO, Podman, check_instance_container
 
 sys.path.append(str(REPO / "tests"))  # the host tests' doubles (tests/kube), after tests/guest
 from kube.dpkubelet import DpKubelet  # noqa: E402
@@ -177,19 +177,7 @@ def test_allocated_slot_in_a_container(plugin: Plugin, nl, podman: Podman, devcg
 
     # 768 MiB fit, 512 more do not, the last 256 do, then nothing
     sizes = {768: abi.NV_OK, 512: abi.NV_ERR_NO_MEMORY, 256: abi.NV_OK, 2: abi.NV_ERR_NO_MEMORY}
-    out = podman.rmclient(["--device", cdi_id], "devs", "fbinfo", "alloc", *map(str, sizes), cdi=plugin.cdi)
-    assert out.returncode == 0, f"rc {out.returncode}\n{out.stdout}\n{out.stderr}"
-    devs, allocs, session = parse(out.stdout)
-    assert session == ["session ok"], out.stdout
-    for leaf in ("nvidiactl", "nvidia0"):
-        st = os.stat(f"/dev/gpuslice/{inst}/{leaf}").st_rdev
-        assert devs.get(f"/dev/{leaf}") == (os.major(st), os.minor(st)), (leaf, devs)
-    real = {abi.NV_MAJOR_DEVICE_NUMBER, rdev_major("/dev/nvidia-uvm")}
-    assert not {p: d for p, d in devs.items() if d[0] in real}, devs
-    fb = parse_fb(out.stdout)
-    assert fb["start"] == {"ram": GI, "total_ram": GI, "heap": GI, "heap_free": GI, "usable_ram": GI}, out.stdout
-    assert fb["end"]["total_ram"] == GI and fb["end"]["heap_free"] == 0, out.stdout
-    assert allocs == sizes, out.stdout
+    check_instance_container(podman, cdi_id, plugin.cdi, inst, GI, sizes)
     assert wait_for(lambda: module_instances(nl)[inst]["mem_used"] == 0), module_instances(nl)[inst]
     d = module_instances(nl)[inst]
     assert d["mem_peak"] == GI and d["nr_refused_quota"] >= 2, d

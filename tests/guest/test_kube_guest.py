@@ -58,8 +58,8 @@ from gpuslice.kube.claims import instance_name
 from gpuslice.kube.dra import cdi_spec_path
 from gpuslice.netlink import GpusliceNetlink
 
-from gsinst import needs_modules, rdev_major, wait_for
-from podmanlib import REPO, Podman, parse, parse_fb
+from gsinst import needs_modules, wait_for
+from podmanlib import REPO, Podman, check_instance_container
 
 sys.path.append(str(REPO / "tests"))  # the host tests' doubles (tests/kube), after tests/guest
 from kube.apiserver import FakeApiServer  # noqa: E402
@@ -247,20 +247,7 @@ def test_claim_becomes_an_instance_a_container_uses(plugin: Plugin, nl, podman: 
 
     # the container: 3 GiB fit, 2 GiB more do not, the last 1 GiB does, then nothing
     sizes = {3072: abi.NV_OK, 2048: abi.NV_ERR_NO_MEMORY, 1024: abi.NV_OK, 2: abi.NV_ERR_NO_MEMORY}
-    out = podman.rmclient(["--device", cdi_id], "devs", "fbinfo", "alloc", *map(str, sizes), cdi=plugin.cdi)
-    assert out.returncode == 0, f"rc {out.returncode}\n{out.stdout}\n{out.stderr}"
-    devs, allocs, session = parse(out.stdout)
-    assert session == ["session ok"], out.stdout
-    for leaf in ("nvidiactl", "nvidia0"):
-        st = os.stat(f"/dev/gpuslice/{inst}/{leaf}").st_rdev
-        assert devs.get(f"/dev/{leaf}") == (os.major(st), os.minor(st)), (leaf, devs)
-    real = {abi.NV_MAJOR_DEVICE_NUMBER, rdev_major("/dev/nvidia-uvm")}
-    assert not {p: d for p, d in devs.items() if d[0] in real}, devs
-    fb = parse_fb(out.stdout)
-    assert fb["start"] == {"ram": 4 * GI, "total_ram": 4 * GI, "heap": 4 * GI, "heap_free": 4 * GI,
-                           "usable_ram": 4 * GI}, out.stdout
-    assert fb["end"]["total_ram"] == 4 * GI and fb["end"]["heap_free"] == 0, out.stdout
-    assert allocs == sizes, out.stdout
+    check_instance_container(podman, cdi_id, plugin.cdi, inst, 4 * GI, sizes)
     assert wait_for(lambda: module_instances(nl)[inst]["mem_used"] == 0), module_instances(nl)[inst]
     d = module_instances(nl)[inst]
     assert d["mem_peak"] == 4 * GI and d["nr_refused_quota"] >= 2, d
