@@ -154,12 +154,13 @@ def test_status_reads_daemon_report(run, tmp_path) -> None:
                               "gpus": {"0": {"preemptions": 7, "resumes": 6,
                                              "preempt_latency_ns": {"p50": 1200000, "p99": 4000000, "max": 5000000},
                                              "instances": {"a": {"share": 0.5, "active": True, "gated": True,
-                                                                 "channels": 20}}}}}))
+                                                                 "channels": 20,
+                                                                 "engines": {"GR0": 19, "NVDEC2": 1}}}}}}))
     out = ok(run("status", "--status-file", str(sf)))
     assert "running (pid" in out and "p50 300us" in out
     assert "preempted offline instances 7 times" in out and "back 6 times" in out
     row = [ln for ln in out.splitlines() if ln.startswith("0 ")][0].split()
-    assert row == ["0", "a", "burst", "online", "50.0%", "yes", "yes", "20"]
+    assert row == ["0", "a", "burst", "online", "50.0%", "yes", "yes", "20", "GR0:19,NVDEC2:1"]
 
 
 def test_help_mentions_units(run) -> None:

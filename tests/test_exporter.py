@@ -47,6 +47,7 @@ STATUS = {"running": True, "pid": 1, "switches": 42, "rm_calls": 84,
                          "preemptions": 5, "resumes": 4,
                          "preempt_latency_ns": {"n": 5, "p50": 800_000, "p99": 2_000_000, "max": 2_000_000},
                          "instances": {"web": {"share": 0.75, "active": True, "gated": True, "channels": 4,
+                                               "engines": {"GR0": 3, "NVJPG1": 1},
                                                "slot_ns": 3_000_000_000, "gated_ns": 1_000_000_000},
                                        "batch": {"share": 0.25, "active": False, "gated": False, "channels": 0,
                                                  "slot_ns": 1_000_000_000, "gated_ns": 3_000_000_000}}}}}
@@ -125,6 +126,8 @@ def test_scrape_over_loopback(server) -> None:
     assert value(sm, "gpuslice_instance_gated_seconds_total", instance="batch", gpu="0") == 3.0
     assert value(sm, "gpuslice_instance_share_target_ratio", instance="web", gpu="0") == 0.75
     assert value(sm, "gpuslice_instance_gated", instance="web", gpu="0") == 1
+    assert value(sm, "gpuslice_instance_engine_channels", instance="web", gpu="0", engine="NVJPG1") == 1
+    assert value(sm, "gpuslice_instance_engine_channels", instance="web", gpu="0", engine="GR0") == 3
     assert value(sm, "gpuslice_instance_active", instance="batch", gpu="0") == 0
     assert value(sm, "gpuslice_gpu_period_seconds", gpu="0") == pytest.approx(0.05)
     assert value(sm, "gpuslice_guard_kills_total") == 1

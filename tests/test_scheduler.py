@@ -529,6 +529,10 @@ def test_event_tracker_handles_both_spellings() -> None:
              "obj_kind": "channel"})
     t.add_object({"name": "a", "obj_kind": 1, "client": 1, "handle": 2})  # a TSG: not a channel
     assert t.channels() == {"a": {Channel(0, 0xC1D00001, 0x10)}, "b": {Channel(1, 0xC1D00002, 0x20)}}
+    t.apply({"event": "channel_new", "name": "b", "pid": 8, "client": 0xC1D00002, "handle": 0x21, "gpu": 1,
+             "engine": 0x13})  # the engine the module or library read from its TSG: NVDEC0
+    assert {c.handle: c.engine for c in t.channels()["b"]} == {0x20: 0, 0x21: 0x13}
+    t.apply({"event": "channel_del", "client": 0xC1D00002, "handle": 0x21})
     t.apply({"event": "channel_del", "client": 0xC1D00001, "handle": 0x10})
     t.apply({"event": "proc_detach", "pid": 8})
     assert t.channels() == {}
@@ -1489,3 +1493,35 @@ def test_preempt_after_counts_from_the_latest_stretch_of_online_work() -> None:
     assert plans
     tl, _ = scenario(plans[0])
     assert all(ns <= 2 * MS for ns in tl.preempt_ns), list(tl.preempt_ns)
+
+
+def test_video_channels_share_their_instance_slots_and_show_by_engine() -> None:
+    """One budget across engines (docs/policies.md "Engines"): an instance's channels on a
+    decoder or JPEG engine are enabled in its slots and disabled in others', like its GR
+    channels; the status counts each instance's channels by engine."""
+    insts = [S.Instance("render", [0], 1, weight=1), S.Instance("video", [0], 1, weight=3)]
+    state = S.State(instances={i.name: i for i in insts}, gpus={0: S.GpuPolicy("weight", 40 * MS)})
+    table = {"render": {Channel(0, 0xC1D00001, 0x5C000001 + i, pid=101, engine=abi.NV2080_ENGINE_TYPE_GR0)
+                        for i in range(2)},
+             "video": {Channel(0, 0xC1D00002, 0x5C000010, pid=102, engine=0x13),  # NVDEC0
+                       Channel(0, 0xC1D00002, 0x5C000011, pid=102, engine=0x2C),  # NVJPG1
+                       Channel(0, 0xC1D00002, 0x5C000012, pid=102)}}  # engine not known: GR0
+    clock = Clock()
+    gate = RecGate(clock)
+    sched = FakeSched(None, StaticSource(table), gate, SetProbe(set(table)), clock=clock, state_obj=state)
+    t0, t1 = run_periods(sched, clock, 10)
+    for ch in table["video"]:
+        assert gate.enabled_time(ch, t0, t1) / (t1 - t0) == pytest.approx(0.75, abs=0.002), ch
+    for ch in table["render"]:
+        assert gate.enabled_time(ch, t0, t1) / (t1 - t0) == pytest.approx(0.25, abs=0.002), ch
+    inst = sched.snapshot()["gpus"]["0"]["instances"]
+    assert inst["video"]["engines"] == {"GR0": 1, "NVDEC0": 1, "NVJPG1": 1}
+    assert inst["render"]["engines"] == {"GR0": 2}
+
+
+def test_engine_names_follow_the_driver_header() -> None:
+    assert [abi.engine_name(t) for t in (0, 0x01, 0x09, 0x13, 0x1A, 0x2B, 0x32, 0x33, 0x34, 0x3E, 0x3F)] == [
+        "", "GR0", "CE0", "NVDEC0", "NVDEC7", "NVJPG0", "NVJPG7", "OFA0", "CE10", "OFA1", "NVENC3"]
+    assert abi.engine_name(0x22) == "ENGINE_0x22"
+    assert [abi.engine_group(t) for t in (0, 0x01, 0x15, 0x2D, 0x33, 0x22)] == ["gr", "gr", "nvdec", "nvjpg", "ofa",
+                                                                                "other"]

@@ -421,3 +421,15 @@ def test_scheduler_mode_adds_the_daemons_preemptions(monkeypatch: pytest.MonkeyP
     res = CliRunner().invoke(trace.trace, ["--scheduler", "-c", "1", "-i", "0.01", "--status-file", str(status)])
     assert res.exit_code == 0, res.output
     assert "gpu 0: 2 preemptions, 2 give-backs; recent preemption latency (5) p50 1.0 us" in res.stdout
+
+
+def test_engine_rows_from_the_daemon_status() -> None:
+    st = {"gpus": {"0": {"instances": {"b": {"engines": {"GR0": 2, "NVDEC1": 1}}, "a": {"engines": {}}}},
+                   "1": {"instances": {"c": {"engines": {"NVJPG0": 4}}}}}}
+    rows = tracefmt.engine_rows(st)
+    assert rows == [{"gpu": "0", "instance": "b", "engines": {"GR0": 2, "NVDEC1": 1}},
+                    {"gpu": "1", "instance": "c", "engines": {"NVJPG0": 4}}]
+    lines = tracefmt.format_engines(rows)
+    assert lines[1].split() == ["GPU", "INSTANCE", "CHANNELS", "BY", "ENGINE"]
+    assert lines[2].split() == ["0", "b", "GR0:2", "NVDEC1:1"]
+    assert tracefmt.engine_rows(None) == [] and tracefmt.format_engines([]) == []

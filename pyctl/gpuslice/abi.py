@@ -301,6 +301,53 @@ NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100 = 0x180
 NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GH100 = 0x0
 NV2080_ENGINE_TYPE_GR0 = 0x01
 NV2080_ENGINE_TYPE_COPY0 = 0x09
+
+
+# NV2080_ENGINE_TYPE_* (src/common/sdk/nvidia/inc/class/cl2080_notification.h, the same
+# numbers on every branch from 535 to 595): the engine a TSG or channel runs on, as its
+# allocation parameters name it (NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.engineType). Each
+# range is (first type, count, name, first index, group); a group is the set of engines one
+# runlist serves alike: "gr" (graphics and compute: one runlist on the H100), "copy",
+# "nvdec", "nvenc", "nvjpg", "ofa".
+_ENGINE_RANGES: tuple[tuple[int, int, str, int, str], ...] = (
+    (0x01, 8, "GR", 0, "gr"),
+    (0x09, 10, "CE", 0, "copy"),
+    (0x13, 8, "NVDEC", 0, "nvdec"),
+    (0x1B, 3, "NVENC", 0, "nvenc"),
+    (0x2B, 8, "NVJPG", 0, "nvjpg"),
+    (0x33, 1, "OFA", 0, "ofa"),
+    (0x34, 10, "CE", 10, "copy"),
+    (0x3E, 1, "OFA", 1, "ofa"),
+    (0x3F, 1, "NVENC", 3, "nvenc"),
+)
+ENGINE_GROUPS = ("gr", "copy", "nvdec", "nvenc", "nvjpg", "ofa")
+
+
+def _engine(t: int) -> tuple[str, str] | None:
+    for first, n, name, index, group in _ENGINE_RANGES:
+        if first <= t < first + n:
+            return f"{name}{index + t - first}", group
+    return None
+
+
+def engine_name(t: int) -> str:
+    """"GR0", "NVDEC3", "NVJPG0", "OFA0", "CE2"...; "" for 0 (not known: a channel CUDA
+    allocates without an engine before its TSG tells it); "ENGINE_0x.." for others."""
+    if t == 0:
+        return ""
+    e = _engine(t)
+    return e[0] if e else f"ENGINE_0x{t:x}"
+
+
+def engine_group(t: int) -> str:
+    """The runlist group of an engine type (ENGINE_GROUPS), "gr" for 0 (a channel whose
+    engine is not known runs on its TSG's, GR for CUDA), "other" for the rest."""
+    if t == 0:
+        return "gr"
+    e = _engine(t)
+    return e[1] if e else "other"
+
+
 NV906F_CTRL_CMD_GET_CLASS_ENGINEID = 0x906F0101
 NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
 CONTROL_NAMES.update({

@@ -741,13 +741,15 @@ def _status_rows(st: S.State, d: dict[str, Any] | None) -> list[dict[str, Any]]:
                          "share": units.format_share(li["share"]) if "share" in li else None,
                          "active": ("yes" if li.get("active") else "no") if li else None,
                          "gated": ("yes" if li.get("gated") else "no") if li else None,
-                         "channels": li.get("channels")})
+                         "channels": li.get("channels"),
+                         "engines": ",".join(f"{e}:{n}" for e, n in li.get("engines", {}).items()) if li else None})
     return rows
 
 
 STATUS_COLS = [("gpu", "GPU"), ("instance", "INSTANCE"), ("policy", "POLICY"), ("priority", "PRIORITY"),
                ("share", "SHARE NOW"),
-               ("active", "ACTIVE"), ("gated", "GATED"), ("channels", "CHANNELS")]
+               ("active", "ACTIVE"), ("gated", "GATED"), ("channels", "CHANNELS"),
+               ("engines", "ENGINES")]
 
 
 @main.command()

@@ -164,6 +164,8 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
     gated = GaugeMetricFamily("gpuslice_instance_gated", "1 when the instance's channels are disabled outside its slot.",
                               labels=labels)
     chans = GaugeMetricFamily("gpuslice_instance_channels", "Channels of the instance on the GPU.", labels=labels)
+    engine_chans = GaugeMetricFamily("gpuslice_instance_engine_channels", "Channels of the instance on the GPU, by "
+                                     "engine (GR0, NVDEC0..6, NVJPG0..6, OFA0, CE).", labels=labels + ["engine"])
     policy = GaugeMetricFamily("gpuslice_gpu_policy_info", "The GPU's policy (always 1).",
                                labels=["gpu", "policy"])
     period = GaugeMetricFamily("gpuslice_gpu_period_seconds", "Scheduling period of the GPU.", labels=["gpu"])
@@ -199,11 +201,13 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
             active.add_metric([name, g], 1 if li.get("active") else 0)
             gated.add_metric([name, g], 1 if li.get("gated") else 0)
             chans.add_metric([name, g], li.get("channels", 0))
+            for engine, n in sorted((li.get("engines") or {}).items()):
+                engine_chans.add_metric([name, g, str(engine)], n)
             if "slot_ns" in li:
                 slot.add_metric([name, g], li["slot_ns"] * NS)
             if "gated_ns" in li:
                 gated_t.add_metric([name, g], li["gated_ns"] * NS)
-    return out + [target, active, gated, chans, slot, gated_t, policy, period, lat_hist, preempt, resumes, plat]
+    return out + [target, active, gated, chans, engine_chans, slot, gated_t, policy, period, lat_hist, preempt, resumes, plat]
 
 
 def _guard(guard: Mapping[str, Any] | None) -> list[Metric]:

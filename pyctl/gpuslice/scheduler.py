@@ -28,9 +28,9 @@ import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from . import instances
+from . import abi, instances
 from . import state as st
 from .policy import (Slot, compute_shares, corrected_shares, gang_order, online_busy, slot_plan, sticky_active,
                      ungated)
@@ -226,6 +226,16 @@ ONLINE_TIMESLICE_US = 8000
 # runs beside the offline work until its first submission is seen and the disable lands
 # (docs/h100-priority.md, run 6)
 ONLINE_SAMPLE_US = 200
+
+
+def engine_counts(chans: Iterable[Channel]) -> dict[str, int]:
+    """Channels per engine ("GR0": 4, "NVDEC0": 1; abi.engine_name), a channel whose engine
+    is not known (0: CUDA's, before its TSG says) under "GR0", where it runs."""
+    out: dict[str, int] = {}
+    for c in chans:
+        name = abi.engine_name(c.engine) or abi.engine_name(abi.NV2080_ENGINE_TYPE_GR0)
+        out[name] = out.get(name, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def on_instance_gpus(chans: Mapping[str, set[Channel]],
@@ -833,7 +843,8 @@ class Scheduler:
                             "priority": self.state.instances[n].priority if n in self.state.instances else "online",
                             "owed_ns": int(tl.owed.get(n, 0.0) * tl.period_ns),
                             "slot_ns": totals[g][0].get(n, 0), "gated_ns": totals[g][1].get(n, 0),
-                            "channels": len([c for c in self.chans.get(n, set()) if c.gpu == g])}
+                            "channels": len([c for c in self.chans.get(n, set()) if c.gpu == g]),
+                            "engines": engine_counts(c for c in self.chans.get(n, set()) if c.gpu == g)}
                         for n in tl.members
                     },
                 }

@@ -48,6 +48,7 @@ class Channel:
     client: int
     handle: int
     pid: int = field(default=0, compare=False)
+    engine: int = field(default=0, compare=False)  # NV2080_ENGINE_TYPE_* (abi.engine_name)
 
     @property
     def pair(self) -> tuple[int, int]:
@@ -115,7 +116,7 @@ class EventTracker:
         r = normalise_event(rec)
         if r.get("obj_kind") != nl.OBJ_CHANNEL or not r.get("name"):
             return
-        ch = Channel(r.get("gpu", 0), r["client"], r["handle"], r.get("pid", 0))
+        ch = Channel(r.get("gpu", 0), r["client"], r["handle"], r.get("pid", 0), r.get("engine", 0))
         self._chans[ch.pair] = (str(r["name"]), ch)
 
     def apply(self, ev: Mapping[str, Any]) -> None:

@@ -236,7 +236,10 @@ def trace_sched(bcc: Any, out: Out, interval: float | None, count: int | None, p
                                        state["st_cur"])
         rec = tracefmt.sched_record(kind, stats, unit, seconds, when)
         rec["preemptions"] = pre
-        out.record(rec, tracefmt.format_sched(kind, stats, unit, when) + tracefmt.format_preemptions(pre, unit))
+        engines = tracefmt.engine_rows(state["st_cur"])
+        rec["engines"] = engines
+        out.record(rec, tracefmt.format_sched(kind, stats, unit, when) + tracefmt.format_preemptions(pre, unit)
+                   + tracefmt.format_engines(engines))
 
     _ready("scheduler slot switches (FIFO_DISABLE_CHANNELS)")
     run_intervals(interval, count, snapshot, emit)

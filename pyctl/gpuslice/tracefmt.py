@@ -464,3 +464,23 @@ def format_preemptions(rows: Sequence[Mapping[str, Any]], unit: str) -> list[str
         out.append(line)
     return out
 
+
+
+def engine_rows(status: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per GPU and instance of the daemon's status: its channels by engine ("GR0": 4,
+    "NVDEC0": 1), for the scheduler trace (which engines the slots it times gate)."""
+    out: list[dict[str, Any]] = []
+    for g, tl in sorted(((status or {}).get("gpus") or {}).items()):
+        for name, li in sorted((tl.get("instances") or {}).items()):
+            if li.get("engines"):
+                out.append({"gpu": g, "instance": name, "engines": dict(li["engines"])})
+    return out
+
+
+def format_engines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    table = [("GPU", "INSTANCE", "CHANNELS BY ENGINE")]
+    table += [(str(r["gpu"]), str(r["instance"]), " ".join(f"{e}:{n}" for e, n in r["engines"].items()))
+              for r in rows]
+    return [""] + format_table(table, right_from=3)
