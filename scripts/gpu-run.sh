@@ -34,7 +34,12 @@
 # mix (not part of all): tests/gpu/bench_mix.py, three frameworks under each policy with the
 # daemon on its default paths, RM calls per switch, daemon restarts (MIX_ARGS): mix.txt,
 # mix.json, mix-work/daemon.log.
-# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu|compat|kube|mix]   (default all)
+# render (not part of all): the render and video workloads (EGL, Vulkan, NVDEC, NVJPG) of
+# tests/gpu/compat/, each first alone under tests/gpu/rmtrace.so (every RM call the real
+# driver sees, and the device files opened: render-trace.jsonl), then through compat.py
+# (without and with the library, results compared: compat.txt, compat.json, raw.txt).
+# Needs the loaders and wheels scripts/gpu-gfx-setup.sh installs (carry .gl and .whlgfx).
+# Usage: scripts/gpu-run.sh [tests|bench|all|sched|activity|priority|multigpu|compat|kube|mix|render]   (default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpuslice-out}"
@@ -85,6 +90,24 @@ if [[ $what == kube ]]; then
 fi
 if [[ $what == compat ]]; then
 	python3 tests/gpu/compat.py --out "$OUT" ${COMPAT_ARGS:-}
+	rc=$?
+fi
+if [[ $what == render ]]; then
+	# shellcheck source=scripts/gpu-gfx-setup.sh
+	source scripts/gpu-gfx-setup.sh >"$OUT/gfx-setup.txt" 2>&1 || { cat "$OUT/gfx-setup.txt"; exit 1; }
+	gcc -O2 -shared -fPIC -o /tmp/rmtrace.so tests/gpu/rmtrace.c -ldl -lpthread || exit 1
+	work=$(mktemp -d)
+	: >"$OUT/render-trace.jsonl"
+	for w in ${RENDER_WORKLOADS:-egl_render vulkan_wgpu nvdec_decode nvjpg_decode}; do
+		RMTRACE_OUT="$work/$w" LD_PRELOAD=/tmp/rmtrace.so timeout 300 python3 "tests/gpu/compat/$w.py" \
+			>"$work/$w.out" 2>&1
+		echo "== $w native under rmtrace: rc $?" >>"$OUT/gfx-setup.txt"
+		tail -3 "$work/$w.out" >>"$OUT/gfx-setup.txt"
+		for f in "$work/$w".[0-9]*; do
+			[[ -f $f ]] && sed "s/^{/{\"workload\":\"$w\",/" "$f" >>"$OUT/render-trace.jsonl"
+		done
+	done
+	python3 tests/gpu/compat.py --out "$OUT" --only "$(echo ${RENDER_WORKLOADS:-egl_render vulkan_wgpu nvdec_decode nvjpg_decode} | tr ' ' ,)" ${COMPAT_ARGS:-}
 	rc=$?
 fi
 if [[ $what == priority ]]; then

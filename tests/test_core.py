@@ -719,7 +719,7 @@ def test_export_import_naming_no_file_of_the_instance_refused(env, cmd):
 def test_unlisted_control_denied_listed_allowed(env):
     core, rm = env
     p = Proc(core, rm)
-    r, _ = p.control(SUB, 0x20801301)  # FB_GET_INFO (v1): not in the traces
+    r, _ = p.control(SUB, 0x20801327)  # FB_GET_CALIBRATION_LOCK_FAILED: on no row
     # answered as RM answers a control the object does not have (rs_resource.c resControlLookup_IMPL)
     assert (r.status, r.refusal) == (abi.NV_ERR_NOT_SUPPORTED, cs.GS_REFUSE_UNLISTED)
     r, _ = p.control(SUB, 0x20800110)  # GPU_GET_NAME_STRING: traced
@@ -772,9 +772,9 @@ def test_classes_refused(env, klass, why, status):
     assert (r.status, r.refusal) == (status, why)
 
 
-@pytest.mark.parametrize("nr", [abi.NV_ESC_IOCTL_XFER_CMD, abi.NV_ESC_RM_VID_HEAP_CONTROL,
+@pytest.mark.parametrize("nr", [abi.NV_ESC_IOCTL_XFER_CMD, abi.NV_ESC_RM_BIND_CONTEXT_DMA,
                                 abi.NV_ESC_RM_EXPORT_OBJECT_TO_FD, abi.NV_ESC_RM_IMPORT_OBJECT_FROM_FD,
-                                abi.NV_ESC_RM_IDLE_CHANNELS, abi.NV_ESC_RM_ACCESS_REGISTRY,
+                                abi.NV_ESC_RM_GET_EVENT_DATA, abi.NV_ESC_RM_ACCESS_REGISTRY,
                                 abi.NV_ESC_SET_NUMA_STATUS, abi.NV_ESC_RM_I2C_ACCESS, 0x77])
 def test_escapes_refused(env, nr):
     core, _ = env

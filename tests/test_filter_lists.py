@@ -71,7 +71,10 @@ CLASSES = allowed("gs_classes")
 REFUSED = [value(r[0]) for r in c_rows("gs_refused_controls")]
 GLOBAL = [value(r[0]) for r in c_rows("gs_refused_controls") if r[3] == "GS_REFUSE_GLOBAL"]
 # what RM answers a caller that may not have something, or a feature that is absent
-RM_REFUSALS = {"NV_ERR_INSUFFICIENT_PERMISSIONS", "NV_ERR_NOT_SUPPORTED", "NV_ERR_INVALID_CLASS"}
+# RM's answers to a client without the right or the feature; INSUFFICIENT_RESOURCES: a full
+# ZBC table (ctrl9096.h), which the graphics driver meets with an ordinary clear
+RM_REFUSALS = {"NV_ERR_INSUFFICIENT_PERMISSIONS", "NV_ERR_NOT_SUPPORTED", "NV_ERR_INVALID_CLASS",
+               "NV_ERR_INSUFFICIENT_RESOURCES"}
 TABLES = ("gs_allowed_controls", "gs_refused_controls", "gs_classes")
 
 

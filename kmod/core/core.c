@@ -216,14 +216,14 @@ void gs_file_closed(struct gs_inst *in, nv_u64 file_id)
 
 /* ---- gs_pre ---- */
 
-static void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status)
+void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status)
 {
 	memcpy((char *)c->arg + off, &status, sizeof(status));
 	c->status = status;
 }
 
 /* a refusal answered with status in the block (filter.c's rows say which) */
-static enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32 status_off,
+enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32 status_off,
 				    nv_u32 status)
 {
 	c->refusal = r;
@@ -231,12 +231,12 @@ static enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32
 	return GS_REPLY;
 }
 
-static enum gs_verdict gs_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status_off)
+enum gs_verdict gs_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status_off)
 {
 	return gs_refuse_as(c, r, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
 }
 
-static enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err)
+enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err)
 {
 	c->refusal = r;
 	c->err = err;
@@ -244,14 +244,14 @@ static enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err)
 }
 
 /* the later of two calls in flight that must not meet on a handle (gs_busy_conflict()) */
-static enum gs_verdict gs_busy_refuse(struct gs_call *c, nv_u32 status_off)
+enum gs_verdict gs_busy_refuse(struct gs_call *c, nv_u32 status_off)
 {
 	c->refusal = GS_REFUSE_MALFORMED;
 	gs_put_status(c, status_off, NV_ERR_STATE_IN_USE);
 	return GS_REPLY;
 }
 
-static int gs_short(const struct gs_call *c, nv_u32 need)
+int gs_short(const struct gs_call *c, nv_u32 need)
 {
 	return !c->arg || c->arg_size < need;
 }
@@ -536,7 +536,7 @@ static enum gs_verdict gs_pre_attach_gpus(struct gs_inst *in, struct gs_call *c)
 }
 
 /* escapes whose block starts with the client handle: size and status offset */
-static enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c,
+enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c,
 					   nv_u32 size, nv_u32 st)
 {
 	nv_handle client;
@@ -561,25 +561,31 @@ static enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c
  * failed free forged to NV_OK made the core forget channels and memory that
  * RM still held.
  */
+enum gs_verdict gs_pre_free_handle(struct gs_inst *in, struct gs_call *c, nv_handle client,
+				   nv_handle handle, nv_u32 st)
+{
+	const struct gs_obj *cl = gs_obj_find(in, client, client);
+
+	if (cl && cl->o.file_id != c->file_id) {
+		c->refusal = GS_REFUSE_FOREIGN;
+		gs_put_status(c, st, NV_ERR_INVALID_CLIENT);
+		return GS_REPLY;
+	}
+	if (gs_busy_conflict(in, GS_BUSY_FREE, client, handle))
+		return gs_busy_refuse(c, st);
+	gs_busy_add(in, c, GS_BUSY_FREE, client, handle);
+	return GS_PASS;
+}
+
 static enum gs_verdict gs_pre_free(struct gs_inst *in, struct gs_call *c)
 {
 	const struct nvos00_params *p = c->arg;
-	const struct gs_obj *client;
 	enum gs_verdict v;
 
 	v = gs_pre_client_first(in, c, sizeof(*p), 12);
 	if (v != GS_PASS)
 		return v;
-	client = gs_obj_find(in, p->h_root, p->h_root);
-	if (client && client->o.file_id != c->file_id) {
-		c->refusal = GS_REFUSE_FOREIGN;
-		gs_put_status(c, 12, NV_ERR_INVALID_CLIENT);
-		return GS_REPLY;
-	}
-	if (gs_busy_conflict(in, GS_BUSY_FREE, p->h_root, p->h_object_old))
-		return gs_busy_refuse(c, 12);
-	gs_busy_add(in, c, GS_BUSY_FREE, p->h_root, p->h_object_old);
-	return GS_PASS;
+	return gs_pre_free_handle(in, c, p->h_root, p->h_object_old, 12);
 }
 
 /*
@@ -617,6 +623,36 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 	if (c->src_mem)
 		c->src_mem->refs++;
 	return GS_PASS;
+}
+
+/*
+ * RM_ALLOC_MEMORY of NV01_MEMORY_SYSTEM pins limit + 1 bytes of host memory
+ * (interface/deprecated/rmapi_deprecated_allocmemory.c _rmAllocMemorySystem:
+ * an RmAlloc of NV01_MEMORY_SYSTEM of that size): counted as RM_ALLOC of the
+ * class is (quota.c). A limit of 2^64 - 1 is a size of 0, over any limit.
+ */
+static struct gs_mem_req gs_alloc_memory_req(const struct nvos02_params *p)
+{
+	struct gs_mem_req r;
+
+	memset(&r, 0, sizeof(r));
+	r.root = p->h_root;
+	r.parent = p->h_object_parent;
+	r.handle = p->h_object_new;
+	r.klass = NV01_MEMORY_SYSTEM;
+	r.mp.size = p->limit + 1;
+	return r;
+}
+
+static enum gs_verdict gs_pre_alloc_memory_system(struct gs_inst *in, struct gs_call *c,
+						  struct nvos02_params *p, struct gs_evq *q)
+{
+	struct gs_mem_req r = gs_alloc_memory_req(p);
+	enum gs_verdict v = gs_quota_check(in, c, &r, q);
+
+	if (v != GS_PASS)
+		gs_put_status(c, 40, c->status);
+	return v;
 }
 
 static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
@@ -667,6 +703,11 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		if (p->h_object_new &&
 		    gs_busy_conflict(in, GS_BUSY_CREATE, p->h_root, p->h_object_new))
 			return gs_busy_refuse(c, 40);
+		if (p->h_class == NV01_MEMORY_SYSTEM) {
+			v = gs_pre_alloc_memory_system(in, c, p, q);
+			if (v != GS_PASS)
+				return v;
+		}
 		gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new);
 		return GS_PASS;
 	}
@@ -703,6 +744,8 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		 */
 		return GS_REPLY;
 	}
+	if (gs_legacy_escape(c->escape))
+		return gs_legacy_pre(in, c, q);
 	r = gs_filter_escape(in, c->escape);
 	if (r != GS_REFUSE_NONE)
 		return gs_fail(c, r, EPERM);
@@ -728,7 +771,7 @@ int gs_block_decided(const struct gs_call *c)
 	case NV_ESC_ATTACH_GPUS_TO_FD:
 		return 1;
 	}
-	return 0;
+	return gs_legacy_escape(NV_IOC_NR(c->req));
 }
 
 int gs_nested(const struct gs_call *c, struct gs_nested *n)
@@ -793,6 +836,11 @@ static void gs_refusal_names(const struct gs_call *c, struct gs_event *ev)
 	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
 	case NV_ESC_ALLOC_OS_EVENT:
 	case NV_ESC_FREE_OS_EVENT:
+	case NV_ESC_RM_VID_HEAP_CONTROL:
+	case NV_ESC_RM_IDLE_CHANNELS:
+	case NV_ESC_RM_ALLOC_CONTEXT_DMA2:
+	case NV_ESC_RM_MAP_MEMORY_DMA:
+	case NV_ESC_RM_UNMAP_MEMORY_DMA:
 		/* hClient, then the object (FREE: hObjectOld is third) */
 		ev->client = w[0];
 		ev->handle = c->escape == NV_ESC_RM_FREE ? w[2] : w[1];
@@ -806,6 +854,13 @@ static int gs_creates_object(const struct gs_call *c)
 	if (c->kind == GS_FILE_UVM)
 		return 0;
 	return c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_DUP_OBJECT ||
+	       c->escape == NV_ESC_RM_ALLOC_MEMORY || c->escape == NV_ESC_RM_VID_HEAP_CONTROL;
+}
+
+/* calls that may charge memory (gs_call.spare_mem) */
+static int gs_may_charge(const struct gs_call *c)
+{
+	return c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_VID_HEAP_CONTROL ||
 	       c->escape == NV_ESC_RM_ALLOC_MEMORY;
 }
 
@@ -837,11 +892,11 @@ static int gs_spares_alloc(struct gs_call *c, const struct gs_io *io)
 	if (!gs_creates_object(c))
 		return gs_export_spares_alloc(c, io);
 	c->spare_obj = gs_zalloc(sizeof(*c->spare_obj));
-	if (c->escape == NV_ESC_RM_ALLOC)
+	if (gs_may_charge(c))
 		c->spare_mem = gs_zalloc(sizeof(*c->spare_mem));
 	if (c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_DUP_OBJECT)
 		c->spare_ref = gs_zalloc(sizeof(*c->spare_ref));
-	if (!c->spare_obj || (c->escape == NV_ESC_RM_ALLOC && !c->spare_mem) ||
+	if (!c->spare_obj || (gs_may_charge(c) && !c->spare_mem) ||
 	    ((c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_DUP_OBJECT) && !c->spare_ref)) {
 		gs_spares_free(c);
 		return -1;
@@ -1079,6 +1134,13 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
 	struct gs_object o;
 	nv_handle h;
 
+	if (c->priv[0]) {	/* counted (gs_pre_alloc_memory_system()) */
+		struct gs_mem_req r = gs_alloc_memory_req(p);
+
+		gs_quota_charge(in, c, &r, rep->h_object_new,
+				c->reply_lost ? 0 : rep->limit + 1, gs_reply_status(c, rep->status), q);
+		return;
+	}
 	if (gs_reply_status(c, rep->status) != NV_OK)
 		return;
 	h = gs_new_handle(in, p->h_root, p->h_object_new, c->reply_lost ? 0 : rep->h_object_new);
@@ -1157,6 +1219,10 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 	case NV_ESC_RM_ALLOC_MEMORY:
 		c->status = ((struct nvos02_params *)c->arg)->status;
 		gs_post_alloc_memory(in, c, &q);
+		break;
+	default:
+		if (gs_legacy_escape(c->escape))
+			gs_legacy_post(in, c, &q);
 		break;
 	}
 out:

@@ -60,7 +60,7 @@ struct gs_io {
 };
 
 /* bytes of the argument block kept as checked (the largest decoded block) */
-#define GS_CHECKED_WORDS	12
+#define GS_CHECKED_WORDS	23	/* the largest block decided on: NVOS32_PARAMETERS, 184 bytes */
 
 /* one ioctl, from gs_pre() to gs_post() */
 struct gs_obj;

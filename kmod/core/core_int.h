@@ -169,6 +169,8 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 			  struct gs_evq *q);
 void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 		      struct gs_evq *q);
+void gs_obj_engine_set(struct gs_inst *in, nv_handle client, nv_handle handle, nv_u32 engine,
+		       struct gs_evq *q);
 void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
 		      struct gs_evq *q);
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
@@ -193,6 +195,21 @@ nv_u32 gs_obj_kind(nv_u32 klass);
 int gs_vidmem_class(nv_u32 klass);	/* 1 counted, -1 refused, 0 not video memory */
 int gs_counted_class(nv_u32 klass);	/* video memory or pinned system memory */
 nv_u64 gs_mem_bound(nv_u32 klass, const struct nv_memory_allocation_params *mp);
+/*
+ * A request for counted memory, whichever call makes it (RM_ALLOC of a
+ * counted class; the vid-heap allocations, vidheap.c): its client, parent
+ * and handle (0: RM chooses), the class RM allocates, and the parameters
+ * RM allocates by (size, attr, attr2).
+ */
+struct gs_mem_req {
+	nv_handle root, parent, handle;
+	nv_u32 klass;
+	struct nv_memory_allocation_params mp;
+};
+enum gs_verdict gs_quota_check(struct gs_inst *in, struct gs_call *c,
+			       const struct gs_mem_req *r, struct gs_evq *q);
+void gs_quota_charge(struct gs_inst *in, struct gs_call *c, const struct gs_mem_req *r,
+		     nv_handle replied, nv_u64 size, nv_u32 status, struct gs_evq *q);
 enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			     struct nvos64_params *p, struct gs_evq *q);
 void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
@@ -204,6 +221,19 @@ void gs_park(struct gs_inst *in, struct gs_call *c, nv_handle client, struct gs_
 nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu);
 int gs_charge_extra(struct gs_inst *in, struct gs_mem *m, nv_u32 gpu, nv_u64 size);
 nv_u32 gs_first_gpu(const struct gs_inst *in);
+
+/* core.c: what the escapes' decisions share */
+void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status);
+enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32 status_off,
+			     nv_u32 status);
+enum gs_verdict gs_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status_off);
+enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err);
+enum gs_verdict gs_busy_refuse(struct gs_call *c, nv_u32 status_off);
+int gs_short(const struct gs_call *c, nv_u32 need);
+enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c, nv_u32 size,
+				    nv_u32 st);
+enum gs_verdict gs_pre_free_handle(struct gs_inst *in, struct gs_call *c, nv_handle client,
+				   nv_handle handle, nv_u32 st);
 
 /* filter.c */
 /*
@@ -234,6 +264,8 @@ extern const struct gs_control_handler gs_virt_handler;		/* virt.c */
 extern const struct gs_control_handler gs_disable_handler;	/* core.c */
 extern const struct gs_control_handler gs_timeslice_handler;	/* core.c */
 extern const struct gs_control_handler gs_schedule_handler;	/* core.c */
+extern const struct gs_control_handler gs_zcull_handler;	/* engines.c */
+extern const struct gs_control_handler gs_bind_handler;		/* engines.c */
 
 /*
  * One control: its capability, why it is allowed or refused, and refused,
@@ -306,5 +338,12 @@ enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, cons
 				     struct nvos64_params *p, struct gs_evq *q);
 enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			      struct nvos64_params *p, struct gs_evq *q);
+/* engines.c */
+enum gs_verdict gs_pre_video_engine(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				    struct nvos64_params *p, struct gs_evq *q);
+/* legacy.c: the escapes before RM_ALLOC that OpenGL, Vulkan and the video libraries use */
+int gs_legacy_escape(nv_u32 escape);
+enum gs_verdict gs_legacy_pre(struct gs_inst *in, struct gs_call *c, struct gs_evq *q);
+void gs_legacy_post(struct gs_inst *in, struct gs_call *c, struct gs_evq *q);
 
 #endif /* GPUSLICE_CORE_INT_H */

@@ -18,7 +18,10 @@
  * s = nvidia-smi-q, t = torch-matmul), plus (h) what runs on the H100 showed
  * missing (docs/real-gpu.md, docs/compat.md) and (p) peer access between an
  * instance's GPUs, from the 580 source and nvproxy's compute set
- * (docs/multigpu.md).
+ * (docs/multigpu.md); g and v: what headless OpenGL (EGL) and Vulkan (g), and
+ * NVDEC and NVJPG decoding (v) issue on the H100 (tests/traces/
+ * render-video-h100.jsonl, docs/render-video.md), each reviewed against the
+ * 580 source.
  *
  * A refusal is answered the way RM answers when the feature is absent or not
  * permitted, so that libraries take the fallback they take without us
@@ -45,21 +48,25 @@
  */
 static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x00000101, GS_CAP_COMPUTE, "dst: NV0000_SYSTEM_GET_BUILD_VERSION: driver build/version strings; read-only, host-wide constant", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000102, GS_CAP_GRAPHICS, "g: NV0000_SYSTEM_GET_CPU_INFO: host CPU type and features; read-only, host-wide constant", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000127, GS_CAP_COMPUTE, "p: NV0000_SYSTEM_GET_P2P_CAPS: read-only, peer access between the instance's GPUs", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x0000012b, GS_CAP_COMPUTE, "p: NV0000_SYSTEM_GET_P2P_CAPS_V2: read-only, as above", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x0000013a, GS_CAP_COMPUTE, "dt: NV0000_SYSTEM_GET_P2P_CAPS_MATRIX: P2P capability matrix between GPU pairs; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x000001f0, GS_CAP_COMPUTE, "dt: NV0000_SYSTEM_GET_FEATURES: system feature bits; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000201, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ATTACHED_IDS: ids of attached GPUs; read-only (lists every attached GPU, not only the instance's)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000202, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ID_INFO: id/minor/flags of one GPU id; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000204, GS_CAP_GRAPHICS, "g: NV0000_GPU_GET_DEVICE_IDS: PCI device ids of the attached GPUs; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000205, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_ID_INFO_V2: same, v2 (maps device instance to minor); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000214, GS_CAP_COMPUTE, "dst: NV0000_GPU_GET_PROBED_IDS: ids of probed GPUs; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000215, GS_CAP_COMPUTE, "dst: NV0000_GPU_ATTACH_IDS: attaches (initialises) GPUs in RM; what opening a device does anyway; idempotent", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000216, GS_CAP_UTILITY, "s: NV0000_GPU_DETACH_IDS: no-op on Linux in 580 (only validates the ids; client_resource.c)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x0000021b, GS_CAP_COMPUTE, "st: NV0000_GPU_GET_PCI_INFO: PCI ids of a GPU; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000275, GS_CAP_GRAPHICS, "g: NV0000_GPU_GET_UUID_FROM_GPU_ID: the UUID of a GPU id; read-only (as GET_GID_INFO)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000279, GS_CAP_COMPUTE, "st: NV0000_GPU_QUERY_DRAIN_STATE: reads drain state; read-only (MODIFY_DRAIN_STATE refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x0000027b, GS_CAP_COMPUTE, "dt: NV0000_GPU_GET_MEMOP_ENABLE: memop enable flag; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000288, GS_CAP_COMPUTE, "dt: NV0000_GPU_GET_ACTIVE_DEVICE_IDS: active device ids; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000289, GS_CAP_COMPUTE, "st: NV0000_GPU_ASYNC_ATTACH_ID: starts an asynchronous attach, as ATTACH_IDS", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00000301, GS_CAP_GRAPHICS, "g: NV0000_GSYNC_GET_ATTACHED_IDS: ids of attached G-Sync boards (none on the H100); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000a04, GS_CAP_COMPUTE, "dt: NV0000_SYNC_GPU_BOOST_GROUP_INFO: SLI/boost group info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000b02, GS_CAP_UTILITY, "s: NV0000_GPUACCT_GET_ACCOUNTING_STATE: whether accounting mode is on; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00000d01, GS_CAP_COMPUTE, "dst: NV0000_CLIENT_GET_ADDR_SPACE_TYPE: address-space type of a handle of the caller's own client; read-only", GS_REFUSE_NONE, NV_OK, NULL },
@@ -70,24 +77,42 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x00003d0b, GS_CAP_COMPUTE, "h: NV0000_OS_UNIX_EXPORT_OBJECTS_TO_FD: NCCL's cuMem path, as EXPORT_OBJECT_TO_FD (export.c)", GS_REFUSE_NONE, NV_OK, &gs_export_handler },
 	{ 0x00003d0c, GS_CAP_COMPUTE, "h: NV0000_OS_UNIX_IMPORT_OBJECTS_FROM_FD: as IMPORT_OBJECT_FROM_FD (export.c)", GS_REFUSE_NONE, NV_OK, &gs_export_handler },
 	{ 0x00410110, GS_CAP_COMPUTE, "h: NV0041_GET_SURFACE_INFO: cuMemImportFromShareableHandle on the H100; a read-only query of the caller's memory object (attributes, size, page size, aperture), non-privileged, in nvproxy's compute set", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00800201, GS_CAP_VIDEO, "v: NV0080_GPU_GET_CLASSLIST: class list of the device (v1); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00800280, GS_CAP_COMPUTE, "dt: NV0080_GPU_GET_NUM_SUBDEVICES: number of subdevices; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00800288, GS_CAP_UTILITY, "s: NV0080_GPU_QUERY_SW_STATE_PERSISTENCE: reads persistence mode; read-only (MODIFY refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00800289, GS_CAP_COMPUTE, "dst: NV0080_GPU_GET_VIRTUALIZATION_MODE: virtualization mode; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00800292, GS_CAP_COMPUTE, "dst: NV0080_GPU_GET_CLASSLIST_V2: class list of the device; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801102, GS_CAP_GRAPHICS, "g: NV0080_GR_GET_CAPS: graphics caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801104, GS_CAP_GRAPHICS, "g: NV0080_GR_GET_INFO: graphics info table; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801109, GS_CAP_VIDEO, "v: NV0080_GR_GET_CAPS_V2: graphics caps v2; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801301, GS_CAP_GRAPHICS, "g: NV0080_FB_GET_CAPS: FB caps (v1); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00801307, GS_CAP_COMPUTE, "dt: NV0080_FB_GET_CAPS_V2: FB caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00801402, GS_CAP_COMPUTE, "dt: NV0080_HOST_GET_CAPS_V2: host caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801701, GS_CAP_GRAPHICS, "g: NV0080_FIFO_GET_CAPS: FIFO caps (v1); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801707, GS_CAP_GRAPHICS, "g: NV0080_FIFO_GET_ENGINE_CONTEXT_PROPERTIES: context buffer sizes per engine; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x0080170d, GS_CAP_COMPUTE, "dt: NV0080_FIFO_GET_CHANNELLIST: channel ids for handles of the caller's own client; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801713, GS_CAP_VIDEO, "v: NV0080_FIFO_GET_CAPS_V2: FIFO caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801806, GS_CAP_GRAPHICS, "g: NV0080_DMA_ADV_SCHED_GET_VA_CAPS: VA space caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x0080180d, GS_CAP_GRAPHICS, "g: NV0080_DMA_GET_CAPS: DMA caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00801909, GS_CAP_COMPUTE, "dt: NV0080_PERF_CUDA_LIMIT_SET_CONTROL: GPU-wide 'CUDA running' perf limit, but refcounted per device object and dropped when it is freed (kern_cuda_limit.c); every CUDA context issues it", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801c02, GS_CAP_GRAPHICS | GS_CAP_VIDEO, "v: NV0080_BSP_GET_CAPS_V2: video decoder caps (Vulkan asks too: NOT_SUPPORTED where there is no NVDEC); read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00801f02, GS_CAP_VIDEO, "v: NV0080_NVJPG_GET_CAPS_V2: JPEG engine caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00da0002, GS_CAP_GRAPHICS, "g: NV_SEMAPHORE_SURFACE_BIND_CHANNEL: binds a channel of the caller's client (RM looks hChannel up there) to the caller's own semaphore surface", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x00da0006, GS_CAP_GRAPHICS, "g: NV_SEMAPHORE_SURFACE_UNBIND_CHANNEL: undoes BIND_CHANNEL", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x00de0001, GS_CAP_UTILITY, "s: NV00DE_REQUEST_DATA_POLL: asks RM to refresh the caller's user-shared-data page (read-only telemetry)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800102, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_INFO_V2: GPU info table; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800110, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_NAME_STRING: GPU name; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800111, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_SHORT_NAME_STRING: short name; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800119, GS_CAP_COMPUTE, "dt: NV2080_GPU_GET_SIMULATION_INFO: simulation info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800123, GS_CAP_GRAPHICS, "g: NV2080_GPU_GET_ENGINES: engine list (v1); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080012f, GS_CAP_COMPUTE, "dst: NV2080_GPU_QUERY_ECC_STATUS: ECC status/counters; read-only, GPU-wide", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800131, GS_CAP_COMPUTE, "dst: NV2080_GPU_QUERY_COMPUTE_MODE_RULES: reads compute mode; read-only (SET refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800133, GS_CAP_UTILITY, "s: NV2080_GPU_QUERY_ECC_CONFIGURATION: reads ECC config; read-only (SET refused as GLOBAL)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080013f, GS_CAP_UTILITY, "s: NV2080_GPU_GET_OEM_BOARD_INFO: OEM board info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800142, GS_CAP_GRAPHICS, "g: NV2080_GPU_GET_ID: the GPU id of the subdevice; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800145, GS_CAP_COMPUTE, "dt: NV2080_GPU_ACQUIRE_COMPUTE_MODE_RESERVATION: ACQUIRE_COMPUTE_MODE_RESERVATION: records the caller's client as holder; no effect in DEFAULT compute mode, first-caller-wins in EXCLUSIVE modes (GPU-wide); a shared GPU must stay in DEFAULT (SET_COMPUTE_MODE_RULES refused)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800146, GS_CAP_VIDEO, "v: NV2080_GPU_RELEASE_COMPUTE_MODE_RESERVATION: releases the caller's own ACQUIRE_COMPUTE_MODE_RESERVATION", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800147, GS_CAP_GRAPHICS, "g: NV2080_GPU_GET_ENGINE_PARTNERLIST: which engines can share a channel; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080014a, GS_CAP_COMPUTE, "dst: NV2080_GPU_GET_GID_INFO: GPU UUID; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080014b, GS_CAP_UTILITY, "s: NV2080_GPU_GET_INFOROM_OBJECT_VERSION: InfoROM object version; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800156, GS_CAP_UTILITY, "s: NV2080_GPU_GET_INFOROM_IMAGE_VERSION: InfoROM image version; read-only", GS_REFUSE_NONE, NV_OK, NULL },
@@ -101,9 +126,13 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x208001a3, GS_CAP_COMPUTE, "dst: NV2080_GET_GPU_FABRIC_PROBE_INFO: fabric probe state; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x208001a4, GS_CAP_UTILITY, "s: NV2080_GPU_GET_CHIP_DETAILS: chip details; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x208001b2, GS_CAP_UTILITY, "s: NV2080_GPU_GET_RECOVERY_ACTION: recommended recovery action; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800301, GS_CAP_GRAPHICS, "g: NV2080_EVENT_SET_NOTIFICATION: arms the caller's own event objects on its subdevice", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20800403, GS_CAP_GRAPHICS, "g: NV2080_TIMER_GET_TIME: the GPU's timer; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800406, GS_CAP_COMPUTE, "st: NV2080_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO: GPU/CPU timestamp correlation; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20800802, GS_CAP_UTILITY, "s: NV2080_BIOS_GET_INFO: VBIOS info (legacy, converted by RM); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801201, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_INFO: GR info table; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801206, GS_CAP_GRAPHICS, "g: NV2080_GR_GET_ZCULL_INFO: zcull geometry; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801208, GS_CAP_GRAPHICS, "g: NV2080_GR_CTXSW_ZCULL_BIND: zcull mode of a channel: its hClient must be the caller's (engines.c)", GS_REFUSE_NONE, NV_OK, &gs_zcull_handler },
 	{ 0x20801210, GS_CAP_COMPUTE, "dt: NV2080_GR_SET_CTXSW_PREEMPTION_MODE: preemption mode of the caller's own channel/context", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801218, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_CTX_BUFFER_SIZE: context buffer sizes; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080121b, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_GLOBAL_SM_ORDER: SM ordering; read-only", GS_REFUSE_NONE, NV_OK, NULL },
@@ -111,8 +140,12 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x2080122a, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_GPC_MASK: GPC mask; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080122b, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_TPC_MASK: TPC mask; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801230, GS_CAP_COMPUTE, "dt: NV2080_GR_GET_SM_ISSUE_RATE_MODIFIER: SM issue-rate modifiers; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801301, GS_CAP_GRAPHICS, "g: NV2080_FB_GET_INFO: FB sizes (v1); OpenGL and Vulkan do not start without it. RM's figures for the whole GPU reach the caller: the list is behind a pointer inside the parameters, which the core cannot reach to rewrite as it rewrites V2's (docs/isolation.md)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801303, GS_CAP_COMPUTE, "dst: NV2080_FB_GET_INFO_V2: FB sizes; virtualized by virt.c (total/free capped at the instance limit)", GS_REFUSE_NONE, NV_OK, &gs_virt_handler },
+	{ 0x20801315, GS_CAP_GRAPHICS, "g: NV2080_FB_GET_GPU_CACHE_INFO: L2 configuration; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801320, GS_CAP_GRAPHICS, "g: NV2080_FB_GET_FB_REGION_INFO: the FB's static region layout (not its use); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801322, GS_CAP_UTILITY, "s: NV2080_FB_GET_OFFLINED_PAGES: offlined (retired) pages; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20801352, GS_CAP_GRAPHICS, "g: NV2080_FB_GET_SEMAPHORE_SURFACE_LAYOUT: semaphore surface layout; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801357, GS_CAP_UTILITY, "s: NV2080_FB_QUERY_DRAM_ENCRYPTION_INFOROM_SUPPORT: DRAM-encryption InfoROM support; read-only (RM answers NOT_SUPPORTED on H100)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801701, GS_CAP_COMPUTE, "dst: NV2080_MC_GET_ARCH_INFO: architecture/implementation ids; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20801702, GS_CAP_COMPUTE, "h: NV2080_MC_SERVICE_INTERRUPTS: CUDA, channels stalled", GS_REFUSE_NONE, NV_OK, NULL },
@@ -129,6 +162,8 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x2080200a, GS_CAP_COMPUTE, "dt: NV2080_PERF_BOOST: clock-boost request of bounded duration: GPU clocks, but held per subdevice and dropped on free; every CUDA context issues it", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080220c, GS_CAP_COMPUTE, "dt: NV2080_RC_RELEASE_WATCHDOG_REQUESTS: drops the caller's own watchdog requests", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20802210, GS_CAP_COMPUTE, "dt: NV2080_RC_SOFT_DISABLE_WATCHDOG: soft-disables the RC watchdog: GPU-wide, but counted per client request and released with it; every CUDA context issues it", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20802a02, GS_CAP_GRAPHICS, "g: NV2080_CE_GET_CE_PCE_MASK: copy-engine mapping; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20802a03, GS_CAP_GRAPHICS, "g: NV2080_CE_GET_CAPS_V2: copy-engine caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20802a0a, GS_CAP_COMPUTE, "dt: NV2080_CE_GET_ALL_CAPS: copy-engine caps; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20803001, GS_CAP_COMPUTE, "h: NV2080_NVLINK_GET_NVLINK_CAPS: refused for a workload on the H100; read-only, non-privileged, in nvproxy's compute set (docs/allowlist.md)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20803002, GS_CAP_COMPUTE, "dt: NV2080_NVLINK_GET_NVLINK_STATUS: NVLink link state; read-only", GS_REFUSE_NONE, NV_OK, NULL },
@@ -137,8 +172,10 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x20803406, GS_CAP_UTILITY, "s: NV2080_ECC_GET_UNREPAIRABLE_MEMORY_FLAG: ECC_GET_UNREPAIRABLE_MEMORY_FLAG (named in the 590 SDK; absent from 580.142's tables, answered OK by 580.159); read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20803601, GS_CAP_COMPUTE, "dst: NV2080_GSP_GET_FEATURES: GSP feature bits; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20803801, GS_CAP_COMPUTE, "dt: NV2080_GRMGR_GET_GR_FS_INFO: GR floorsweeping info; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20803d07, GS_CAP_GRAPHICS, "g: NV2080_OS_UNIX_VIDMEM_PERSISTENCE_STATUS: whether video memory survives suspend; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20808159, GS_CAP_COMPUTE, "dt: (undocumented) NV2080 GPU legacy, msg 0x59: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20808162, GS_CAP_COMPUTE, "dt: (undocumented) NV2080 GPU legacy, msg 0x62: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20808165, GS_CAP_VIDEO, "v: (undocumented) NV2080 GPU legacy, msg 0x65: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080852a, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2a: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080852b, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2b: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080852e, GS_CAP_UTILITY, "s: (undocumented) NV2080 THERMAL legacy, msg 0x2e: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
@@ -153,6 +190,7 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x20809038, GS_CAP_COMPUTE, "dst: (undocumented) NV2080 CLK legacy, msg 0x38: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20809064, GS_CAP_COMPUTE, "st: (undocumented) NV2080 CLK legacy, msg 0x64: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a026, GS_CAP_COMPUTE, "t: (undocumented) NV2080 PERF legacy, msg 0x26: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a028, GS_CAP_VIDEO, "v: (undocumented) NV2080 PERF legacy, msg 0x28: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a060, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x60: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a06e, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x6e: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a06f, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0x6f: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
@@ -162,10 +200,12 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x2080a0a6, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa6: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a0a7, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa7: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a0a8, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xa8: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x2080a0d1, GS_CAP_GRAPHICS, "g: (undocumented) NV2080 PERF legacy, msg 0xd1: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a0f2, GS_CAP_UTILITY, "s: (undocumented) NV2080 PERF legacy, msg 0xf2: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a612, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x12: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a618, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x18: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x2080a63c, GS_CAP_UTILITY, "s: (undocumented) NV2080 PMGR legacy, msg 0x3c: GSS-legacy, non-privileged range (0x8000 set, 0x4000 clear), forwarded to GSP; not decodable from the source", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x20810107, GS_CAP_GRAPHICS, "g: (undocumented) NV2081_BINAPI msg 0x0107: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20810108, GS_CAP_COMPUTE, "dst: (undocumented) NV2081_BINAPI msg 0x0108: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by CUDA, PyTorch and nvidia-smi", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20810110, GS_CAP_UTILITY, "s: (undocumented) NV2081_BINAPI msg 0x0110: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by nvidia-smi -q", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x20810111, GS_CAP_UTILITY, "s: (undocumented) NV2081_BINAPI msg 0x0111: undocumented control on the caller's own NV2081_BINAPI object, forwarded to GSP (binapiControl); issued by nvidia-smi -q", GS_REFUSE_NONE, NV_OK, NULL },
@@ -174,11 +214,18 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x503c0105, GS_CAP_COMPUTE, "dt: NV503C_UNREGISTER_VIDMEM: undoes REGISTER_VIDMEM", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x83de0309, GS_CAP_COMPUTE, "dt: NV83DE_DEBUG_SET_EXCEPTION_MASK: exception mask on the caller's own debugger object; RM binds that object only to a compute object the caller may debug (owner or shared; CUDA shares DEBUG with same-PID clients only)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x906f0101, GS_CAP_COMPUTE, "dt: NV906F_CTRL_GET_CLASS_ENGINEID: engine id of the caller's own channel; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x90960103, GS_CAP_GRAPHICS, "g: NV9096_GET_ZBC_CLEAR_TABLE: reads the ZBC clear table (every SET is refused, so it holds RM's defaults only)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x90960106, GS_CAP_GRAPHICS, "g: NV9096_GET_ZBC_CLEAR_TABLE_SIZE: size of the ZBC table; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0x90960107, GS_CAP_GRAPHICS, "g: NV9096_GET_ZBC_CLEAR_TABLE_ENTRY: one ZBC table entry; read-only (as GET_ZBC_CLEAR_TABLE)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x90e60102, GS_CAP_COMPUTE, "dt: NV90E6_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK: VF error interrupt mask; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x90e70113, GS_CAP_UTILITY, "s: NV90E7_BBX_GET_LAST_FLUSH_TIME: InfoROM BBX last flush time; read-only (RM answers 0x55 here)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0xa06c0101, GS_CAP_COMPUTE, "dt: NVA06C_GPFIFO_SCHEDULE: puts the caller's own TSG on the runlist (bEnable=0 has no effect, FINDINGS); gating uses DISABLE_CHANNELS, which is refused", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
 	{ 0xa06c0103, GS_CAP_COMPUTE, "dt: NVA06C_SET_TIMESLICE: CUDA's own 2048 us at every context; a TSG's timeslice is the operator's (the instance's TIMESLICE_US): answered NV_OK, not passed", GS_REFUSE_NONE, NV_OK, &gs_timeslice_handler },
+	{ 0xa06c0105, GS_CAP_VIDEO, "v: NVA06C_PREEMPT: preempts the caller's own TSG off its engine (it gives time back; gating is unaffected: a disabled TSG stays disabled)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0xa06f0103, GS_CAP_GRAPHICS | GS_CAP_VIDEO, "gv: NVA06F_GPFIFO_SCHEDULE: puts the caller's own channel on the runlist, as NVA06C_GPFIFO_SCHEDULE for a TSG", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
+	{ 0xa06f0104, GS_CAP_GRAPHICS | GS_CAP_VIDEO, "gv: NVA06F_BIND: binds the caller's own channel to an engine; engines.c records which (gpuctl status)", GS_REFUSE_NONE, NV_OK, &gs_bind_handler },
 	{ 0xc36f0108, GS_CAP_COMPUTE, "dt: NVC36F_GPFIFO_GET_WORK_SUBMIT_TOKEN: doorbell token of the caller's own channel; read-only", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0xc36f010a, GS_CAP_GRAPHICS | GS_CAP_VIDEO, "gv: NVC36F_GPFIFO_SET_WORK_SUBMIT_TOKEN_NOTIF_INDEX: notifier index of the caller's own channel's doorbell token", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0xcb330101, GS_CAP_COMPUTE, "dt: NV_CONF_COMPUTE_SYSTEM_GET_CAPABILITIES: confidential-compute capabilities; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 };
 
@@ -239,6 +286,20 @@ static const struct gs_control_row gs_refused_controls[] = {
 	 * Instances have no such node; RM answers an fd that is not a channel
 	 * so (client_resource.c cliresCtrlCmdClientSubscribeToImexChannel_IMPL).
 	 */
+	/*
+	 * The ZBC (zero-bandwidth clear) table holds a few clear values every
+	 * context on the GPU shares (kgrmgr/GSP): one tenant's entries would
+	 * change or crowd out another's. RM's answer when the table is full,
+	 * which the graphics driver meets with an ordinary clear (ctrl9096.h).
+	 */
+	{ NV9096_CTRL_CMD_SET_ZBC_COLOR_CLEAR, GS_CAP_GRAPHICS, "whole GPU: the ZBC clear table",
+	  GS_REFUSE_GLOBAL, NV_ERR_INSUFFICIENT_RESOURCES, NULL },
+	{ NV9096_CTRL_CMD_SET_ZBC_DEPTH_CLEAR, GS_CAP_GRAPHICS, "whole GPU: the ZBC clear table",
+	  GS_REFUSE_GLOBAL, NV_ERR_INSUFFICIENT_RESOURCES, NULL },
+	{ NV9096_CTRL_CMD_SET_ZBC_CLEAR_TABLE, GS_CAP_GRAPHICS, "whole GPU: the ZBC clear table",
+	  GS_REFUSE_GLOBAL, NV_ERR_INSUFFICIENT_RESOURCES, NULL },
+	{ NV9096_CTRL_CMD_SET_ZBC_STENCIL_CLEAR, GS_CAP_GRAPHICS, "whole GPU: the ZBC clear table",
+	  GS_REFUSE_GLOBAL, NV_ERR_INSUFFICIENT_RESOURCES, NULL },
 	{ NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL, GS_CAP_COMPUTE,
 	  "IMEX channel: fabric memory of other processes and nodes", GS_REFUSE_FOREIGN,
 	  NV_ERR_INSUFFICIENT_PERMISSIONS, NULL },
@@ -337,6 +398,38 @@ static const struct gs_class_row gs_classes[] = {
 	  .why = "dt: confidential-computing capability queries" },
 	{ .klass = HOPPER_COMPUTE_A, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: the compute engine object on the caller's own channel" },
+	/* graphics and video: g, v (the header comment) */
+	{ .klass = NV01_CONTEXT_DMA_FROM_MEMORY, .caps = GS_CAP_VIDEO,
+	  .why = "v: a context DMA over the caller's own memory (RM looks hMemory up in the caller's client)" },
+	{ .klass = NV01_EVENT, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: notifications of the caller's objects, as NV01_EVENT_OS_EVENT (hParentClient checked, core.c)",
+	  .pre = gs_pre_other_clients, .params_size = sizeof(struct nv0005_alloc_params), .stage = 1 },
+	{ .klass = NV01_MEMORY_VIRTUAL, .caps = GS_CAP_GRAPHICS | GS_CAP_VIDEO,
+	  .why = "gv: a virtual range (no memory of its own), as NV50_MEMORY_VIRTUAL" },
+	{ .klass = NV_SEMAPHORE_SURFACE, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: a semaphore surface over the caller's own memory (RM looks both handles up in the caller's client)" },
+	{ .klass = NV_MEMORY_MAPPER, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: Vulkan's paging-operations queue over the caller's own semaphore surface and notifier" },
+	{ .klass = FERMI_TWOD_A, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: the 2D engine object on the caller's own channel" },
+	{ .klass = GF100_ZBC_CLEAR, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: the ZBC table object; its SET controls are refused as GLOBAL" },
+	{ .klass = KEPLER_INLINE_TO_MEMORY_B, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: the inline-to-memory engine object on the caller's own channel" },
+	{ .klass = NVB8B0_VIDEO_DECODER, .caps = GS_CAP_VIDEO,
+	  .why = "v: an NVDEC engine object on the caller's own channel; not one that shuts other clients out (engines.c)",
+	  .pre = gs_pre_video_engine, .params_size = sizeof(struct nv_video_engine_alloc_params), .stage = 1 },
+	{ .klass = NVB8D1_VIDEO_NVJPG, .caps = GS_CAP_VIDEO,
+	  .why = "v: an NVJPG engine object, likewise",
+	  .pre = gs_pre_video_engine, .params_size = sizeof(struct nv_video_engine_alloc_params), .stage = 1 },
+	{ .klass = NVB8FA_VIDEO_OFA, .caps = GS_CAP_VIDEO,
+	  .why = "the optical-flow engine object, likewise (from the 580 source and nvproxy's video set)",
+	  .pre = gs_pre_video_engine, .params_size = sizeof(struct nv_video_engine_alloc_params), .stage = 1 },
+	{ .klass = AMPERE_CHANNEL_GPFIFO_A, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: a channel (OpenGL's and Vulkan's class on the H100), registered and gated",
+	  .params_size = 132 },
+	{ .klass = HOPPER_A, .caps = GS_CAP_GRAPHICS,
+	  .why = "g: the 3D engine object on the caller's own channel" },
 };
 
 /*
@@ -459,7 +552,8 @@ enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status)
 {
 	const struct gs_class_row *row = gs_class_row(klass);
 
-	if (klass == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
+	/* pinned host memory; NV01_MEMORY_SYSTEM is counted (core.c gs_pre_alloc_memory()) */
+	if (klass == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || klass == NV01_MEMORY_SYSTEM)
 		return GS_REFUSE_NONE;
 	if (row && row->refusal != GS_REFUSE_NONE) {
 		*status = row->status;

@@ -145,6 +145,27 @@ typedef uint32_t nv_handle;
 #define AMPERE_CHANNEL_GPFIFO_A		0xc56f
 #define BLACKWELL_CHANNEL_GPFIFO_A	0xc96f
 #define BLACKWELL_CHANNEL_GPFIFO_B	0xca6f
+/* graphics and video (the graphics and video capabilities, filter.c) */
+#define NV_SEMAPHORE_SURFACE		0x00da
+#define NV_MEMORY_MAPPER		0x00fe
+#define FERMI_TWOD_A			0x902d
+#define GF100_ZBC_CLEAR			0x9096
+#define KEPLER_INLINE_TO_MEMORY_B	0xa140
+#define NVB8B0_VIDEO_DECODER		0xb8b0
+#define NVB8D1_VIDEO_NVJPG		0xb8d1
+#define NVB8FA_VIDEO_OFA		0xb8fa
+#define HOPPER_A			0xcb97
+
+/*
+ * NV_BSP_ALLOCATION_PARAMETERS, NV_NVJPG_ALLOCATION_PARAMETERS,
+ * NV_OFA_ALLOCATION_PARAMETERS (nvos.h): the video engines' objects, 12 bytes.
+ * prohibitMultipleInstances asks that no other client get the engine.
+ */
+struct nv_video_engine_alloc_params {
+	nv_u32 size;
+	nv_u32 prohibit_multiple_instances;
+	nv_u32 engine_instance;
+};
 
 /* ---- argument blocks: src/common/sdk/nvidia/inc/nvos.h ---- */
 /* NV_ESC_RM_FREE, _IOWR('F', 0x29, 16) */
@@ -202,6 +223,72 @@ struct nvos57_params {
 	nv_u8 pad;
 	nv_u32 status;
 };
+
+/*
+ * NVOS32_PARAMETERS, NV_ESC_RM_VID_HEAP_CONTROL (nvidiactl only), 184 bytes:
+ * the legacy heap interface OpenGL and Vulkan allocate through. Each function
+ * is RM's own call in disguise (interface/deprecated/
+ * rmapi_deprecated_vidheapctrl.c): the allocations are an RmAlloc of
+ * NV50_MEMORY_VIRTUAL, NV_MEMORY_EXTENDED_USER, NV01_MEMORY_LOCAL_USER or
+ * NV01_MEMORY_SYSTEM by flags and attributes, FREE an RmFree. Offsets from
+ * the start of the block; the union starts at 40.
+ */
+#define NVOS32_PARAMS_SIZE			184
+#define NVOS32_OFF_FUNCTION			8
+#define NVOS32_OFF_IVC_HEAP			16	/* NvS16 */
+#define NVOS32_OFF_STATUS			20
+#define NVOS32_OFF_TOTAL			24
+#define NVOS32_OFF_FREE				32
+#define NVOS32_OFF_HMEMORY			44	/* AllocSize, AllocSizeRange, AllocTiledPitchHeight, Free */
+#define NVOS32_OFF_FLAGS			52	/* the three allocations */
+#define NVOS32_OFF_FREE_FLAGS			48	/* Free */
+/* data.AllocSize and data.AllocTiledPitchHeight: attr, size, attr2 */
+#define NVOS32_OFF_SIZE_ATTR			56
+#define NVOS32_OFF_SIZE_SIZE			88
+#define NVOS32_OFF_SIZE_ATTR2			144
+#define NVOS32_OFF_TILED_HEIGHT			56
+#define NVOS32_OFF_TILED_PITCH			60
+#define NVOS32_OFF_TILED_ATTR			64
+/* data.AllocSizeRange */
+#define NVOS32_OFF_RANGE_ATTR			56
+#define NVOS32_OFF_RANGE_SIZE			80
+#define NVOS32_OFF_RANGE_ATTR2			136
+/* data.Info */
+#define NVOS32_OFF_INFO_OFFSET			48
+#define NVOS32_OFF_INFO_SIZE			56
+#define NVOS32_OFF_INFO_BASE			64
+
+#define NVOS32_FUNCTION_ALLOC_SIZE		2
+#define NVOS32_FUNCTION_FREE			3
+#define NVOS32_FUNCTION_INFO			5
+#define NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT	6
+#define NVOS32_FUNCTION_ALLOC_SIZE_RANGE	14
+#define NVOS32_FUNCTION_REACQUIRE_COMPR		15
+#define NVOS32_FUNCTION_RELEASE_COMPR		16
+#define NVOS32_FUNCTION_GET_MEM_ALIGNMENT	18
+#define NVOS32_FUNCTION_HW_ALLOC		19
+#define NVOS32_FUNCTION_HW_FREE			20
+#define NVOS32_FUNCTION_ALLOC_OS_DESCRIPTOR	27
+
+#define NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED	0x00004000
+#define NVOS32_ALLOC_FLAGS_VIRTUAL		0x00080000
+#define NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED	0x00000001
+#define NVOS32_ATTR_LOCATION_SHIFT		25	/* 26:25 */
+#define NVOS32_ATTR_LOCATION_VIDMEM		0
+#define NVOS32_ATTR2_USE_EGM_SHIFT		24	/* 24:24 */
+
+/* NVOS30_PARAMETERS, NV_ESC_RM_IDLE_CHANNELS: hClient first, timeout at 44 */
+#define NVOS30_PARAMS_SIZE			56
+#define NVOS30_OFF_TIMEOUT			44
+#define NVOS30_OFF_STATUS			48
+/* NVOS39_PARAMETERS, NV_ESC_RM_ALLOC_CONTEXT_DMA2: hObjectParent is the client */
+#define NVOS39_PARAMS_SIZE			56
+#define NVOS39_OFF_STATUS			48
+/* NVOS46_PARAMETERS, NV_ESC_RM_MAP_MEMORY_DMA; NVOS47, NV_ESC_RM_UNMAP_MEMORY_DMA */
+#define NVOS46_PARAMS_SIZE			64
+#define NVOS46_OFF_STATUS			56
+#define NVOS47_PARAMS_SIZE			48
+#define NVOS47_OFF_STATUS			40
 
 /* NVOS33_PARAMETERS; NV_ESC_RM_MAP_MEMORY carries it with an fd:
  * nv_ioctl_nvos33_parameters_with_fd (kernel-open/common/inc/nv-unix-nvos-params-wrappers.h) */
@@ -382,6 +469,7 @@ struct nv00f8_allocation_params_head {
 
 /* ---- controls: src/common/sdk/nvidia/inc/ctrl/ ---- */
 /* ctrl2080/ctrl2080fb.h */
+#define NV2080_CTRL_CMD_FB_GET_INFO			0x20801301	/* v1: the list behind a pointer */
 #define NV2080_CTRL_CMD_FB_GET_INFO_V2			0x20801303
 #define NV2080_CTRL_FB_INFO_MAX_LIST_SIZE		0x80
 #define NV2080_CTRL_FB_INFO_INDEX_RAM_SIZE		0x07
@@ -455,9 +543,23 @@ struct nv2080_ctrl_fifo_disable_channels_params {	/* 536 bytes */
 #define NVA06C_CTRL_INTERLEAVE_LEVEL_LOW	0
 #define NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM	1
 #define NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH	2
+/* ctrl/ctrl9096.h: the ZBC clear table's writes (its reads are allowed) */
+#define NV9096_CTRL_CMD_SET_ZBC_COLOR_CLEAR	0x90960101
+#define NV9096_CTRL_CMD_SET_ZBC_DEPTH_CLEAR	0x90960102
+#define NV9096_CTRL_CMD_SET_ZBC_CLEAR_TABLE	0x90960104
+#define NV9096_CTRL_CMD_SET_ZBC_STENCIL_CLEAR	0x90960105
+/* ctrl/ctrl2080/ctrl2080gr.h NV2080_CTRL_GR_CTXSW_ZCULL_BIND_PARAMS: the head */
+#define NV2080_CTRL_CMD_GR_CTXSW_ZCULL_BIND	0x20801208
+struct nv2080_ctrl_gr_ctxsw_zcull_bind_head {
+	nv_handle h_client;
+	nv_handle h_channel;
+};
 /* ctrl/ctrla06f/ctrla06fgpfifo.h: the same on one channel, and its bind to an engine */
 #define NVA06F_CTRL_CMD_GPFIFO_SCHEDULE		0xa06f0103
 #define NVA06F_CTRL_CMD_BIND			0xa06f0104
+struct nva06f_ctrl_bind_params {
+	nv_u32 engine_type;	/* NV2080_ENGINE_TYPE_* */
+};
 struct nva06c_ctrl_gpfifo_schedule_params {	/* NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS */
 	nv_u8 b_enable;
 	nv_u8 b_skip_submit;

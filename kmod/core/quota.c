@@ -125,7 +125,7 @@ nv_u64 gs_mem_bound(nv_u32 klass, const struct nv_memory_allocation_params *mp)
 }
 
 static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
-			     const struct nvos64_params *p, nv_u64 size, struct gs_evq *q)
+			     const struct gs_mem_req *r, struct gs_evq *q)
 {
 	struct gs_event ev;
 
@@ -133,12 +133,12 @@ static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 	ev.type = GPUSLICE_EV_ALLOC_REFUSED;
 	ev.obj_kind = GPUSLICE_OBJ_MEMORY;
 	ev.pid = c->pid;
-	ev.gpu = gs_obj_gpu(in, p->h_root, p->h_object_parent, c->gpu_minor);
-	ev.client = p->h_root;
-	ev.handle = p->h_object_new;
-	ev.parent = p->h_object_parent;
-	ev.klass = p->h_class;
-	ev.size = size;
+	ev.gpu = gs_obj_gpu(in, r->root, r->parent, c->gpu_minor);
+	ev.client = r->root;
+	ev.handle = r->handle;
+	ev.parent = r->parent;
+	ev.klass = r->klass;
+	ev.size = r->mp.size;
 	ev.status = NV_ERR_NO_MEMORY;
 	ev.cmd = c->escape;
 	gs_evq_push(q, &ev);
@@ -209,42 +209,61 @@ nv_u32 gs_first_gpu(const struct gs_inst *in)
 	return 0;
 }
 
-enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-			     struct nvos64_params *p, struct gs_evq *q)
+/*
+ * Reserves the most RM can allocate for r, or refuses it the way RM refuses
+ * (GS_REPLY, c->status NV_ERR_NO_MEMORY: the caller puts it in its block).
+ */
+enum gs_verdict gs_quota_check(struct gs_inst *in, struct gs_call *c,
+			       const struct gs_mem_req *r, struct gs_evq *q)
 {
-	struct nv_memory_allocation_params mp;
-	int sys = p->h_class == NV01_MEMORY_SYSTEM;
-	nv_u32 slot = sys ? 0 : gs_obj_gpu(in, p->h_root, p->h_object_parent, GS_GPU_UNKNOWN);
+	int sys = r->klass == NV01_MEMORY_SYSTEM;
+	nv_u32 slot = sys ? 0 : gs_obj_gpu(in, r->root, r->parent, GS_GPU_UNKNOWN);
 	int known = slot < GPUSLICE_MAX_GPUS;
 	nv_u64 *used, *reserved, limit, bound;
 
-	if (!io || io->read(io->ctx, p->p_alloc_parms, &mp, sizeof(mp))) {
-		c->refusal = GS_REFUSE_MALFORMED;
-		c->status = NV_ERR_INVALID_POINTER;
-		p->status = c->status;
-		return GS_REPLY;
-	}
 	if (!known)
 		slot = 0;	/* refused below: no GPU's limit would hold it */
 	used = sys ? &in->sys_used : &in->gpu_used[slot];
 	reserved = sys ? &in->sys_reserved : &in->gpu_reserved[slot];
 	limit = sys ? in->limit : gs_gpu_limit(in, slot);
-	bound = gs_mem_bound(p->h_class, &mp);
+	bound = gs_mem_bound(r->klass, &r->mp);
 	if (!known || !bound || bound > limit || *used + *reserved > limit - bound) {
 		c->refusal = GS_REFUSE_QUOTA;
 		c->status = NV_ERR_NO_MEMORY;
-		p->status = c->status;
 		in->nr_refused_quota++;
-		gs_refused_event(in, c, p, mp.size, q);
+		gs_refused_event(in, c, r, q);
 		return GS_REPLY;
 	}
 	*reserved += bound;
 	c->reserved = bound;
 	c->priv[0] = 1;		/* a reservation is held */
-	c->priv[1] = mp.size;	/* the size that was checked */
+	c->priv[1] = r->mp.size;	/* the size that was checked */
 	c->priv[2] = sys;
 	c->priv[3] = slot;
 	return GS_PASS;
+}
+
+enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			     struct nvos64_params *p, struct gs_evq *q)
+{
+	struct gs_mem_req r;
+	enum gs_verdict v;
+
+	memset(&r, 0, sizeof(r));
+	if (!io || io->read(io->ctx, p->p_alloc_parms, &r.mp, sizeof(r.mp))) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		c->status = NV_ERR_INVALID_POINTER;
+		p->status = c->status;
+		return GS_REPLY;
+	}
+	r.root = p->h_root;
+	r.parent = p->h_object_parent;
+	r.handle = p->h_object_new;
+	r.klass = p->h_class;
+	v = gs_quota_check(in, c, &r, q);
+	if (v == GS_REPLY)
+		p->status = c->status;
+	return v;
 }
 
 void gs_quota_release(struct gs_inst *in, struct gs_call *c)
@@ -314,14 +333,15 @@ void gs_mem_put(struct gs_inst *in, struct gs_mem *mem)
 }
 
 /*
- * Called with in->lock held, after RM answered: p is the request as checked,
- * status RM's answer (NV_OK when the reply was lost).
+ * Called with in->lock held, after RM answered: r is the request as checked
+ * (r->handle 0: RM chose it, and replied names it), status RM's answer (NV_OK
+ * when the reply was lost), size what the reply says RM allocated (0: it
+ * could not be read).
  */
-void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-		   const struct nvos64_params *p, nv_u32 status, struct gs_evq *q)
+void gs_quota_charge(struct gs_inst *in, struct gs_call *c, const struct gs_mem_req *r,
+		     nv_handle replied, nv_u64 size, nv_u32 status, struct gs_evq *q)
 {
-	const struct nvos64_params *rep = c->arg;
-	nv_u64 reserved = c->reserved, asked = c->priv[1], size = 0;
+	nv_u64 reserved = c->reserved, asked = c->priv[1];
 	int sys = (int)c->priv[2];
 	nv_u32 slot = (nv_u32)c->priv[3];	/* the GPU it was checked against */
 	struct gs_object o;
@@ -340,15 +360,13 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	 * higher one is charged at the most RM could have allocated, which
 	 * also keeps a forged 2^64 - x from wrapping the counter.
 	 */
-	if (c->reply_lost || !io ||
-	    io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)) ||
-	    size < asked)
+	if (c->reply_lost || size < asked)
 		size = reserved;
 	else if (size > reserved + GS_RM_PAD_MAX)
 		size = reserved + GS_RM_PAD_MAX;
 	/* an RM-chosen handle that is registered already is a rewritten reply */
-	h = p->h_object_new ? p->h_object_new : (c->reply_lost ? 0 : rep->h_object_new);
-	if (!p->h_object_new && h && gs_obj_find(in, p->h_root, h))
+	h = r->handle ? r->handle : (c->reply_lost ? 0 : replied);
+	if (!r->handle && h && gs_obj_find(in, r->root, h))
 		h = 0;
 	/*
 	 * A handle that holds counted memory already: RM refused the call
@@ -359,7 +377,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	 * status).
 	 */
 	if (h) {
-		const struct gs_obj *old = gs_obj_find(in, p->h_root, h);
+		const struct gs_obj *old = gs_obj_find(in, r->root, h);
 
 		if (old && old->mem)
 			h = 0;
@@ -367,7 +385,7 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	/* gs_pre() allocated the record: with a handle, adding cannot fail */
 	mem = c->spare_mem;
 	if (!mem)
-		return;		/* cannot be: gs_pre() refuses an RM_ALLOC without it */
+		return;		/* cannot be: gs_pre() refuses a call without it */
 	c->spare_mem = NULL;
 	mem->size = size;
 	mem->refs = 1;
@@ -375,13 +393,12 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	mem->sys = sys;
 	gs_charge(in, sys, slot, size);
 	if (h) {
-		gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, p->h_root,
-			    p->h_object_parent, h, p->h_class);
+		gs_obj_init(&o, in, c, GPUSLICE_OBJ_MEMORY, r->root, r->parent, h, r->klass);
 		if (gs_obj_add(in, c, &o, mem, q))
 			return;
 	}
 	/* no handle to free it by: it goes when its client goes */
-	cl = gs_obj_find(in, p->h_root, p->h_root);
+	cl = gs_obj_find(in, r->root, r->root);
 	if (cl) {
 		mem->next = cl->orphans;
 		cl->orphans = mem;
@@ -389,4 +406,22 @@ void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io
 	}
 	gs_uncharge(in, sys, slot, size);	/* no client: RM allocated nothing */
 	gs_free(mem);
+}
+
+void gs_quota_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		   const struct nvos64_params *p, nv_u32 status, struct gs_evq *q)
+{
+	const struct nvos64_params *rep = c->arg;
+	struct gs_mem_req r;
+	nv_u64 size = 0;
+
+	memset(&r, 0, sizeof(r));
+	r.root = p->h_root;
+	r.parent = p->h_object_parent;
+	r.handle = p->h_object_new;
+	r.klass = p->h_class;
+	if (c->reply_lost || !io ||
+	    io->read(io->ctx, p->p_alloc_parms + GS_SIZE_OFF, &size, sizeof(size)))
+		size = 0;
+	gs_quota_charge(in, c, &r, rep->h_object_new, size, status, q);
 }

@@ -222,6 +222,23 @@ static void gs_channel_scheduled(struct gs_obj *ch, struct gs_evq *q)
 }
 
 /*
+ * RM bound the channel (client, handle) to engine (NVA06F_CTRL_CMD_BIND: how
+ * the video libraries and OpenGL pick a channel's engine). A channel the
+ * controller knows already is announced again with it (a NEW may repeat).
+ */
+void gs_obj_engine_set(struct gs_inst *in, nv_handle client, nv_handle handle, nv_u32 engine,
+		       struct gs_evq *q)
+{
+	struct gs_obj *ob = gs_obj_find(in, client, handle);
+
+	if (!ob || ob->o.obj_kind != GPUSLICE_OBJ_CHANNEL || ob->o.engine == engine)
+		return;
+	ob->o.engine = engine;
+	if (gs_object_gateable(&ob->o))
+		gs_obj_event(q, &ob->o, GPUSLICE_EV_CHANNEL_NEW);
+}
+
+/*
  * RM accepted a schedule or bind of (client, handle), a TSG or a channel:
  * its channels can be gated from now on (GS_OBJ_SCHEDULED).
  */

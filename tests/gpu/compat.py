@@ -77,6 +77,11 @@ WORKLOADS: list[Workload] = [
     Workload("ddp_nccl", gpus=2),
     Workload("fsdp_nccl", gpus=2),
     Workload("jax_pmap", gpus=2),
+    # graphics and video (the graphics and video capabilities; scripts/gpu-run.sh render)
+    Workload("egl_render", oom=True),
+    Workload("vulkan_wgpu", oom=True),
+    Workload("nvdec_decode", oom=True),
+    Workload("nvjpg_decode"),
 ]
 
 

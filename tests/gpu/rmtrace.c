@@ -7,7 +7,11 @@
  * or control, status) seen after the call returns. Put before libgpuslice.so
  * ("rmtrace.so:libgpuslice.so") it sees the library's answers; alone, the
  * driver's. For NV_MEMORY_FABRIC allocations it also keeps the parameters of
- * the first few (kmod/core/nvrm_abi.h: struct nv00f8_alloc_params).
+ * the first few (kmod/core/nvrm_abi.h: struct nv00f8_alloc_params). For
+ * NV_ESC_RM_VID_HEAP_CONTROL "what" is the NVOS32 function, and the first few
+ * ALLOC_SIZE requests are kept (size in and out, type, flags, attr, attr2);
+ * for TSG and channel allocations the engineType their parameters name. Opens of
+ * /dev/nvidia... and /dev/dri/... are kept too (path, and errno or 0).
  *
  * RMTRACE_OUT: a file prefix; at exit each process appends JSON lines to
  * PREFIX.PID: {"esc":..,"what":..,"status":..,"n":..}, then the fabric lines.
@@ -16,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -28,6 +33,7 @@
 
 #define NSLOT 4096
 #define NFAB 16
+#define NSAMPLE 256
 
 struct slot {
 	uint32_t esc, what, status, used;
@@ -39,6 +45,22 @@ static uint64_t fab[NFAB][6];
 static int nfab;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int (*real_ioctl)(int, unsigned long, ...);
+
+static char samples[NSAMPLE][200];
+static int nsample;
+
+static void sample(const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&lock);
+	if (nsample < NSAMPLE) {
+		va_start(ap, fmt);
+		vsnprintf(samples[nsample++], sizeof(samples[0]), fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&lock);
+}
 
 static void count(uint32_t esc, uint32_t what, uint32_t status)
 {
@@ -109,9 +131,48 @@ int ioctl(int fd, unsigned long req, ...)
 	case 0x34:	/* RM_DUP_OBJECT: status at 24 */
 		st_off = 24;
 		break;
+	case 0x4a:	/* RM_VID_HEAP_CONTROL (NVOS32_PARAMETERS): function at 8, status at 20 */
+		what = u32at(arg, 8);
+		st_off = 20;
+		break;
 	}
 	status = st_off ? u32at(arg, st_off) : (uint32_t)(ret ? 0xffff0000u : 0);
 	count(nr, what, status);
+	if (nr == 0x4a && what == 2) {	/* ALLOC_SIZE: data.AllocSize at 40 */
+		uint64_t size;
+
+		memcpy(&size, (const char *)arg + 88, sizeof(size));
+		sample("{\"vidheap\":{\"hMemory\":%u,\"type\":%u,\"flags\":%u,\"attr\":%u,\"attr2\":%u,"
+		       "\"size\":%llu,\"status\":%u}}", u32at(arg, 44), u32at(arg, 48), u32at(arg, 52),
+		       u32at(arg, 56), u32at(arg, 144), (unsigned long long)size, status);
+	}
+	if (nr == 0x41)		/* IDLE_CHANNELS: numChannels, flags, timeout */
+		sample("{\"idle\":{\"numChannels\":%u,\"flags\":%u,\"timeout\":%u,\"status\":%u}}",
+		       u32at(arg, 12), u32at(arg, 40), u32at(arg, 44), status);
+	if (nr == 0x2b && (what == 0xb8b0 || what == 0xb8d1 || what == 0xb8fa)) {
+		uint64_t p;
+
+		memcpy(&p, (const char *)arg + 16, sizeof(p));
+		sample("{\"video\":{\"class\":%u,\"prohibitMultipleInstances\":%d,\"engineInstance\":%d,"
+		       "\"status\":%u}}", what, p ? (int)*(const uint32_t *)(uintptr_t)(p + 4) : -1,
+		       p ? (int)*(const uint32_t *)(uintptr_t)(p + 8) : -1, status);
+	}
+	if (nr == 0x2a && what == 0xa06f0104) {	/* NVA06F_CTRL_CMD_BIND: engineType */
+		uint64_t p;
+
+		memcpy(&p, (const char *)arg + 16, sizeof(p));
+		if (p)
+			sample("{\"bind\":{\"engineType\":%u,\"status\":%u}}",
+			       *(const uint32_t *)(uintptr_t)p, status);
+	}
+	if (nr == 0x2b && (what == 0xa06c || what == 0xc86f)) {
+		uint64_t p;
+
+		memcpy(&p, (const char *)arg + 16, sizeof(p));
+		if (p)
+			sample("{\"alloc\":{\"class\":%u,\"engineType\":%u,\"status\":%u}}", what,
+			       *(const uint32_t *)(uintptr_t)(p + (what == 0xa06c ? 12 : 128)), status);
+	}
 	if (nr == 0x2b && what == 0xf8) {
 		uint64_t p;
 
@@ -131,6 +192,51 @@ int ioctl(int fd, unsigned long req, ...)
 	return ret;
 }
 
+static void note_open(const char *path, int ret)
+{
+	if (path && (!strncmp(path, "/dev/nvidia", 11) || !strncmp(path, "/dev/dri/", 9)))
+		sample("{\"open\":\"%.120s\",\"errno\":%d}", path, ret < 0 ? errno : 0);
+}
+
+static int (*real_open)(const char *, int, ...);
+static int (*real_openat)(int, const char *, int, ...);
+
+int open(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int ret;
+
+	va_start(ap, flags);
+	mode = va_arg(ap, mode_t);
+	va_end(ap);
+	if (!real_open)
+		real_open = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+	ret = real_open(path, flags, mode);
+	note_open(path, ret);
+	return ret;
+}
+
+int open64(const char *path, int flags, ...) __attribute__((alias("open")));
+
+int openat(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int ret;
+
+	va_start(ap, flags);
+	mode = va_arg(ap, mode_t);
+	va_end(ap);
+	if (!real_openat)
+		real_openat = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, "openat");
+	ret = real_openat(dirfd, path, flags, mode);
+	note_open(path, ret);
+	return ret;
+}
+
+int openat64(int dirfd, const char *path, int flags, ...) __attribute__((alias("openat")));
+
 __attribute__((destructor)) static void dump(void)
 {
 	const char *pre = getenv("RMTRACE_OUT");
@@ -149,6 +255,8 @@ __attribute__((destructor)) static void dump(void)
 			fprintf(f, "{\"esc\":%u,\"what\":%u,\"status\":%u,\"n\":%llu}\n",
 				slots[i].esc, slots[i].what, slots[i].status,
 				(unsigned long long)slots[i].n);
+	for (i = 0; i < nsample; i++)
+		fprintf(f, "%s\n", samples[i]);
 	for (i = 0; i < nfab; i++)
 		fprintf(f, "{\"fabric\":{\"alignment\":%llu,\"allocSize\":%llu,\"pageSize\":%llu,"
 			"\"allocFlags\":%llu,\"offset\":%llu,\"hVidMem\":%llu,\"status\":%llu}}\n",

@@ -13,6 +13,11 @@ for the way the framework's users usually wait:
   torch-small PyTorch, ten small matmuls per step (steps well under 1 ms), synchronize
   torch-sleep PyTorch fp32 matmul, event polled with 0.5 ms sleeps
   jax         JAX jitted matmul chain, block_until_ready() (about 1 ms a step)
+  egl         OpenGL through EGL (moderngl): one heavy fragment-shader frame (SIZE x SIZE), glFinish
+  vulkan      Vulkan through wgpu: one compute dispatch (integer rounds over 4 MiB), waited for
+  nvdec       NVDEC (PyNvVideoCodec): one decoded 1080p H.264 frame, the clip looped
+  nvjpg       NVJPG (nvJPEG hardware backend): one batch of 4 JPEGs decoded, synchronized
+The last four reuse tests/gpu/compat/'s workloads (their wheels and loaders, see there).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from typing import Callable
 from wl_sched import serve  # the harness's protocol (this directory is the script's)
 
 DEFAULT_SIZE = {"cupy": 4096, "torch-block": 4096, "torch-spin": 4096, "torch-small": 1024,
-                "torch-sleep": 4096, "jax": 2048, "fake": 0}
+                "torch-sleep": 4096, "jax": 2048, "fake": 0,
+                "egl": 1024, "vulkan": 0, "nvdec": 0, "nvjpg": 0}
+COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat")
 
 
 def make(kind: str, size: int, ts: array) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -70,6 +77,8 @@ def make(kind: str, size: int, ts: array) -> tuple[Callable[[], None], Callable[
             f(x).block_until_ready()
             done()
         return step, lambda: None
+    if kind in ("egl", "vulkan", "nvdec", "nvjpg"):
+        return make_gfx(kind, size, done)
     import torch
 
     a = torch.randn(size, size, device="cuda")
@@ -116,6 +125,57 @@ def make(kind: str, size: int, ts: array) -> tuple[Callable[[], None], Callable[
             wait(inflight.popleft())
             done()
     return step, drain
+
+
+def make_gfx(kind: str, size: int, done: Callable[[], None]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The graphics and video kinds, built from the compat workloads (imported lazily)."""
+    if COMPAT not in sys.path:
+        sys.path.insert(0, COMPAT)
+    if kind == "egl":
+        import egl_render
+
+        sc = egl_render.Scene(size, size)
+        frame = [0]
+
+        def step() -> None:
+            frame[0] += 1
+            sc.render(frame[0], read=False)  # ends in glFinish
+            done()
+        return step, sc.ctx.finish
+    if kind == "vulkan":
+        import vulkan_wgpu
+
+        _, dev = vulkan_wgpu.adapter_and_device()
+        comp = vulkan_wgpu.Compute(dev)
+
+        def step() -> None:
+            comp.run(read=False)  # waits for the dispatch
+            done()
+        return step, lambda: None
+    if kind == "nvdec":
+        import nvdec_decode
+
+        def frames():  # type: ignore[no-untyped-def]
+            while True:
+                dmx, dec = nvdec_decode.open_decoder()
+                for pkt in dmx:
+                    yield from dec.Decode(pkt)
+
+        gen = frames()
+
+        def step() -> None:
+            next(gen)  # the frame is in device memory once Decode hands it out
+            done()
+        return step, lambda: None
+    import nvjpg_decode  # nvjpg
+
+    jpegs = nvjpg_decode.make_jpegs()
+    dec = nvjpg_decode.HwDecoder(len(jpegs))
+
+    def step() -> None:
+        dec.decode(jpegs)  # synchronized
+        done()
+    return step, lambda: None
 
 
 def main() -> None:

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * engines.c - the objects and controls that put a tenant's work on an engine
+ * other than compute: the 3D engine (OpenGL, Vulkan) and the video engines
+ * (NVDEC, NVJPG, OFA), each on the caller's own channels.
+ *
+ * On the H100 (580; the engine list in the recorded traces) the 3D, 2D and
+ * inline-to-memory classes run on GR0, the runlist compute shares; NVDEC0-6,
+ * NVJPG0-6 and OFA0 each have their own. The video libraries allocate a
+ * channel with no engine and bind it to one (NVA06F_CTRL_CMD_BIND), then
+ * schedule it (NVA06F_CTRL_CMD_GPFIFO_SCHEDULE): the registry records the
+ * bound engine, which the controller shows per instance (gpuctl status) and
+ * gates like any other channel (docs/policies.md, "Engines").
+ */
+#include "core_int.h"
+
+/*
+ * A video engine object (NVB8B0_VIDEO_DECODER, NVB8D1_VIDEO_NVJPG,
+ * NVB8FA_VIDEO_OFA) whose prohibitMultipleInstances is set asks that no other
+ * client get that engine while it lives (nvos.h): one tenant could shut every
+ * other out of a decoder. Refused as RM refuses a client the right to a
+ * resource; without parameters RM takes the default, shared.
+ */
+enum gs_verdict gs_pre_video_engine(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				    struct nvos64_params *p, struct gs_evq *q)
+{
+	struct nv_video_engine_alloc_params vp;
+
+	if (!p->p_alloc_parms)
+		return GS_PASS;
+	if (!io || io->read(io->ctx, p->p_alloc_parms, &vp, sizeof(vp))) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		c->status = NV_ERR_INVALID_POINTER;
+		p->status = c->status;
+		return GS_REPLY;
+	}
+	if (vp.prohibit_multiple_instances) {
+		c->refusal = GS_REFUSE_GLOBAL;
+		c->status = NV_ERR_INSUFFICIENT_PERMISSIONS;
+		p->status = c->status;
+		return GS_REPLY;
+	}
+	return GS_PASS;
+}
+
+/*
+ * NV2080_CTRL_CMD_GR_CTXSW_ZCULL_BIND names a channel by a client of its own
+ * (hClient, hChannel) besides the control's: for a user client it must be
+ * the caller's (ctrl2080gr.h). GSP checks it too; this keeps the decision on
+ * the staged copy here, whatever GSP does.
+ */
+static enum gs_verdict gs_zcull_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				    const struct nvos54_params *p, nv_u32 *status)
+{
+	struct nv2080_ctrl_gr_ctxsw_zcull_bind_head head;
+
+	if (!p->params || p->params_size < sizeof(head))
+		return GS_PASS;		/* RM refuses the size */
+	if (!io || io->read(io->ctx, p->params, &head, sizeof(head))) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		*status = NV_ERR_INVALID_POINTER;
+		return GS_REPLY;
+	}
+	if (head.h_client != p->h_client) {
+		c->refusal = GS_REFUSE_FOREIGN;
+		*status = NV_ERR_INSUFFICIENT_PERMISSIONS;
+		return GS_REPLY;
+	}
+	return GS_PASS;
+}
+
+const struct gs_control_handler gs_zcull_handler = {
+	.pre = gs_zcull_pre,
+};
+
+/*
+ * NVA06F_CTRL_CMD_BIND: which engine the caller's channel runs on. Only
+ * recorded, for the status: the gating does not depend on it.
+ */
+static void gs_bind_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			 const struct nvos54_params *p, struct gs_evq *q)
+{
+	struct nva06f_ctrl_bind_params bp;
+
+	if (c->reply_lost || c->status != NV_OK || !io || !p->params ||
+	    p->params_size < sizeof(bp) || io->read(io->ctx, p->params, &bp, sizeof(bp)))
+		return;
+	gs_obj_engine_set(in, p->h_client, p->h_object, bp.engine_type, q);
+}
+
+const struct gs_control_handler gs_bind_handler = {
+	.post = gs_bind_post,
+};
