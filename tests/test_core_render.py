@@ -280,3 +280,28 @@ def test_a_bound_channel_is_announced_on_its_engine(env):
     p.control(ch, abi.NVA06F_CTRL_CMD_BIND, bind, 4)
     new = [e for e in core.events() if e["type"] == cs.EV_CHANNEL_NEW and e["handle"] == ch]
     assert len(new) == 1 and new[0]["engine"] == 0x2B
+
+
+def test_register_memory_is_allocated_but_never_mapped(env):
+    """OpenGL and Vulkan allocate NV01_MEMORY_LOCAL_PRIVILEGED (BAR0's descriptor, any client
+    may); mapping it is an administrator's (RM answers the rest NV_ERR_PROTECTION_FAULT): a
+    container's root is answered so too, whatever RM would let it do."""
+    core, rm = env
+    p = Proc(core, rm)
+    a = alloc_memory(p, abi.NV01_MEMORY_LOCAL_PRIVILEGED, 0, 0x310)
+    assert core.call(ALLOC_MEMORY, a, rm.ok(40)).verdict == cs.GS_PASS
+    mapping = abi.iowr(abi.NV_ESC_RM_MAP_MEMORY, 56)
+
+    def map_arg(h: int) -> bytearray:
+        m = bytearray(56)  # NVOS33 with its fd
+        struct.pack_into("<III", m, 0, p.client, DEV, h)
+        return m
+
+    r = core.call(mapping, map_arg(0x310), rm.ok(40))
+    assert (r.status, r.refusal) == (abi.NV_ERR_PROTECTION_FAULT, cs.GS_REFUSE_GLOBAL)
+    # under another handle too
+    assert core.call(abi.IOCTL_RM_DUP_OBJECT, cs.dup_arg(p.client, DEV, 0x311, p.client, 0x310),
+                     rm.ok(24)).verdict == cs.GS_PASS
+    assert core.call(mapping, map_arg(0x311), rm.ok(40)).refusal == cs.GS_REFUSE_GLOBAL
+    _, h = p.mem(2 * MiB)
+    assert core.call(mapping, map_arg(h), rm.ok(40)).verdict == cs.GS_PASS

@@ -655,6 +655,29 @@ static enum gs_verdict gs_pre_alloc_memory_system(struct gs_inst *in, struct gs_
 	return v;
 }
 
+/*
+ * NV01_MEMORY_LOCAL_PRIVILEGED is RM's "register memory": a descriptor of the
+ * GPU's BAR0 (mem_mgr/reg_mem.c), which any client may allocate (OpenGL and
+ * Vulkan do, through RM_ALLOC_MEMORY) and only an administrator may map
+ * (rmapi/mapping_cpu.c: NV_ERR_PROTECTION_FAULT otherwise). A container's
+ * root may pass RM's test; BAR0 is the whole GPU's registers, so its
+ * mapping is answered here as RM answers everyone else.
+ */
+static enum gs_verdict gs_pre_map_memory(struct gs_inst *in, struct gs_call *c)
+{
+	const struct nvos33_params *p = c->arg;
+	const struct gs_obj *ob;
+	enum gs_verdict v;
+
+	v = gs_pre_client_first(in, c, sizeof(struct nvos33_params_with_fd), 40);
+	if (v != GS_PASS)
+		return v;
+	ob = gs_obj_find(in, p->h_client, p->h_memory);
+	if (ob && ob->o.klass == NV01_MEMORY_LOCAL_PRIVILEGED)
+		return gs_refuse_as(c, GS_REFUSE_GLOBAL, 40, NV_ERR_PROTECTION_FAULT);
+	return GS_PASS;
+}
+
 static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 				     const struct gs_io *io, struct gs_evq *q)
 {
@@ -712,7 +735,7 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		return GS_PASS;
 	}
 	case NV_ESC_RM_MAP_MEMORY:
-		return gs_pre_client_first(in, c, sizeof(struct nvos33_params_with_fd), 40);
+		return gs_pre_map_memory(in, c);
 	case NV_ESC_RM_UNMAP_MEMORY:
 		return gs_pre_client_first(in, c, sizeof(struct nvos34_params), 24);
 	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:

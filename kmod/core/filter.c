@@ -552,8 +552,13 @@ enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status)
 {
 	const struct gs_class_row *row = gs_class_row(klass);
 
-	/* pinned host memory; NV01_MEMORY_SYSTEM is counted (core.c gs_pre_alloc_memory()) */
-	if (klass == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || klass == NV01_MEMORY_SYSTEM)
+	/*
+	 * pinned host memory (NV01_MEMORY_SYSTEM counted: core.c
+	 * gs_pre_alloc_memory_system()); NV01_MEMORY_LOCAL_PRIVILEGED, register
+	 * memory OpenGL and Vulkan allocate, unmappable (core.c gs_pre_map_memory())
+	 */
+	if (klass == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || klass == NV01_MEMORY_SYSTEM ||
+	    klass == NV01_MEMORY_LOCAL_PRIVILEGED)
 		return GS_REFUSE_NONE;
 	if (row && row->refusal != GS_REFUSE_NONE) {
 		*status = row->status;

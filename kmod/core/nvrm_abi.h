@@ -107,6 +107,7 @@ typedef uint32_t nv_handle;
 #define NV_ERR_OBJECT_NOT_FOUND			0x57
 #define NV_ERR_OPERATING_SYSTEM			0x59
 #define NV_ERR_OUT_OF_RANGE			0x5B
+#define NV_ERR_PROTECTION_FAULT			0x5F
 #define NV_ERR_STATE_IN_USE			0x63
 
 /* ---- classes: src/common/sdk/nvidia/inc/class/cl*.h ---- */

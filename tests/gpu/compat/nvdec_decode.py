@@ -56,8 +56,13 @@ def decode_all(limit: int | None = None) -> tuple[int, bytes, list[int]]:
 
 
 def is_cuda_oom(e: BaseException) -> bool:
+    """CUDA's out-of-memory error, or PyNvVideoCodec's answer to it: a decoder whose surfaces
+    cannot be allocated fails in its sequence callback (cuvidCreateDecoder returns
+    CUDA_ERROR_OUT_OF_MEMORY there) and PyNvVideoCodec raises "HandleVideoSequence" without
+    the code. The probe allocates nothing else, so that is the decoder's out-of-memory error."""
     s = str(e).upper()
-    return "OUT_OF_MEMORY" in s or "OUT OF MEMORY" in s
+    return "OUT_OF_MEMORY" in s or "OUT OF MEMORY" in s or (
+        type(e).__name__ == "PyNvVCException" and "HANDLEVIDEOSEQUENCE" in s)
 
 
 def nvdec_oom() -> dict:
