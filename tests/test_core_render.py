@@ -252,9 +252,30 @@ def test_alloc_memory_of_system_memory_is_counted(env):
     assert p.free(0x300).status == 0
     r = core.call(ALLOC_MEMORY, alloc_memory(p, abi.NV01_MEMORY_SYSTEM, 1 * GiB - 1, 0x301), rm.ok(40))
     assert r.status == 0  # the freed charge came back
-    # video memory through this escape is still refused: as root RM maps the whole framebuffer
-    r = core.call(ALLOC_MEMORY, alloc_memory(p, abi.NV01_MEMORY_LOCAL_USER, MiB - 1, 0x303), rm.ok(40))
-    assert (r.status, r.refusal) == (PERM, cs.GS_REFUSE_CLASS)
+
+
+def test_the_heap_size_question_gets_the_non_administrators_answer_with_the_instances_heap(env):
+    """RM_ALLOC_MEMORY of NV01_MEMORY_LOCAL_USER: for an administrator RM makes an object of the
+    whole framebuffer; for anyone else an empty NV01_MEMORY_SYSTEM_DYNAMIC object and the heap
+    size (rmapi_deprecated_allocmemory.c). RM is asked the latter, whoever calls, and the heap
+    reported is the instance's limit."""
+    core, rm = env
+    p = Proc(core, rm)
+    seen = []
+
+    def drv(a: bytearray) -> int:
+        seen.append(struct.unpack_from("<I", a, 12)[0])
+        struct.pack_into("<Q", a, 32, 80 * GiB - 1)  # RM's answer: the GPU's heap
+        struct.pack_into("<I", a, 40, 0)
+        return 0
+
+    a = alloc_memory(p, abi.NV01_MEMORY_LOCAL_USER, 0, 0x303)
+    r = core.call(ALLOC_MEMORY, a, drv)
+    assert (r.verdict, r.status) == (cs.GS_PASS, 0)
+    assert seen == [abi.NV01_MEMORY_SYSTEM_DYNAMIC]
+    assert struct.unpack_from("<I", a, 12)[0] == abi.NV01_MEMORY_LOCAL_USER
+    assert struct.unpack_from("<Q", a, 32)[0] == 1 * GiB - 1
+    assert core.stats()["used"] == 0
 
 
 def test_a_bound_channel_is_announced_on_its_engine(env):

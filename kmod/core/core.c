@@ -731,6 +731,8 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 			if (v != GS_PASS)
 				return v;
 		}
+		if (p->h_class == NV01_MEMORY_LOCAL_USER)
+			p->h_class = NV01_MEMORY_SYSTEM_DYNAMIC;	/* gs_post_heap_size() */
 		gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new);
 		return GS_PASS;
 	}
@@ -1150,12 +1152,35 @@ static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 		gs_park(in, c, p->h_client, mem);
 }
 
+/*
+ * RM_ALLOC_MEMORY of NV01_MEMORY_LOCAL_USER, OpenGL's and Vulkan's question
+ * for the heap size: for an administrator RM makes an object of the whole
+ * framebuffer, physical and mappable (NV01_MEMORY_LOCAL_PHYSICAL); for anyone
+ * else an object that holds nothing (NV01_MEMORY_SYSTEM_DYNAMIC) and the
+ * heap size in limit (interface/deprecated/rmapi_deprecated_allocmemory.c
+ * _rmAllocMemoryLocalUser). gs_pre_locked() asked RM for the latter whoever
+ * the caller is; the heap it reports is the instance's.
+ */
+static void gs_post_heap_size(struct gs_inst *in, struct gs_call *c, const struct nvos02_params *p,
+			      struct nvos02_params *rep)
+{
+	nv_u32 gpu = gs_obj_gpu(in, p->h_root, p->h_object_parent, GS_GPU_UNKNOWN);
+	nv_u64 limit = gpu < GPUSLICE_MAX_GPUS ? gs_gpu_limit(in, gpu) : 0;
+
+	rep->h_class = NV01_MEMORY_LOCAL_USER;
+	if (!c->reply_lost && rep->status == NV_OK)
+		rep->limit = limit ? limit - 1 : 0;
+}
+
 static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 {
 	const struct nvos02_params *p = (const void *)c->checked;
-	const struct nvos02_params *rep = c->arg;
+	struct nvos02_params *rep = c->arg;
 	struct gs_object o;
 	nv_handle h;
+
+	if (c->what == NV01_MEMORY_LOCAL_USER && p->h_class == NV01_MEMORY_SYSTEM_DYNAMIC)
+		gs_post_heap_size(in, c, p, rep);
 
 	if (c->priv[0]) {	/* counted (gs_pre_alloc_memory_system()) */
 		struct gs_mem_req r = gs_alloc_memory_req(p);

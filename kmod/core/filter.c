@@ -560,6 +560,9 @@ enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status)
 	if (klass == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || klass == NV01_MEMORY_SYSTEM ||
 	    klass == NV01_MEMORY_LOCAL_PRIVILEGED)
 		return GS_REFUSE_NONE;
+	/* the heap-size question (core.c gs_post_heap_size()), never video memory */
+	if (klass == NV01_MEMORY_LOCAL_USER)
+		return GS_REFUSE_NONE;
 	if (row && row->refusal != GS_REFUSE_NONE) {
 		*status = row->status;
 		return row->refusal;

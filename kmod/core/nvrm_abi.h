@@ -120,6 +120,7 @@ typedef uint32_t nv_handle;
 #define NV01_MEMORY_LOCAL_PRIVILEGED	0x003f
 #define NV01_MEMORY_LOCAL_USER		0x0040
 #define NV01_MEMORY_VIRTUAL		0x0070
+#define NV01_MEMORY_SYSTEM_DYNAMIC	0x0070	/* the same class, allocated under a device */
 #define NV01_EVENT_OS_EVENT		0x0079
 #define NV01_MEMORY_LIST_FBMEM		0x0082
 #define NV01_MEMORY_LOCAL_PHYSICAL	0x00c2
