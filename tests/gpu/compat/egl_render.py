@@ -17,6 +17,7 @@ import hashlib
 import os
 import struct
 import sys
+import time
 
 import compat_common as C
 
@@ -148,13 +149,19 @@ def gl_oom(sc: Scene) -> dict:
     side = 16384  # 16384^2 * 4 B = 1 GiB
     fbos: list = []
 
+    t0 = time.monotonic()
+
     def alloc():  # type: ignore[no-untyped-def]
+        # progress on stderr: where a driver that does not answer spends its time
+        print(f"egl oom: chunk {len(fbos)} at {time.monotonic() - t0:.2f} s", file=sys.stderr, flush=True)
         tex = ctx.texture((side, side), 4)
         fbo = ctx.framebuffer(color_attachments=[tex])
         fbo.use()
         fbo.clear(0.25, 0.5, 0.75, 1.0)  # make it resident
         ctx.finish()
         err = ctx.error
+        print(f"egl oom: chunk {len(fbos)} cleared at {time.monotonic() - t0:.2f} s: {err}", file=sys.stderr,
+              flush=True)
         if err != "GL_NO_ERROR":
             fbo.release()
             tex.release()

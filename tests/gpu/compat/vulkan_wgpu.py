@@ -175,8 +175,15 @@ def wgpu_oom(dev, ad) -> dict:  # type: ignore[no-untyped-def]
     def after() -> bool:
         return Compute(dev).run() == ref_compute()
 
-    out = C.oom_probe(keep, lambda e: isinstance(e, wgpu.GPUOutOfMemoryError) or "out of memory" in str(e).lower(),
-                      release, after, max_chunks=int(os.environ.get("GS_COMPAT_OOM_MAX", C.MAX_CHUNKS)))
+    def is_oom(e: BaseException) -> bool:
+        # wgpu checks each allocation against the device's memory heap, whose size Vulkan takes
+        # from RM (under an instance: its limit) and reports a full heap as a validation error
+        # without a message of its own; RM's refusal (GPUOutOfMemoryError) comes at the same
+        # limit for allocations that pass that check
+        return (isinstance(e, (wgpu.GPUOutOfMemoryError, wgpu.GPUValidationError))
+                or "out of memory" in str(e).lower())
+
+    out = C.oom_probe(keep, is_oom, release, after, max_chunks=int(os.environ.get("GS_COMPAT_OOM_MAX", C.MAX_CHUNKS)))
     out["chunk_bytes"] = size
     return out
 
