@@ -228,6 +228,20 @@ ONLINE_TIMESLICE_US = 8000
 ONLINE_SAMPLE_US = 200
 
 
+# The engine groups whose channels the slots gate: GR (graphics and compute share its
+# runlist) and the copy engines (each framework's transfers); a channel whose engine is not
+# known is gated too. Channels on the video engines (NVDEC, NVJPG, OFA, NVENC: a runlist
+# each) are left running: on the H100 a decoder whose NVDEC channel was disabled and
+# enabled again at slot boundaries decoded nothing more (docs/render-video.md), and those
+# engines hold no tenant's compute back (docs/policies.md, "Engines").
+GATED_ENGINE_GROUPS = frozenset({"gr", "copy", "other"})
+
+
+def gated(c: Channel) -> bool:
+    """Whether the slots gate channel ``c`` (GATED_ENGINE_GROUPS)."""
+    return abi.engine_group(c.engine) in GATED_ENGINE_GROUPS
+
+
 def engine_counts(chans: Iterable[Channel]) -> dict[str, int]:
     """Channels per engine ("GR0": 4, "NVDEC0": 1; abi.engine_name), a channel whose engine
     is not known (0: CUDA's, before its TSG says) under "GR0", where it runs."""
@@ -580,7 +594,7 @@ class Scheduler:
         for n in tl.members:
             if n == owner or n in tl.ungated:
                 continue
-            out |= {c for c in self.chans.get(n, set()) if c.gpu == tl.gpu}
+            out |= {c for c in self.chans.get(n, set()) if c.gpu == tl.gpu and gated(c)}
         return out
 
     def _boundary(self, tl: GpuTimeline, now: int) -> None:
@@ -682,7 +696,8 @@ class Scheduler:
         if seen:
             # the offline channels off first, in one call, before any planning: that is
             # what the online work waits for
-            offline = {c for n in tl.plan.offline for c in self.chans.get(n, set()) if c.gpu == tl.gpu}
+            offline = {c for n in tl.plan.offline for c in self.chans.get(n, set())
+                       if c.gpu == tl.gpu and gated(c)}
             if offline:
                 self.gate.apply(tl.gpu, set(self.gate.disabled) | offline)
                 done = self.clock()

@@ -75,6 +75,110 @@ struct nvstub_gid_info_params {
 	nv_u8 data[NVSTUB_GID_MAX_LENGTH];
 };
 
+/*
+ * Graphics and video (580 src/common/sdk/nvidia/inc/): parameter sizes of
+ * the classes nvstub_rm.c allocates (rmapi/resource_list.h names the
+ * structure of each).
+ */
+#define NVSTUB_CONTEXT_DMA_PARAMS_SIZE		32	/* nvos.h NV_CONTEXT_DMA_ALLOCATION_PARAMS */
+#define NVSTUB_SEMAPHORE_SURFACE_PARAMS_SIZE	16	/* cl00da.h NV_SEMAPHORE_SURFACE_ALLOC_PARAMETERS */
+#define NVSTUB_MEMORY_MAPPER_PARAMS_SIZE	24	/* cl00fe.h NV_MEMORY_MAPPER_ALLOCATION_PARAMS */
+#define NVSTUB_GR_ALLOC_PARAMS_SIZE		16	/* nvos.h NV_GR_ALLOCATION_PARAMETERS */
+#define NVSTUB_MEMORY_VIRTUAL_PARAMS_SIZE	24	/* cl0070.h NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS */
+#define NVSTUB_SYSMEM_DYNAMIC_HVASPACE		0xffffffffU	/* NV_MEMORY_VIRTUAL_SYSMEM_DYNAMIC_HVASPACE */
+#define NVSTUB_BAR0_SIZE			(16u << 20)	/* register memory: GH100's BAR0 */
+struct nvstub_memory_virtual_params {
+	u64 offset;
+	u64 limit;		/* in/out */
+	u32 h_va_space;
+	u32 pad;
+};
+
+/*
+ * NVOS32_PARAMETERS (nvos.h), NV_ESC_RM_VID_HEAP_CONTROL, 184 bytes: the
+ * members of the union the stand-in answers. Laid out from nvos.h here,
+ * independently of kmod/core's offsets.
+ */
+struct nvstub_os32_alloc_size {		/* data.AllocSize, data.AllocTiledPitchHeight (TPH) */
+	u32 owner, h_memory, type, flags;
+	u32 attr;			/* TPH: height */
+	u32 format;			/* TPH: pitch */
+	u32 compr_covg;			/* TPH: attr */
+	u32 zcull_covg;			/* TPH: width */
+	u32 partition_stride;		/* TPH: format */
+	u32 width;			/* TPH: comprCovg */
+	u32 height;			/* TPH: zcullCovg */
+	u32 pad;			/* TPH: partitionStride */
+	u64 size, alignment, offset, limit, address, range_begin, range_end;
+	u32 attr2, ctag_offset;
+	s32 numa_node;
+};
+struct nvstub_os32_alloc_range {	/* data.AllocSizeRange */
+	u32 owner, h_memory, type, flags, attr, format, compr_covg, zcull_covg, partition_stride, pad;
+	u64 size, alignment, offset, limit, range_begin, range_end, address;
+	u32 attr2, ctag_offset;
+	s32 numa_node;
+};
+struct nvstub_os32_align {		/* data.AllocHintAlignment */
+	u32 type, attr, input_flags, pad0;
+	u64 size;
+	u32 height, width, pitch, pad, mask, kind, adjust, attr2;
+};
+struct nvstub_os32 {
+	u32 h_root, h_object_parent, function, h_va_space;
+	s16 ivc_heap_number;
+	u16 pad0;
+	u32 status;
+	u64 total, free;
+	union {
+		struct nvstub_os32_alloc_size size;
+		struct nvstub_os32_alloc_range range;
+		struct { u32 owner, h_memory, flags; } free;
+		struct { u32 attr, pad; u64 offset, size, base; } info;
+		struct nvstub_os32_align align;
+		u8 raw[144];
+	} data;
+};
+#define NVSTUB_OS32_ALLOC_SIZE			2
+#define NVSTUB_OS32_FREE			3
+#define NVSTUB_OS32_INFO			5
+#define NVSTUB_OS32_ALLOC_TILED_PITCH_HEIGHT	6
+#define NVSTUB_OS32_ALLOC_SIZE_RANGE		14
+#define NVSTUB_OS32_GET_MEM_ALIGNMENT		18
+#define NVSTUB_OS32_IVC_HEAP_DONT_ALLOCATE	0	/* NVOS32_IVC_HEAP_NUMBER_DONT_ALLOCATE_ON_IVC_HEAP */
+#define NVSTUB_OS32_FLAGS_HANDLE_PROVIDED	0x00004000	/* NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED */
+#define NVSTUB_OS32_FLAGS_USE_BEGIN_END		0x00020000	/* NVOS32_ALLOC_FLAGS_USE_BEGIN_END */
+#define NVSTUB_OS32_FLAGS_VIRTUAL		0x00080000	/* NVOS32_ALLOC_FLAGS_VIRTUAL */
+#define NVSTUB_OS32_FREE_HANDLE_PROVIDED	0x00000001	/* NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED */
+#define NVSTUB_OS32_ATTR2_USE_EGM		(1u << 24)	/* NVOS32_ATTR2_USE_EGM 24:24 */
+
+/* NVOS30_PARAMETERS, NV_ESC_RM_IDLE_CHANNELS (56 bytes) */
+struct nvstub_os30 {
+	u32 h_client, h_device, h_channel, num_channels;
+	u64 ph_clients, ph_devices, ph_channels;
+	u32 flags, timeout, status, pad;
+};
+/* NVOS39_PARAMETERS, NV_ESC_RM_ALLOC_CONTEXT_DMA2 (56 bytes) */
+struct nvstub_os39 {
+	u32 h_object_parent, h_subdevice, h_object_new, h_class, flags, selector, h_memory, pad;
+	u64 offset, limit;
+	u32 status, pad1;
+};
+/* NVOS46_PARAMETERS, NV_ESC_RM_MAP_MEMORY_DMA (64 bytes) */
+struct nvstub_os46 {
+	u32 h_client, h_device, h_dma, h_memory;
+	u64 offset, length;
+	u32 flags, flags2, kind_override, pad;
+	u64 dma_offset;
+	u32 status, pad1;
+};
+/* NVOS47_PARAMETERS, NV_ESC_RM_UNMAP_MEMORY_DMA (48 bytes) */
+struct nvstub_os47 {
+	u32 h_client, h_device, h_dma, h_memory, flags, pad;
+	u64 dma_offset, size;
+	u32 status, pad1;
+};
+
 extern int nvstub_num_gpus;
 extern unsigned int nvstub_fb_mib;
 extern char *nvstub_version;
@@ -159,6 +263,7 @@ struct nvstub_obj {
 	struct nvstub_chan *chan;	/* HOPPER_CHANNEL_GPFIFO_A */
 	u16 share_type;			/* RM_SHARE's last policy (RS_SHARE_TYPE_*), 0: none */
 	u32 share_target;
+	u32 engine_type;		/* channels: NVA06F_CTRL_CMD_BIND's engine, 0: none */
 };
 
 /* src/common/sdk/nvidia/inc/rs_access.h */
@@ -172,6 +277,7 @@ struct nvstub_client {
 	struct nvstub_obj root;		/* handle == client handle, cls 0x41 */
 	struct nvstub_file *owner;
 	pid_t pid;			/* RmClient.ProcID: global tgid of the allocator */
+	bool admin;			/* rmclientIsAdmin: cached privilege (CAP_SYS_ADMIN at alloc) */
 	struct pid *pid_info;		/* RmClient.pOsPidInfo (get_task_pid, TGID) */
 	struct xarray objs;		/* handle -> struct nvstub_obj */
 	u32 next_handle;
@@ -201,6 +307,16 @@ void nvstub_rm_kernel_client_free(struct nvstub_client *cl);
 struct nvstub_obj *nvstub_rm_kernel_obj(struct nvstub_client *cl, struct nvstub_obj *parent,
 					u32 cls, unsigned int gpu);
 void nvstub_memdesc_hold(struct nvstub_memdesc *md);
+/* RmAlloc/RmFree as RM's deprecated wrappers call them (under nvstub_lock) */
+u32 nvstub_rm_alloc_locked(struct nvstub_client *cl, u32 h_parent, u32 *h, u32 cls, void *params);
+u32 nvstub_rm_free_locked(struct nvstub_client *cl, u32 h);
+
+/* nvstub_legacy.c: the escapes of interface/deprecated/ (under nvstub_lock) */
+int nvstub_esc_vid_heap(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_idle_channels(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_ctxdma2(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_map_dma(struct nvstub_file *nf, void *arg, u32 size);
+int nvstub_esc_unmap_dma(struct nvstub_file *nf, void *arg, u32 size);
 void nvstub_memdesc_release(struct nvstub_memdesc *md);
 
 /* What nvidia-uvm learns of memory it duplicated (nv_uvm_types.h UvmGpuMemoryInfo). */

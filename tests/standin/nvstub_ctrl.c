@@ -31,6 +31,11 @@ struct nvstub_ctrl_ctx {
 	struct nvstub_obj *obj;
 };
 
+/* obj_cls of the KernelChannel controls: any channel class (HOPPER_, AMPERE_CHANNEL_GPFIFO_A) */
+#define NVSTUB_ANY_CHANNEL	0xffffffff
+/* NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS: bEnable, bSkipSubmit, bSkipEnable */
+#define NVSTUB_A06F_SCHEDULE_PARAMS_SIZE	3
+
 struct nvstub_ctrl {
 	u32 cmd;
 	u32 obj_cls;		/* class of the object the command is issued on */
@@ -479,6 +484,44 @@ static u32 nvstub_ctrl_get_pid_info(struct nvstub_ctrl_ctx *ctx, void *params)
 	return NV_OK;
 }
 
+/*
+ * NVA06F_CTRL_CMD_BIND on a channel (fifo/kernel_channel.c
+ * kchannelCtrlCmdBind_IMPL): the engine type is translated to an engine
+ * (gpuXlateClientEngineIdToEngDesc: NV_ERR_INVALID_ARGUMENT for one the GPU
+ * does not have) and the channel bound to its runlist. The H100's engines
+ * (NV2080_ENGINE_TYPE_*, cl2080_notification.h): GR0, COPY0-9, NVDEC0-6,
+ * NVJPG0-6, OFA0. Recorded on the channel (/proc/nvstub/engine).
+ */
+static bool nvstub_h100_engine(u32 t)
+{
+	return t == 0x01 || (t >= 0x09 && t <= 0x12) || (t >= 0x13 && t <= 0x19) ||
+	       (t >= 0x2b && t <= 0x31) || t == 0x33;
+}
+
+static u32 nvstub_ctrl_chan_bind(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	u32 engine = *(u32 *)params;
+
+	if (!nvstub_h100_engine(engine))
+		return NV_ERR_INVALID_ARGUMENT;
+	ctx->obj->engine_type = engine;
+	return NV_OK;
+}
+
+/*
+ * NVA06F_CTRL_CMD_GPFIFO_SCHEDULE on a channel (kchannelCtrlCmdGpFifoSchedule_IMPL,
+ * forwarded to GSP): schedules the channel's TSG, as NVA06C's does for a TSG
+ * (bEnable=0: no effect, as measured for the TSG's control).
+ */
+static u32 nvstub_ctrl_chan_schedule(struct nvstub_ctrl_ctx *ctx, void *params)
+{
+	struct nva06c_ctrl_gpfifo_schedule_params *p = params;
+
+	if (p->b_enable)
+		nvstub_tsg_schedule(ctx->obj->chan->tsg, true);
+	return NV_OK;
+}
+
 /* nvstub_export.c: the NV0000 OS_UNIX export and import controls */
 static u32 nvstub_ctrl_exp1(struct nvstub_ctrl_ctx *ctx, void *params)
 {
@@ -537,10 +580,10 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	  nvstub_ctrl_num_subdevices },
 	{ NV2080_CTRL_CMD_MC_GET_ARCH_INFO, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_mc_get_arch_info_params), nvstub_ctrl_arch_info },
-	{ NV906F_CTRL_CMD_GET_CLASS_ENGINEID, HOPPER_CHANNEL_GPFIFO_A,
+	{ NV906F_CTRL_CMD_GET_CLASS_ENGINEID, NVSTUB_ANY_CHANNEL,
 	  sizeof(struct nv906f_ctrl_get_class_engineid_params),
 	  nvstub_ctrl_class_engineid },
-	{ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, HOPPER_CHANNEL_GPFIFO_A,
+	{ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, NVSTUB_ANY_CHANNEL,
 	  sizeof(u32), nvstub_ctrl_submit_token },
 	{ NV503C_CTRL_CMD_REGISTER_VA_SPACE, NV50_THIRD_PARTY_P2P,
 	  sizeof(struct nv503c_ctrl_register_va_space_params),
@@ -579,6 +622,19 @@ static const struct nvstub_ctrl nvstub_ctrls[] = {
 	  sizeof(struct nv2080_ctrl_gpu_get_pids_params), nvstub_ctrl_get_pids },
 	{ NV2080_CTRL_CMD_GPU_GET_PID_INFO, NV20_SUBDEVICE_0,
 	  sizeof(struct nv2080_ctrl_gpu_get_pid_info_params), nvstub_ctrl_get_pid_info },
+	/* ctrla06fgpfifo.h, on any channel class (NVSTUB_ANY_CHANNEL) */
+	{ NVA06F_CTRL_CMD_BIND, NVSTUB_ANY_CHANNEL, sizeof(u32), nvstub_ctrl_chan_bind },
+	{ NVA06F_CTRL_CMD_GPFIFO_SCHEDULE, NVSTUB_ANY_CHANNEL, NVSTUB_A06F_SCHEDULE_PARAMS_SIZE,
+	  nvstub_ctrl_chan_schedule },
+	/*
+	 * ctrl9096.h on GF100_ZBC_CLEAR: the ZBC table writes, exported
+	 * NON_PRIVILEGED and routed to physical RM (g_zbc_api_nvoc.c flags
+	 * 0x10248 / 0x48): any client's write is taken. The stand-in keeps no table.
+	 */
+	{ NV9096_CTRL_CMD_SET_ZBC_COLOR_CLEAR, GF100_ZBC_CLEAR, 40, nvstub_ctrl_ok },
+	{ NV9096_CTRL_CMD_SET_ZBC_DEPTH_CLEAR, GF100_ZBC_CLEAR, 12, nvstub_ctrl_ok },
+	{ NV9096_CTRL_CMD_SET_ZBC_CLEAR_TABLE, GF100_ZBC_CLEAR, 60, nvstub_ctrl_ok },
+	{ NV9096_CTRL_CMD_SET_ZBC_STENCIL_CLEAR, GF100_ZBC_CLEAR, 12, nvstub_ctrl_ok },
 };
 
 const unsigned int nvstub_ctrl_count = ARRAY_SIZE(nvstub_ctrls);
@@ -648,7 +704,8 @@ int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 		st = NV_ERR_INVALID_OBJECT_HANDLE;
 		goto unlock;
 	}
-	if (c->obj_cls != ctx.obj->cls) {
+	if (c->obj_cls != ctx.obj->cls &&
+	    !(c->obj_cls == NVSTUB_ANY_CHANNEL && ctx.obj->chan)) {
 		st = NV_ERR_NOT_SUPPORTED;
 		goto unlock;
 	}

@@ -120,6 +120,8 @@ const u32 nvstub_esc_list[] = {
 	NV_ESC_RM_ALLOC, NV_ESC_RM_DUP_OBJECT, NV_ESC_RM_SHARE, NV_ESC_RM_MAP_MEMORY,
 	NV_ESC_RM_UNMAP_MEMORY, NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO,
 	NV_ESC_ATTACH_GPUS_TO_FD, NVSTUB_ESC_SUBMIT,
+	NV_ESC_RM_VID_HEAP_CONTROL, NV_ESC_RM_IDLE_CHANNELS, NV_ESC_RM_ALLOC_CONTEXT_DMA2,
+	NV_ESC_RM_MAP_MEMORY_DMA, NV_ESC_RM_UNMAP_MEMORY_DMA,
 };
 const unsigned int nvstub_esc_count = ARRAY_SIZE(nvstub_esc_list);
 
@@ -455,6 +457,17 @@ static int nvstub_rm_ioctl(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
 		return nvstub_esc_update_mapping(nf, arg, size);
 	case NVSTUB_ESC_SUBMIT:
 		return nvstub_esc_submit(nf, arg, size);
+	/* interface/deprecated/ (nvstub_legacy.c) */
+	case NV_ESC_RM_VID_HEAP_CONTROL:
+		return nvstub_esc_vid_heap(nf, arg, size);
+	case NV_ESC_RM_IDLE_CHANNELS:
+		return nvstub_esc_idle_channels(nf, arg, size);
+	case NV_ESC_RM_ALLOC_CONTEXT_DMA2:
+		return nvstub_esc_ctxdma2(nf, arg, size);
+	case NV_ESC_RM_MAP_MEMORY_DMA:
+		return nvstub_esc_map_dma(nf, arg, size);
+	case NV_ESC_RM_UNMAP_MEMORY_DMA:
+		return nvstub_esc_unmap_dma(nf, arg, size);
 	default:
 		return -EINVAL;	/* "unknown NVRM ioctl command" */
 	}

@@ -66,7 +66,7 @@ void nvstub_mem_uncharge(unsigned int gpu, u64 size)
 static bool nvstub_is_bar_memory(u32 cls)
 {
 	return cls == NV01_MEMORY_LOCAL_USER || cls == NV01_MEMORY_LOCAL_PHYSICAL ||
-	       cls == HOPPER_USERMODE_A;
+	       cls == HOPPER_USERMODE_A || cls == NV01_MEMORY_LOCAL_PRIVILEGED;
 }
 
 static u64 nvstub_map_limit(const struct nvstub_obj *mem)
@@ -136,6 +136,14 @@ int nvstub_esc_map(struct nvstub_file *nf, void *arg, u32 size)
 			return 0;
 		userd = nvstub_chan_userd(mem->chan, &userd_off);
 		bar = true;
+	} else if (mem->cls == NV01_MEMORY_LOCAL_PRIVILEGED && !cl->admin) {
+		/*
+		 * rmapi/mapping_cpu.c memMap_IMPL, ADDR_REGMEM: register memory
+		 * (BAR0) maps only for an administrator client
+		 * (rmclientIsAdmin of the cached privilege)
+		 */
+		p->status = NV_ERR_PROTECTION_FAULT;
+		return 0;
 	} else if (p->length == 0 || p->offset > nvstub_map_limit(mem) ||
 		   p->length > nvstub_map_limit(mem) - p->offset) {
 		p->status = NV_ERR_INVALID_LIMIT;

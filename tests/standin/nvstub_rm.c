@@ -71,6 +71,35 @@ static const struct nvstub_class_info nvstub_classes[] = {
 	/* rmapi/resource_list.h: under a Subdevice, RS_REQUIRED(NV00F8_ALLOCATION_PARAMETERS) */
 	{ NV_MEMORY_FABRIC, { NV20_SUBDEVICE_0 }, sizeof(struct nv00f8_alloc_params) },
 	{ NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, { NV01_DEVICE_0, NV20_SUBDEVICE_0 }, 0 },
+	/*
+	 * Graphics and video (rmapi/resource_list.h): parents and
+	 * RS_REQUIRED/RS_OPTIONAL parameter structures as listed there.
+	 * NV01_MEMORY_LOCAL_PRIVILEGED (RegisterMemory, RS_NONE) is made through
+	 * RM_ALLOC_MEMORY (nvstub_esc_alloc_memory()); NV01_MEMORY_VIRTUAL is
+	 * also NV01_MEMORY_SYSTEM_DYNAMIC (cl0070.h, NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS).
+	 */
+	{ NV01_MEMORY_LOCAL_PRIVILEGED, { NV01_DEVICE_0 }, 0 },
+	{ NV01_MEMORY_VIRTUAL, { NV01_DEVICE_0 }, NVSTUB_MEMORY_VIRTUAL_PARAMS_SIZE },
+	{ NV01_CONTEXT_DMA_FROM_MEMORY, { P_ANY }, NVSTUB_CONTEXT_DMA_PARAMS_SIZE },
+	{ NV01_EVENT, { P_ANY }, sizeof(struct nv0005_alloc_params) },
+	{ NV_SEMAPHORE_SURFACE, { NV20_SUBDEVICE_0 }, NVSTUB_SEMAPHORE_SURFACE_PARAMS_SIZE },
+	{ NV_MEMORY_MAPPER, { NV20_SUBDEVICE_0 }, NVSTUB_MEMORY_MAPPER_PARAMS_SIZE },
+	{ GF100_ZBC_CLEAR, { NV20_SUBDEVICE_0 }, 0 },
+	/* KernelChannel: under a Device RM makes the channel's TSG itself (nvstub_obj_setup()) */
+	{ AMPERE_CHANNEL_GPFIFO_A, { NV01_DEVICE_0, KEPLER_CHANNEL_GROUP_A },
+	  sizeof(struct nv_channel_alloc_params_head) },
+	/* KernelGraphicsObject, RS_OPTIONAL(NV_GR_ALLOCATION_PARAMETERS), under a KernelChannel */
+	{ HOPPER_A, { HOPPER_CHANNEL_GPFIFO_A, AMPERE_CHANNEL_GPFIFO_A }, NVSTUB_GR_ALLOC_PARAMS_SIZE },
+	{ FERMI_TWOD_A, { HOPPER_CHANNEL_GPFIFO_A, AMPERE_CHANNEL_GPFIFO_A }, NVSTUB_GR_ALLOC_PARAMS_SIZE },
+	{ KEPLER_INLINE_TO_MEMORY_B, { HOPPER_CHANNEL_GPFIFO_A, AMPERE_CHANNEL_GPFIFO_A },
+	  NVSTUB_GR_ALLOC_PARAMS_SIZE },
+	/* NvdecContext, NvjpgContext, OfaContext: RS_OPTIONAL(NV_BSP/NVJPG/OFA_ALLOCATION_PARAMETERS) */
+	{ NVB8B0_VIDEO_DECODER, { HOPPER_CHANNEL_GPFIFO_A, AMPERE_CHANNEL_GPFIFO_A },
+	  sizeof(struct nv_video_engine_alloc_params) },
+	{ NVB8D1_VIDEO_NVJPG, { HOPPER_CHANNEL_GPFIFO_A, AMPERE_CHANNEL_GPFIFO_A },
+	  sizeof(struct nv_video_engine_alloc_params) },
+	{ NVB8FA_VIDEO_OFA, { HOPPER_CHANNEL_GPFIFO_A, AMPERE_CHANNEL_GPFIFO_A },
+	  sizeof(struct nv_video_engine_alloc_params) },
 };
 
 const u32 nvstub_class_list[] = {
@@ -83,6 +112,10 @@ const u32 nvstub_class_list[] = {
 	RM_USER_SHARED_DATA, GT200_DEBUGGER, NV_CONFIDENTIAL_COMPUTE,
 	AMPERE_SMC_CONFIG_SESSION, AMPERE_SMC_MONITOR_SESSION,
 	NV04_DISPLAY_COMMON, NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, NV_MEMORY_FABRIC,
+	NV01_MEMORY_LOCAL_PRIVILEGED, NV01_MEMORY_VIRTUAL, NV01_CONTEXT_DMA_FROM_MEMORY,
+	NV01_EVENT, NV_SEMAPHORE_SURFACE, NV_MEMORY_MAPPER, GF100_ZBC_CLEAR,
+	AMPERE_CHANNEL_GPFIFO_A, HOPPER_A, FERMI_TWOD_A, KEPLER_INLINE_TO_MEMORY_B,
+	NVB8B0_VIDEO_DECODER, NVB8D1_VIDEO_NVJPG, NVB8FA_VIDEO_OFA,
 };
 const unsigned int nvstub_class_count = ARRAY_SIZE(nvstub_class_list);
 
@@ -267,6 +300,8 @@ static u32 nvstub_client_alloc(struct nvstub_file *nf, u32 *handle)
 	 */
 	cl->pid = task_tgid_nr(current);
 	cl->pid_info = get_task_pid(current, PIDTYPE_TGID);
+	/* client.c rmclientConstruct_IMPL: cachedPrivilege (os_is_administrator: CAP_SYS_ADMIN) */
+	cl->admin = capable(CAP_SYS_ADMIN);
 	cl->next_handle = 1;
 	xa_init(&cl->objs);
 	ret = xa_insert(&cl->objs, h, &cl->root, GFP_KERNEL);
@@ -532,6 +567,9 @@ static u32 nvstub_fabric_setup(struct nvstub_obj *obj, const struct nv00f8_alloc
 	return NV_OK;
 }
 
+/* nvstub_esc_alloc_memory(): NV01_MEMORY_LOCAL_PHYSICAL of the whole FB */
+static struct nv_memory_allocation_params nvstub_whole_fb;
+
 /* Per-class checks and side effects of an allocation. */
 static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 {
@@ -568,6 +606,12 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 	case NV01_MEMORY_LOCAL_USER:
 		return nvstub_vidmem_alloc(obj, mp);
 	case NV01_MEMORY_LOCAL_PHYSICAL:
+		if (params == &nvstub_whole_fb) {
+			/* RM_ALLOC_MEMORY's administrator answer: the whole FB, nothing taken */
+			obj->mem_size = nvstub_mem_total();
+			obj->mem_vid = true;
+			return NV_OK;
+		}
 		if (!mp || mp->size == 0)
 			return NV_ERR_INVALID_ARGUMENT;
 		if (mp->size > U64_MAX - NVSTUB_PHYS_GRANULE)
@@ -585,7 +629,35 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 	case KEPLER_CHANNEL_GROUP_A:
 		return nvstub_tsg_create(obj) ? NV_ERR_NO_MEMORY : NV_OK;
 	case HOPPER_CHANNEL_GPFIFO_A:
+	case AMPERE_CHANNEL_GPFIFO_A:
+		/*
+		 * kernel_channel.c kchannelConstruct_IMPL: a channel allocated
+		 * under a Device gets a TSG of its own that RM allocates
+		 * (bAllocatedByRm); here the channel object carries it.
+		 */
+		if (obj->parent->cls == NV01_DEVICE_0) {
+			if (nvstub_tsg_create(obj))
+				return NV_ERR_NO_MEMORY;
+			return nvstub_chan_create(obj, obj, params) ? NV_ERR_NO_MEMORY : NV_OK;
+		}
 		return nvstub_chan_create(obj, obj->parent, params) ? NV_ERR_NO_MEMORY : NV_OK;
+	case NV01_MEMORY_VIRTUAL: {
+		/*
+		 * NV01_MEMORY_SYSTEM_DYNAMIC with hVASpace SYSMEM_DYNAMIC
+		 * (virt_mem_range.c / virtual_mem.c): no memory; limit is
+		 * written back (0 here: nothing mapped)
+		 */
+		struct nvstub_memory_virtual_params *vp = params;
+
+		if (!vp)
+			return NV_ERR_INVALID_ARGUMENT;
+		vp->limit = 0;
+		return NV_OK;
+	}
+	case NV01_MEMORY_LOCAL_PRIVILEGED:
+		/* mem_mgr/reg_mem.c regmemConstruct_IMPL: a descriptor of BAR0 */
+		obj->mem_size = NVSTUB_BAR0_SIZE;
+		return NV_OK;
 	default:
 		return NV_OK;
 	}
@@ -1055,13 +1127,79 @@ struct nvstub_obj *nvstub_rm_kernel_obj(struct nvstub_client *cl, struct nvstub_
 	return obj;
 }
 
-/* NV_ESC_RM_ALLOC_MEMORY (NVOS02 + fd) on an nvidiaN file (escape.c):
- * OS descriptors (0x71) and system memory; no mapping is created here.
+/*
+ * RmAlloc and RmFree as RM's deprecated wrappers call them
+ * (interface/deprecated/: pContext->RmAlloc, pContext->RmFree), from a
+ * kernel copy of the parameters, under nvstub_lock. *h 0: RM makes the handle.
+ */
+u32 nvstub_rm_alloc_locked(struct nvstub_client *cl, u32 h_parent, u32 *h, u32 cls, void *params)
+{
+	const struct nvstub_class_info *ci = nvstub_class_find(cls);
+	struct nvstub_obj *parent, *obj;
+
+	if (!ci)
+		return NV_ERR_INVALID_CLASS;
+	parent = nvstub_obj_get(cl, h_parent);
+	if (!parent)
+		return NV_ERR_INVALID_OBJECT_PARENT;
+	return nvstub_obj_create(cl, parent, h, ci, params, NULL, &obj);
+}
+
+/* rs_server.c serverFreeResourceTree, as nvstub_esc_free() (a missing handle: NV_OK) */
+u32 nvstub_rm_free_locked(struct nvstub_client *cl, u32 h)
+{
+	struct nvstub_obj *obj;
+
+	if (h == cl->root.handle) {
+		nvstub_client_free(cl);
+		nvstub_client_free_os_events(h);	/* escape.c */
+		return NV_OK;
+	}
+	obj = nvstub_obj_get(cl, h);
+	if (obj)
+		nvstub_obj_free_tree(obj);
+	return NV_OK;
+}
+
+/* NVOS02 flags (nvos.h): LOCATION 11:8 (PCI 0), ALLOC 17:16 (NONE 1) */
+#define NVSTUB_OS02_LOCATION(f)		(((f) >> 8) & 0xf)
+#define NVSTUB_OS02_ALLOC(f)		(((f) >> 16) & 0x3)
+#define NVSTUB_OS02_ALLOC_NONE		1
+
+/*
+ * The heap size RM reports to a client that may not see the whole FB
+ * (rmapi_deprecated_allocmemory.c _rmAllocGetHeapSize: FB_GET_INFO_V2
+ * TOTAL_RAM_SIZE, in KiB, << 10).
+ */
+static u64 nvstub_heap_size(void)
+{
+	return (nvstub_mem_total() >> 10) << 10;
+}
+
+/*
+ * NV_ESC_RM_ALLOC_MEMORY (NVOS02 + fd) on an nvidiaN file (escape.c), as
+ * interface/deprecated/rmapi_deprecated_allocmemory.c RmDeprecatedAllocMemory
+ * turns each class into an RmAlloc (no mapping is created here):
+ *  - NV01_MEMORY_SYSTEM (_rmAllocMemorySystem): LOCATION must be PCI and
+ *    ALLOC not NONE (NV_ERR_INVALID_FLAGS); limit + 1 bytes;
+ *  - NV01_MEMORY_SYSTEM_DYNAMIC (_rmAllocMemorySystemDynamic): an RmAlloc
+ *    of the class with hVASpace SYSMEM_DYNAMIC; limit is what it returns;
+ *  - NV01_MEMORY_LOCAL_USER (_rmAllocMemoryLocalUser): NV01_MEMORY_LOCAL_PHYSICAL
+ *    of the whole FB for an administrator (limit = memSize - 1; not taken
+ *    from the pool: it describes the FB, it does not allocate it); for
+ *    anyone else that fails with NV_ERR_INSUFFICIENT_PERMISSIONS and RM
+ *    answers the heap size in limit and a NV01_MEMORY_SYSTEM_DYNAMIC object;
+ *  - NV01_MEMORY_LOCAL_PRIVILEGED (_rmAllocMemoryLocalPrivileged): ALLOC
+ *    must be NONE (NV_ERR_INVALID_FLAGS), limit 0xFFFFFFFF, an RmAlloc of
+ *    register memory with no parameters;
+ *  - NV01_MEMORY_SYSTEM_OS_DESCRIPTOR (0x71), as before.
+ * Another class: NV_ERR_INVALID_CLASS.
  */
 int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size)
 {
 	struct nvos02_params_with_fd *pa = arg;
 	struct nvos02_params *p = &pa->params;
+	struct nvstub_memory_virtual_params vp = { .h_va_space = NVSTUB_SYSMEM_DYNAMIC_HVASPACE };
 	const struct nvstub_class_info *ci;
 	struct nvstub_client *cl;
 	struct nvstub_obj *parent, *obj;
@@ -1072,8 +1210,47 @@ int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size)
 	cl = nvstub_client_validate(nf, p->h_root, &p->status);
 	if (!cl)
 		return 0;
-	if (p->h_class != NV01_MEMORY_SYSTEM_OS_DESCRIPTOR &&
-	    p->h_class != NV01_MEMORY_SYSTEM) {
+	h = p->h_object_new;
+	switch (p->h_class) {
+	case NV01_MEMORY_SYSTEM_DYNAMIC:
+		p->status = nvstub_rm_alloc_locked(cl, p->h_object_parent, &h, NV01_MEMORY_SYSTEM_DYNAMIC, &vp);
+		p->limit = vp.limit;
+		goto out;
+	case NV01_MEMORY_LOCAL_USER:
+		parent = nvstub_obj_get(cl, p->h_object_parent);
+		if (!parent) {
+			p->status = NV_ERR_INVALID_OBJECT_PARENT;
+			return 0;
+		}
+		if (cl->admin) {
+			/* physical_mem.c: the whole FB, privileged */
+			ci = nvstub_class_find(NV01_MEMORY_LOCAL_PHYSICAL);
+			p->status = nvstub_obj_create(cl, parent, &h, ci, &nvstub_whole_fb, NULL, &obj);
+			if (p->status == NV_OK)
+				p->limit = obj->mem_size - 1;
+			goto out;
+		}
+		p->limit = nvstub_heap_size() - 1;
+		p->status = nvstub_rm_alloc_locked(cl, p->h_object_parent, &h, NV01_MEMORY_SYSTEM_DYNAMIC, &vp);
+		goto out;
+	case NV01_MEMORY_LOCAL_PRIVILEGED:
+		if (NVSTUB_OS02_ALLOC(p->flags) != NVSTUB_OS02_ALLOC_NONE) {
+			p->status = NV_ERR_INVALID_FLAGS;
+			return 0;
+		}
+		p->limit = 0xFFFFFFFF;
+		p->status = nvstub_rm_alloc_locked(cl, p->h_object_parent, &h, NV01_MEMORY_LOCAL_PRIVILEGED, NULL);
+		goto out;
+	case NV01_MEMORY_SYSTEM:
+		if (NVSTUB_OS02_LOCATION(p->flags) != 0 ||
+		    NVSTUB_OS02_ALLOC(p->flags) == NVSTUB_OS02_ALLOC_NONE) {
+			p->status = NV_ERR_INVALID_FLAGS;
+			return 0;
+		}
+		break;
+	case NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
+		break;
+	default:
 		p->status = NV_ERR_INVALID_CLASS;
 		return 0;
 	}
@@ -1087,12 +1264,12 @@ int nvstub_esc_alloc_memory(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = NV_ERR_INVALID_LIMIT;
 		return 0;
 	}
-	h = p->h_object_new;
 	p->status = nvstub_obj_create(cl, parent, &h, ci, NULL, NULL, &obj);
-	if (p->status == NV_OK) {
-		p->h_object_new = h;
+	if (p->status == NV_OK)
 		obj->mem_size = p->limit + 1;
-	}
+out:
+	if (p->status == NV_OK)
+		p->h_object_new = h;
 	return 0;
 }
 
