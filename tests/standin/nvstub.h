@@ -372,6 +372,7 @@ void nvstub_tsg_schedule(struct nvstub_tsg *tsg, bool enable);
 void nvstub_tsg_set_timeslice(struct nvstub_tsg *tsg, u64 us);
 u64 nvstub_tsg_get_timeslice(struct nvstub_tsg *tsg);
 u32 nvstub_chan_id(struct nvstub_chan *chan);
+struct nvstub_tsg *nvstub_chan_tsg(struct nvstub_chan *chan);	/* its TSG (RM's own for a channel under a device) */
 /* NV_RAMUSERD_CHAN_SIZE (published/maxwell/gm107/dev_ram.h): one channel's USERD */
 #define NVSTUB_USERD_SIZE	512
 /* the page of RM's own USERD of a channel and its offset in it (NULL: the client allocated it) */

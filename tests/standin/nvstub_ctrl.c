@@ -518,7 +518,7 @@ static u32 nvstub_ctrl_chan_schedule(struct nvstub_ctrl_ctx *ctx, void *params)
 	struct nva06c_ctrl_gpfifo_schedule_params *p = params;
 
 	if (p->b_enable)
-		nvstub_tsg_schedule(ctx->obj->chan->tsg, true);
+		nvstub_tsg_schedule(nvstub_chan_tsg(ctx->obj->chan), true);
 	return NV_OK;
 }
 

@@ -148,6 +148,11 @@ u32 nvstub_chan_id(struct nvstub_chan *chan)
 	return chan->id;
 }
 
+struct nvstub_tsg *nvstub_chan_tsg(struct nvstub_chan *chan)
+{
+	return chan->tsg;
+}
+
 /*
  * RM's USERDs are NV_RAMUSERD_CHAN_SIZE (512) bytes apart, by channel id
  * (kernel_fifo_gm107.c kchannelGetUserdBar1MapOffset_GM107: ChID * 512 into
@@ -481,11 +486,11 @@ void nvstub_engine_report(struct seq_file *m)
 
 			if (!ch->disabled)
 				enabled += ktime_get_ns() - ch->enabled_at;
-			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu enabled_ns=%llu debt_ns=%llu",
+			seq_printf(m, "client=0x%08x channel=0x%08x tsg=0x%08x pid=%d executed_ns=%llu pending_ns=%llu disabled=%d timeslice_us=%llu enabled_ns=%llu debt_ns=%llu engine=0x%x",
 				   tsg->obj->client->root.handle, ch->obj->handle,
 				   tsg->obj->handle, ch->pid, ch->executed_ns,
 				   ch->pending_ns, ch->disabled, tsg->timeslice_us,
-				   enabled, tsg->debt_ns);
+				   enabled, tsg->debt_ns, ch->obj->engine_type);
 			if (ch->rm_userd)
 				seq_printf(m, " gp_get=%u gp_put=%u",
 					   READ_ONCE(*nvstub_userd_word(ch, 0x88)),
