@@ -72,6 +72,16 @@ PROBE_EXPRS = {
     "NV00F8_ALLOC_PARAMS_SIZE": "sizeof(struct nv00f8_alloc_params)",
     "NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA": "NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA",
     "NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL": "NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL",
+    # the vid-heap block the guest tests build (tests/guest/nvstub.py vid_heap_*)
+    "NVOS32_PARAMS_SIZE": "NVOS32_PARAMS_SIZE",
+    "NVOS32_FUNCTION_ALLOC_SIZE": "NVOS32_FUNCTION_ALLOC_SIZE",
+    "NVOS32_FUNCTION_FREE": "NVOS32_FUNCTION_FREE",
+    "NVOS32_FUNCTION_INFO": "NVOS32_FUNCTION_INFO",
+    "NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT": "NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT",
+    "NVOS32_FUNCTION_ALLOC_SIZE_RANGE": "NVOS32_FUNCTION_ALLOC_SIZE_RANGE",
+    "NVOS32_FUNCTION_GET_MEM_ALIGNMENT": "NVOS32_FUNCTION_GET_MEM_ALIGNMENT",
+    "NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED": "NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED",
+    "NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED": "NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED",
 }
 
 
@@ -152,3 +162,16 @@ def test_export_import_layouts(probe: dict[str, int]) -> None:
     assert (probe["EXPORT_OBJECTS_TO_FD_OBJECTS"], probe["EXPORT_OBJECTS_TO_FD_NUM"]) == (76, 2124)
     assert probe["IMPORT_OBJECTS_FROM_FD_SIZE"] == abi.IMPORT_OBJECTS_FROM_FD.size == 652
     assert probe["IMPORT_OBJECTS_FROM_FD_NUM"] == 648
+
+
+def test_vid_heap_mirror(probe: dict[str, int]) -> None:
+    """tests/guest/nvstub.py's NVOS32 constants are nvrm_abi.h's (the stand-in lays the block out
+    from nvos.h on its own: nvstub_legacy.c's static_asserts check the same offsets)."""
+    m = load_nvstub_py()
+    assert m.NVOS32_SIZE == probe["NVOS32_PARAMS_SIZE"] == 184
+    for name in ("NVOS32_FUNCTION_ALLOC_SIZE", "NVOS32_FUNCTION_FREE", "NVOS32_FUNCTION_INFO",
+                 "NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT", "NVOS32_FUNCTION_ALLOC_SIZE_RANGE",
+                 "NVOS32_FUNCTION_GET_MEM_ALIGNMENT", "NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED",
+                 "NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED"):
+        assert getattr(m, name) == probe[name], name
+    assert m.IOCTL_VID_HEAP_CONTROL == abi.iowr(abi.NV_ESC_RM_VID_HEAP_CONTROL, 184)

@@ -128,6 +128,95 @@ def submit(ctl: int, h_client: int, h_channel: int, work_ns: int) -> int:
     return NVSTUB_SUBMIT.unpack(buf)[3]
 
 
+# ---- the legacy escapes (NVOS32 vid-heap, NVOS02 RM_ALLOC_MEMORY): nvos.h layouts ----
+NVOS32_SIZE = 184  # NVOS32_PARAMETERS; the union starts at 40
+NVOS32_FUNCTION_ALLOC_SIZE = 2
+NVOS32_FUNCTION_FREE = 3
+NVOS32_FUNCTION_INFO = 5
+NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT = 6
+NVOS32_FUNCTION_ALLOC_SIZE_RANGE = 14
+NVOS32_FUNCTION_GET_MEM_ALIGNMENT = 18
+NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED = 0x4000
+NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED = 0x1
+NVOS02_FLAGS_ALLOC_NONE = 1 << 16  # NVOS02_FLAGS_ALLOC 17:16 = NONE
+IOCTL_VID_HEAP_CONTROL = abi.iowr(abi.NV_ESC_RM_VID_HEAP_CONTROL, NVOS32_SIZE)
+
+
+def vid_heap(ctl: int, a: bytearray) -> int:
+    """NV_ESC_RM_VID_HEAP_CONTROL with the NVOS32 block a (updated in place); returns the status
+    at offset 20. Raises IoctlError when the ioctl itself fails (e.g. EPERM from a filter)."""
+    ret = ioctl(ctl, IOCTL_VID_HEAP_CONTROL, a)
+    if ret < 0:
+        raise IoctlError(-ret, "RM_VID_HEAP_CONTROL")
+    return struct.unpack_from("<I", a, 20)[0]
+
+
+def vid_heap_alloc(ctl: int, h_client: int, h_parent: int, size: int, *, h_memory: int = 0,
+                   function: int = NVOS32_FUNCTION_ALLOC_SIZE, owner: int = DEFAULT_OWNER,
+                   attr: int = 0, attr2: int = 0, flags: int = 0) -> tuple[int, int, int]:
+    """A vid-heap allocation (ALLOC_SIZE, ALLOC_SIZE_RANGE or ALLOC_TILED_PITCH_HEIGHT with
+    height = size / 4096, pitch = 4096); h_memory given: MEMORY_HANDLE_PROVIDED. Returns
+    (status, hMemory, size written back)."""
+    a = bytearray(NVOS32_SIZE)
+    if h_memory:
+        flags |= NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED
+    struct.pack_into("<III", a, 0, h_client, h_parent, function)
+    struct.pack_into("<IIII", a, 40, owner, h_memory, 0, flags)
+    if function == NVOS32_FUNCTION_ALLOC_SIZE_RANGE:
+        struct.pack_into("<I", a, 56, attr)
+        struct.pack_into("<Q", a, 80, size)
+        struct.pack_into("<I", a, 136, attr2)
+        size_off = 80
+    elif function == NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT:
+        assert size % 4096 == 0
+        struct.pack_into("<III", a, 56, size // 4096, 4096, attr)
+        struct.pack_into("<I", a, 144, attr2)
+        size_off = 88
+    else:
+        struct.pack_into("<I", a, 56, attr)
+        struct.pack_into("<Q", a, 88, size)
+        struct.pack_into("<I", a, 144, attr2)
+        size_off = 88
+    st = vid_heap(ctl, a)
+    return st, struct.unpack_from("<I", a, 44)[0], struct.unpack_from("<Q", a, size_off)[0]
+
+
+def vid_heap_free(ctl: int, h_client: int, h_parent: int, h_memory: int) -> int:
+    a = bytearray(NVOS32_SIZE)
+    struct.pack_into("<III", a, 0, h_client, h_parent, NVOS32_FUNCTION_FREE)
+    struct.pack_into("<III", a, 40, 0, h_memory, NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED)
+    return vid_heap(ctl, a)
+
+
+def vid_heap_info(ctl: int, h_client: int, h_parent: int) -> tuple[int, int, int, int]:
+    """INFO: (status, total, free, size of the largest free region)."""
+    a = bytearray(NVOS32_SIZE)
+    struct.pack_into("<III", a, 0, h_client, h_parent, NVOS32_FUNCTION_INFO)
+    st = vid_heap(ctl, a)
+    total, free = struct.unpack_from("<QQ", a, 24)
+    return st, total, free, struct.unpack_from("<Q", a, 56)[0]
+
+
+def alloc_memory(fd: int, h_client: int, h_parent: int, h_new: int, h_class: int,
+                 flags: int = 0, limit: int = 0) -> tuple[int, int]:
+    """NV_ESC_RM_ALLOC_MEMORY (NVOS02 with fd) on a GPU node; returns (status, limit)."""
+    buf = bytearray(abi.NVOS02_WITH_FD.pack(h_client, h_parent, h_new, h_class, flags, 0, limit, 0, -1))
+    ret = ioctl(fd, abi.IOCTL_RM_ALLOC_MEMORY, buf)
+    if ret < 0:
+        raise IoctlError(-ret, f"RM_ALLOC_MEMORY class {h_class:#x}")
+    f = abi.NVOS02_WITH_FD.unpack(buf)
+    return f[7], f[6]
+
+
+def map_memory(ctl: int, h_client: int, h_device: int, h_memory: int, length: int, fd: int) -> int:
+    """NV_ESC_RM_MAP_MEMORY of h_memory for fd; returns the status."""
+    buf = bytearray(abi.NVOS33_WITH_FD.pack(h_client, h_device, h_memory, 0, length, 0, 0, 0, fd))
+    ret = ioctl(ctl, abi.IOCTL_RM_MAP_MEMORY, buf)
+    if ret < 0:
+        raise IoctlError(-ret, "RM_MAP_MEMORY")
+    return abi.NVOS33_WITH_FD.unpack(buf)[6]
+
+
 def mem_params(size: int, *, owner: int = DEFAULT_OWNER, attr: int = 0, attr2: int = 0,
                flags: int = 0, alignment: int = 0) -> ctypes.Array:
     """NV_MEMORY_ALLOCATION_PARAMS (128 bytes): owner @0, flags @8, attr @24, attr2 @28,
@@ -213,6 +302,7 @@ class EngineChannel:
     pending_ns: int
     disabled: bool
     timeslice_us: int
+    engine: int = 0  # NVA06F_CTRL_CMD_BIND's NV2080_ENGINE_TYPE, 0: not bound
 
 
 def read_engine() -> list[EngineChannel]:
@@ -223,7 +313,8 @@ def read_engine() -> list[EngineChannel]:
         out.append(EngineChannel(
             client=int(kv["client"], 16), channel=int(kv["channel"], 16), tsg=int(kv["tsg"], 16),
             pid=int(kv["pid"]), executed_ns=int(kv["executed_ns"]), pending_ns=int(kv["pending_ns"]),
-            disabled=kv["disabled"] == "1", timeslice_us=int(kv["timeslice_us"])))
+            disabled=kv["disabled"] == "1", timeslice_us=int(kv["timeslice_us"]),
+            engine=int(kv.get("engine", "0"), 16)))
     return out
 
 
