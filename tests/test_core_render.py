@@ -326,3 +326,17 @@ def test_register_memory_is_allocated_but_never_mapped(env):
     assert core.call(mapping, map_arg(0x311), rm.ok(40)).refusal == cs.GS_REFUSE_GLOBAL
     _, h = p.mem(2 * MiB)
     assert core.call(mapping, map_arg(h), rm.ok(40)).verdict == cs.GS_PASS
+
+
+def test_a_tiled_allocation_with_a_negative_pitch_is_past_any_limit(so):
+    """RM sizes a tiled allocation height x pitch with pitch an NvS32 widened to 64 bits: a
+    negative pitch is a size of about 2^64, not the 2 GiB an unsigned pitch would give."""
+    core, rm = cs.Core(so, 8 * GiB), cs.MockRM()
+    try:
+        p = Proc(core, rm)
+        a = heap(p, F_TILED, size=0)
+        struct.pack_into("<Ii", a, 56, 1, -(1 << 31))  # height 1, pitch -2^31
+        r = core.call(VIDHEAP, a, HeapRM())
+        assert (r.status, r.refusal) == (abi.NV_ERR_NO_MEMORY, cs.GS_REFUSE_QUOTA)
+    finally:
+        core.close()

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 import struct
 import subprocess
@@ -219,3 +220,57 @@ def test_nvlink_caps_allowed(core):
     """NV2080_CTRL_CMD_NVLINK_GET_NVLINK_CAPS was refused for a workload on the H100
     (issue 11 item 9): a read-only query in nvproxy's compute set."""
     assert 0x20803001 in ALLOWED
+
+
+# what OpenGL (EGL), Vulkan (wgpu), NVDEC and NVJPG decoding issue on the H100, recorded
+# without gpuslice by tests/gpu/rmtrace.c (scripts/gpu-run.sh render; docs/render-video.md)
+RENDER_VIDEO_TRACE = Path(__file__).parent / "traces" / "render-video-h100.jsonl"
+# refused on purpose, each with the reason in kmod/core/filter.c (and the callers go on)
+RENDER_VIDEO_REFUSED = {abi.NV9096_CTRL_CMD_SET_ZBC_COLOR_CLEAR}
+# the escapes the core decodes for them (kmod/core/core.c, legacy.c) besides the plain ones
+RENDER_VIDEO_ESCAPES = {abi.NV_ESC_RM_ALLOC, abi.NV_ESC_RM_CONTROL, abi.NV_ESC_RM_FREE, abi.NV_ESC_RM_DUP_OBJECT,
+                        abi.NV_ESC_RM_ALLOC_MEMORY, abi.NV_ESC_RM_MAP_MEMORY, abi.NV_ESC_RM_UNMAP_MEMORY,
+                        abi.NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, abi.NV_ESC_RM_VID_HEAP_CONTROL,
+                        abi.NV_ESC_RM_IDLE_CHANNELS, abi.NV_ESC_RM_ALLOC_CONTEXT_DMA2, abi.NV_ESC_RM_MAP_MEMORY_DMA,
+                        abi.NV_ESC_RM_UNMAP_MEMORY_DMA, abi.NV_ESC_CARD_INFO, abi.NV_ESC_REGISTER_FD,
+                        abi.NV_ESC_ALLOC_OS_EVENT, abi.NV_ESC_FREE_OS_EVENT, abi.NV_ESC_CHECK_VERSION_STR,
+                        abi.NV_ESC_ATTACH_GPUS_TO_FD, abi.NV_ESC_SYS_PARAMS, abi.NV_ESC_NUMA_INFO,
+                        abi.NV_ESC_WAIT_OPEN_COMPLETE}
+
+
+def render_video_calls() -> list[dict]:
+    return [json.loads(line) for line in RENDER_VIDEO_TRACE.read_text().splitlines() if '"esc"' in line]
+
+
+def test_render_video_trace_is_listed():
+    calls = render_video_calls()
+    workloads = {c["workload"] for c in calls}
+    assert workloads == {"egl_render", "vulkan_wgpu", "nvdec_decode", "nvjpg_decode"}
+    cmds = {c["what"] for c in calls if c["esc"] == abi.NV_ESC_RM_CONTROL}
+    classes = {c["what"] for c in calls if c["esc"] == abi.NV_ESC_RM_ALLOC}
+    escapes = {c["esc"] for c in calls}
+    assert cmds - RENDER_VIDEO_REFUSED <= set(ALLOWED), sorted(hex(c) for c in cmds - set(ALLOWED))
+    assert RENDER_VIDEO_REFUSED <= set(GLOBAL)
+    assert classes <= set(CLASSES), sorted(hex(c) for c in classes - set(CLASSES))
+    assert escapes <= RENDER_VIDEO_ESCAPES, sorted(hex(e) for e in escapes - RENDER_VIDEO_ESCAPES)
+    # every escape named is one the core decides (a case of its dispatch) or passes plainly
+    core = (cs.REPO / "kmod" / "core" / "core.c").read_text() + (cs.REPO / "kmod" / "core" / "legacy.c").read_text()
+    plain = re.search(r"gs_plain_escapes\[\] = \{(.*?)\};", FILTER, re.S).group(1)
+    for e in escapes:
+        name = next(k for k, v in vars(abi).items() if k.startswith("NV_ESC_") and v == e)
+        assert f"case {name}:" in core or name in plain, name
+
+
+def test_graphics_and_video_rows_carry_their_capability():
+    """A row whose source letters say only the render and video trace issues it (g, v: the
+    header comment of kmod/core/filter.c) is for the graphics or video capability, and each
+    call only that trace issues has such a row or an older one."""
+    rows = c_rows("gs_allowed_controls") + c_rows("gs_classes")
+    for key, caps, why, _ref, _st in rows:
+        letters = why.split(":", 1)[0]
+        if re.fullmatch(r"[gv]+", letters):
+            assert "GS_CAP_GRAPHICS" in caps or "GS_CAP_VIDEO" in caps, key
+    lettered = {value(k) for k, _c, why, _r, _s in c_rows("gs_allowed_controls")
+                if re.fullmatch(r"[dsthpgv]+", why.split(":", 1)[0])}
+    cmds = {c["what"] for c in render_video_calls() if c["esc"] == abi.NV_ESC_RM_CONTROL}
+    assert cmds - RENDER_VIDEO_REFUSED <= lettered, sorted(hex(c) for c in cmds - lettered)

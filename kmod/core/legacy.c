@@ -113,9 +113,13 @@ static int gs_vidheap_req(const void *blk, struct gs_mem_req *r)
 	case NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT:
 		attr = gs_u32_at(blk, NVOS32_OFF_TILED_ATTR);
 		attr2 = gs_u32_at(blk, NVOS32_OFF_SIZE_ATTR2);
-		/* RM allocates height x pitch, whatever the size says */
+		/*
+		 * RM allocates height x pitch, whatever the size says; pitch is
+		 * an NvS32, widened as RM widens it (a negative one is a size
+		 * past any limit)
+		 */
 		r->mp.size = (nv_u64)gs_u32_at(blk, NVOS32_OFF_TILED_HEIGHT) *
-			     gs_u32_at(blk, NVOS32_OFF_TILED_PITCH);
+			     (nv_u64)(long long)(nv_s32)gs_u32_at(blk, NVOS32_OFF_TILED_PITCH);
 		break;
 	default:
 		attr = gs_u32_at(blk, NVOS32_OFF_SIZE_ATTR);
