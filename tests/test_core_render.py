@@ -296,11 +296,45 @@ def test_a_bound_channel_is_announced_on_its_engine(env):
     assert r.verdict == cs.GS_PASS
     new = [e for e in core.events() if e["type"] == cs.EV_CHANNEL_NEW and e["handle"] == ch]
     assert len(new) == 1 and new[0]["engine"] == 0x13
-    # bound again once scheduled: announced again with the new engine
-    struct.pack_into("<I", bind, 0, 0x2B)
-    p.control(ch, abi.NVA06F_CTRL_CMD_BIND, bind, 4)
-    new = [e for e in core.events() if e["type"] == cs.EV_CHANNEL_NEW and e["handle"] == ch]
-    assert len(new) == 1 and new[0]["engine"] == 0x2B
+
+
+def failed(a: bytearray) -> int:
+    struct.pack_into("<I", a, 28, abi.NV_ERR_INVALID_ARGUMENT)
+    return 0
+
+
+def engine_of(core, handle: int) -> int:
+    return [o["engine"] for o in core.objects() if o["handle"] == handle][0]
+
+
+def test_a_bind_reply_cannot_take_a_channel_out_of_the_slots(env):
+    """The controller leaves channels on the video engines running, and which engine a channel
+    has comes from its binds, whose status another thread can rewrite (kmod/shadow.c). So a bind
+    to GR or a copy engine counts whatever the status says, and a bind to a video engine only
+    on success and only for a channel that has no engine yet: no forged reply gets a GR
+    channel ungated."""
+    core, rm = env
+    p = Proc(core, rm)
+    bind = ctypes.create_string_buffer(4)
+
+    def bind_to(ch: int, engine: int, driver=None) -> None:
+        struct.pack_into("<I", bind, 0, engine)
+        p.control(ch, abi.NVA06F_CTRL_CMD_BIND, bind, 4, driver=driver)
+
+    a, b = 0x5C000090, 0x5C000091
+    for ch in (a, b):
+        assert p.alloc(DEV, abi.HOPPER_CHANNEL_GPFIFO_A, ch, ctypes.create_string_buffer(132))[0].verdict == cs.GS_PASS
+    # a forged success of a bind to NVDEC RM refused, then the real bind to GR, "failed"
+    bind_to(a, 0x13)
+    assert engine_of(core, a) == 0x13
+    bind_to(a, abi.NV2080_ENGINE_TYPE_GR0, driver=failed)
+    assert engine_of(core, a) == abi.NV2080_ENGINE_TYPE_GR0
+    # a GR channel bound "successfully" to a decoder stays GR
+    bind_to(a, 0x13)
+    assert engine_of(core, a) == abi.NV2080_ENGINE_TYPE_GR0
+    # a failed bind to a decoder records nothing
+    bind_to(b, 0x14, driver=failed)
+    assert engine_of(core, b) == 0
 
 
 def test_register_memory_is_allocated_but_never_mapped(env):

@@ -339,6 +339,7 @@ enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, cons
 enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			      struct nvos64_params *p, struct gs_evq *q);
 /* engines.c */
+int gs_engine_video(nv_u32 engine);
 enum gs_verdict gs_pre_video_engine(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 				    struct nvos64_params *p, struct gs_evq *q);
 /* legacy.c: the escapes before RM_ALLOC that OpenGL, Vulkan and the video libraries use */

@@ -74,16 +74,42 @@ const struct gs_control_handler gs_zcull_handler = {
 };
 
 /*
- * NVA06F_CTRL_CMD_BIND: which engine the caller's channel runs on. Only
- * recorded, for the status: the gating does not depend on it.
+ * The engines whose channels the controller leaves running (a runlist each,
+ * no compute on them): NVDEC0-7, NVENC0-3, NVJPG0-7, OFA0-1
+ * (cl2080_notification.h; pyctl/gpuslice/scheduler.py GATED_ENGINE_GROUPS
+ * is the controller's side of the same rule).
+ */
+int gs_engine_video(nv_u32 engine)
+{
+	return (engine >= NV2080_ENGINE_TYPE_NVDEC0 && engine <= NV2080_ENGINE_TYPE_NVENC2) ||
+	       (engine >= NV2080_ENGINE_TYPE_NVJPEG0 && engine <= NV2080_ENGINE_TYPE_OFA0) ||
+	       engine == NV2080_ENGINE_TYPE_OFA1 || engine == NV2080_ENGINE_TYPE_NVENC3;
+}
+
+/*
+ * NVA06F_CTRL_CMD_BIND: which engine the caller's channel runs on, which
+ * decides whether the controller gates it. The status is the reply's, which
+ * another thread of the caller can rewrite (kmod/shadow.c): so a bind moves
+ * a channel towards gating whatever the status says (a failed one leaves
+ * the channel on no runlist, or where it was), and away from it only from
+ * no engine at all, on success. A channel that holds a GR or copy engine
+ * never becomes a video one: a forged success cannot take it out of the
+ * slots, and a forged failure cannot keep it out of them.
  */
 static void gs_bind_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			 const struct nvos54_params *p, struct gs_evq *q)
 {
 	struct nva06f_ctrl_bind_params bp;
+	const struct gs_obj *ob;
 
-	if (c->reply_lost || c->status != NV_OK || !io || !p->params ||
-	    p->params_size < sizeof(bp) || io->read(io->ctx, p->params, &bp, sizeof(bp)))
+	if (!io || !p->params || p->params_size < sizeof(bp) ||
+	    io->read(io->ctx, p->params, &bp, sizeof(bp)))
+		return;
+	ob = gs_obj_find(in, p->h_client, p->h_object);
+	if (!ob)
+		return;
+	if (gs_engine_video(bp.engine_type) &&
+	    (ob->o.engine || c->reply_lost || c->status != NV_OK))
 		return;
 	gs_obj_engine_set(in, p->h_client, p->h_object, bp.engine_type, q);
 }

@@ -823,6 +823,12 @@ struct nv2080_ctrl_mc_get_arch_info_params {	/* 16 bytes */
 /* ctrl2080/ctrl2080gpu.h engine types */
 #define NV2080_ENGINE_TYPE_GR0		0x01
 #define NV2080_ENGINE_TYPE_COPY0	0x09
+#define NV2080_ENGINE_TYPE_NVDEC0	0x13
+#define NV2080_ENGINE_TYPE_NVENC2	0x1d
+#define NV2080_ENGINE_TYPE_NVJPEG0	0x2b
+#define NV2080_ENGINE_TYPE_OFA0		0x33
+#define NV2080_ENGINE_TYPE_OFA1		0x3e
+#define NV2080_ENGINE_TYPE_NVENC3	0x3f
 
 /* ctrl906f.h */
 #define NV906F_CTRL_CMD_GET_CLASS_ENGINEID	0x906f0101
