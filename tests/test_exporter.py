@@ -52,7 +52,10 @@ STATUS = {"running": True, "pid": 1, "switches": 42, "rm_calls": 84,
                                        "batch": {"share": 0.25, "active": False, "gated": False, "channels": 0,
                                                  "slot_ns": 1_000_000_000, "gated_ns": 3_000_000_000}}}}}
 GUARD = {"pid": 2, "polls": 500, "kills": 1}
-GPUS = [{"index": 0, "uuid": "GPU-abc", "utilization": 37, "memory_used": 3 * GIB, "memory_total": 80 * GIB}]
+GPUS = [{"index": 0, "uuid": "GPU-abc", "utilization": 37, "memory_used": 3 * GIB, "memory_total": 80 * GIB,
+         "processes": [{"pid": 100, "smUtil": 30, "encUtil": 0, "decUtil": 40},
+                       {"pid": 101, "smUtil": 20, "encUtil": 0, "decUtil": 70},
+                       {"pid": 99, "smUtil": 50, "encUtil": 0, "decUtil": 0}]}]
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -133,6 +136,12 @@ def test_scrape_over_loopback(server) -> None:
     assert value(sm, "gpuslice_guard_kills_total") == 1
     # NVML
     assert value(sm, "gpuslice_gpu_utilization_ratio", gpu="0", uuid="GPU-abc") == pytest.approx(0.37)
+    # NVML's per-process engine samples, summed over the instance's pids (pid 99 is no instance's)
+    assert value(sm, "gpuslice_instance_engine_utilization_ratio", instance="web", gpu="0", engine="sm") == \
+        pytest.approx(0.5)
+    assert value(sm, "gpuslice_instance_engine_utilization_ratio", instance="web", gpu="0", engine="dec") == 1.0
+    assert ("gpuslice_instance_engine_utilization_ratio", (("engine", "sm"), ("gpu", "0"), ("instance", "batch"))) \
+        not in sm
     assert value(sm, "gpuslice_gpu_memory_total_bytes", gpu="0", uuid="GPU-abc") == 80 * GIB
 
 
@@ -226,3 +235,23 @@ def test_the_command_refuses_a_bad_listen_in_one_line(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-m", "gpuslice", "--kernel", "no", "exporter", "--listen", "nowhere"],
                        env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--listen" in r.stderr
+
+
+def test_nvml_process_samples_keep_each_pids_latest() -> None:
+    from types import SimpleNamespace as NS_
+
+    class FakeNvml:
+        def __init__(self, samples):  # type: ignore[no-untyped-def]
+            self.samples = samples
+
+        def nvmlDeviceGetProcessUtilization(self, h, last):  # type: ignore[no-untyped-def]
+            if self.samples is None:
+                raise RuntimeError("NVML_ERROR_NOT_FOUND")
+            return self.samples
+
+    s = [NS_(pid=5, timeStamp=1, smUtil=10, memUtil=1, encUtil=0, decUtil=0),
+         NS_(pid=5, timeStamp=3, smUtil=30, memUtil=1, encUtil=0, decUtil=60),
+         NS_(pid=6, timeStamp=2, smUtil=5, memUtil=1, encUtil=7, decUtil=0)]
+    assert E.nvml_process_samples(FakeNvml(s), None) == [
+        {"pid": 5, "smUtil": 30, "encUtil": 0, "decUtil": 60}, {"pid": 6, "smUtil": 5, "encUtil": 7, "decUtil": 0}]
+    assert E.nvml_process_samples(FakeNvml(None), None) == []

@@ -64,7 +64,7 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
     instances: INSTANCE_GET dicts (netlink.to_dict, merged), None when the module is not
     reachable; status: the daemon's status.json, with ``running``; guard: guard.json;
     gpus: one dict per NVML device (index, uuid, name, utilization, memory_used,
-    memory_total)."""
+    memory_total, processes: NVML's per-process engine samples, nvml_process_samples)."""
     out: list[Metric] = []
     up = GaugeMetricFamily("gpuslice_module_up", "1 when the gpuslice module answered over netlink.")
     up.add_metric([], 0 if instances is None else 1)
@@ -135,7 +135,41 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
     out += _daemon(status)
     out += _guard(guard)
     out += _gpus(gpus)
+    out += _engine_use(insts, gpus)
     return out
+
+
+# NVML's per-process engine samples (nvmlDeviceGetProcessUtilization), by engine label
+ENGINE_SAMPLES = (("sm", "smUtil"), ("enc", "encUtil"), ("dec", "decUtil"))
+
+
+def engine_utilization(insts: Sequence[Mapping[str, Any]],
+                       gpus: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], float]:
+    """(instance, gpu, engine) -> fraction of NVML's last sample period the instance's
+    processes kept that engine busy (sm: the SMs, enc: NVENC, dec: NVDEC), summed over its
+    processes and capped at 1. A process is the instance's when the module lists its pid
+    (INSTANCE_GET pids); NVML's samples name host pids, as the module does."""
+    owner = {int(pid): str(d["name"]) for d in insts for pid in d.get("pids", ())}
+    out: dict[tuple[str, str, str], float] = {}
+    for g in gpus:
+        for p in g.get("processes") or ():
+            name = owner.get(int(p.get("pid", 0)))
+            if name is None:
+                continue
+            for engine, key in ENGINE_SAMPLES:
+                k = (name, str(g["index"]), engine)
+                out[k] = min(1.0, out.get(k, 0.0) + float(p.get(key, 0)) / 100.0)
+    return out
+
+
+def _engine_use(insts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]]) -> list[Metric]:
+    m = GaugeMetricFamily("gpuslice_instance_engine_utilization_ratio",
+                          "Fraction of NVML's last sample period the instance's processes kept an engine busy "
+                          "(sm, enc: NVENC, dec: NVDEC), from NVML's per-process samples.",
+                          labels=["instance", "gpu", "engine"])
+    for (name, g, engine), v in sorted(engine_utilization(insts, gpus).items()):
+        m.add_metric([name, g, engine], v)
+    return [m]
 
 
 def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
@@ -269,6 +303,7 @@ def nvml_gpus() -> list[dict[str, Any]]:
                     d[key] = fn()
                 except Exception:
                     pass
+            d["processes"] = nvml_process_samples(pynvml, h)
             out.append(d)
     except Exception as e:
         log.debug("NVML: %s", e)
@@ -278,6 +313,20 @@ def nvml_gpus() -> list[dict[str, Any]]:
         except Exception:
             pass
     return out
+
+
+def nvml_process_samples(pynvml: Any, h: Any) -> list[dict[str, int]]:
+    """The latest of NVML's per-process utilisation samples of each pid on the GPU (SM,
+    memory, NVENC, NVDEC in percent); [] when NVML has none (it raises NotFound then)."""
+    latest: dict[int, Any] = {}
+    try:
+        for smp in pynvml.nvmlDeviceGetProcessUtilization(h, 0):
+            if smp.pid not in latest or smp.timeStamp > latest[smp.pid].timeStamp:
+                latest[smp.pid] = smp
+    except Exception:
+        return []
+    return [{"pid": int(p), **{key: int(getattr(smp, key)) for _e, key in ENGINE_SAMPLES}}
+            for p, smp in sorted(latest.items())]
 
 
 @dataclass
