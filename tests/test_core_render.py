@@ -75,8 +75,8 @@ def test_heap_allocations_count_like_the_class_rm_makes_and_free_returns_them(en
     core, rm = env
     p = Proc(core, rm)
     drv = HeapRM()
-    for fn in (F_ALLOC_SIZE, F_RANGE, F_TILED):
-        r = core.call(VIDHEAP, heap(p, fn, size=256 * MiB), drv)
+    for i, fn in enumerate((F_ALLOC_SIZE, F_RANGE, F_TILED)):
+        r = core.call(VIDHEAP, heap(p, fn, size=256 * MiB, flags=HANDLE_PROVIDED, handle=0x200 + i), drv)
         assert (r.verdict, r.status) == (cs.GS_PASS, 0), fn
     assert core.stats()["used"] == 768 * MiB
     # a virtual range and system memory are not video memory
@@ -88,14 +88,29 @@ def test_heap_allocations_count_like_the_class_rm_makes_and_free_returns_them(en
     r = core.call(VIDHEAP, heap(p, F_ALLOC_SIZE, size=512 * MiB), drv)
     assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_NO_MEMORY, cs.GS_REFUSE_QUOTA)
     assert drv.calls == calls and core.stats()["used"] == 768 * MiB
-    # RM_FREE of the handle RM made returns its charge; so does the heap's own FREE
-    mine = [o for o in core.objects() if o.get("size") == 256 * MiB]
-    assert len(mine) == 3
-    assert p.free(mine[0]["handle"]).status == 0
+    # RM_FREE of the handle returns its charge; so does the heap's own FREE
+    assert sorted(o["handle"] for o in core.objects() if o.get("size") == 256 * MiB) == [0x200, 0x201, 0x202]
+    assert p.free(0x200).status == 0
     assert core.stats()["used"] == 512 * MiB
-    r = core.call(VIDHEAP, heap(p, F_FREE, handle=mine[1]["handle"]), drv)
+    r = core.call(VIDHEAP, heap(p, F_FREE, handle=0x201), drv)
     assert (r.verdict, r.status) == (cs.GS_PASS, 0)
     assert core.stats()["used"] == 256 * MiB
+
+
+def test_a_heap_allocation_under_a_handle_rm_chose_is_the_clients(env):
+    """RM's handle comes back in a reply another thread can rewrite; a free of whatever handle
+    the reply names must not return the charge: it stays with the client until the client goes."""
+    core, rm = env
+    p = Proc(core, rm)
+    a = heap(p, F_ALLOC_SIZE, size=256 * MiB)
+    assert core.call(VIDHEAP, a, HeapRM()).status == 0
+    replied = struct.unpack_from("<I", a, 44)[0]
+    assert core.stats()["used"] == 256 * MiB
+    assert p.free(replied).status == 0
+    assert core.stats()["used"] == 256 * MiB
+    arg = cs.free_arg(p.client, 0, p.client)  # the client goes: its charges with it
+    assert core.call(FREE, arg, rm.ok(12)).status == 0
+    assert core.stats()["used"] == 0
 
 
 def test_heap_handle_provided_and_rm_failure(env):
@@ -284,7 +299,7 @@ def test_a_bound_channel_is_announced_on_its_engine(env):
     core, rm = env
     p = Proc(core, rm)
     ch = 0x5C000080
-    params = ctypes.create_string_buffer(132)
+    params = ctypes.create_string_buffer(abi.CHANNEL_ALLOC_PARAMS_SIZE)
     r, _, _ = p.alloc(DEV, abi.HOPPER_CHANNEL_GPFIFO_A, ch, params)
     assert r.verdict == cs.GS_PASS
     core.events()
@@ -323,7 +338,7 @@ def test_a_bind_reply_cannot_take_a_channel_out_of_the_slots(env):
 
     a, b = 0x5C000090, 0x5C000091
     for ch in (a, b):
-        assert p.alloc(DEV, abi.HOPPER_CHANNEL_GPFIFO_A, ch, ctypes.create_string_buffer(132))[0].verdict == cs.GS_PASS
+        assert p.alloc(DEV, abi.HOPPER_CHANNEL_GPFIFO_A, ch, ctypes.create_string_buffer(abi.CHANNEL_ALLOC_PARAMS_SIZE))[0].verdict == cs.GS_PASS
     # a forged success of a bind to NVDEC RM refused, then the real bind to GR, "failed"
     bind_to(a, 0x13)
     assert engine_of(core, a) == 0x13
@@ -335,6 +350,24 @@ def test_a_bind_reply_cannot_take_a_channel_out_of_the_slots(env):
     # a failed bind to a decoder records nothing
     bind_to(b, 0x14, driver=failed)
     assert engine_of(core, b) == 0
+
+
+def test_register_memory_needs_a_handle_the_core_knows_and_is_recorded_whatever_rm_says(env):
+    core, rm = env
+    p = Proc(core, rm)
+    r = core.call(ALLOC_MEMORY, alloc_memory(p, abi.NV01_MEMORY_LOCAL_PRIVILEGED, 0, 0), rm.ok(40))
+    assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_ARGUMENT, cs.GS_REFUSE_MALFORMED)
+
+    def forged_failure(a: bytearray) -> int:
+        struct.pack_into("<I", a, 40, abi.NV_ERR_INVALID_ARGUMENT)  # RM made it; the reply says not
+        return 0
+
+    assert core.call(ALLOC_MEMORY, alloc_memory(p, abi.NV01_MEMORY_LOCAL_PRIVILEGED, 0, 0x320), forged_failure).verdict \
+        == cs.GS_PASS
+    m = bytearray(56)
+    struct.pack_into("<III", m, 0, p.client, DEV, 0x320)
+    r = core.call(abi.iowr(abi.NV_ESC_RM_MAP_MEMORY, 56), m, rm.ok(40))
+    assert (r.status, r.refusal) == (abi.NV_ERR_PROTECTION_FAULT, cs.GS_REFUSE_GLOBAL)
 
 
 def test_register_memory_is_allocated_but_never_mapped(env):
@@ -374,3 +407,57 @@ def test_a_tiled_allocation_with_a_negative_pitch_is_past_any_limit(so):
         assert (r.status, r.refusal) == (abi.NV_ERR_NO_MEMORY, cs.GS_REFUSE_QUOTA)
     finally:
         core.close()
+
+
+def semsurf_params(h_sem: int, h_max: int = 0) -> ctypes.Array:
+    b = ctypes.create_string_buffer(16)
+    struct.pack_into("<IIQ", b, 0, h_sem, h_max, 0)
+    return b
+
+
+def test_a_semaphore_surface_holds_its_memorys_charge(env):
+    """RM duplicates a semaphore surface's memory into its own client (sem_surf.c): freeing
+    the caller's handle leaves the memory allocated, so the charge stays until the surface goes."""
+    core, rm = env
+    p = Proc(core, rm)
+    _, mem = p.mem(256 * MiB)
+    r, surf, _ = p.alloc(DEV, abi.NV_SEMAPHORE_SURFACE, params=semsurf_params(mem))
+    assert r.verdict == cs.GS_PASS
+    assert p.free(mem).status == 0
+    assert core.stats()["used"] == 256 * MiB
+    assert p.free(surf).status == 0
+    assert core.stats()["used"] == 0
+    _, m1 = p.mem(2 * MiB)
+    _, m2 = p.mem(2 * MiB)
+    r, _, _ = p.alloc(DEV, abi.NV_SEMAPHORE_SURFACE, params=semsurf_params(m1, m2))
+    assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_PARAMETER, cs.GS_REFUSE_CLASS)
+
+
+def test_the_memory_mapper_is_refused_as_absent(env):
+    """Its queue is kernel memory of maxQueueSize x 56 bytes, no bound (mem_mapper.c)."""
+    core, rm = env
+    p = Proc(core, rm)
+    r, _, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=ctypes.create_string_buffer(24))
+    assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_CLASS, cs.GS_REFUSE_CLASS)
+
+
+@pytest.mark.parametrize("wait,manual,timeout,want", [
+    (1, 0, 0, (1, 1, 100_000)),            # RM's own 1 s: capped
+    (1, 1, 900_000, (1, 1, 100_000)),
+    (1, 1, 50_000, (1, 1, 50_000)),        # under the cap: as asked
+    (0, 0, 0, (0, 0, 0)),                  # no wait: as asked
+])
+def test_a_preempt_waits_at_most_100ms(env, wait, manual, timeout, want):
+    core, rm = env
+    p = Proc(core, rm)
+    b = ctypes.create_string_buffer(8)
+    struct.pack_into("<BBxxI", b, 0, wait, manual, timeout)
+    seen = []
+
+    def drv(a: bytearray) -> int:
+        seen.append(struct.unpack_from("<BBxxI", b, 0))
+        struct.pack_into("<I", a, 28, 0)
+        return 0
+
+    r, _ = p.control(0x5C000050, 0xA06C0105, b, 8, driver=drv)
+    assert r.verdict == cs.GS_PASS and seen == [want]

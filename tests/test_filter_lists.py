@@ -251,7 +251,9 @@ def test_render_video_trace_is_listed():
     escapes = {c["esc"] for c in calls}
     assert cmds - RENDER_VIDEO_REFUSED <= set(ALLOWED), sorted(hex(c) for c in cmds - set(ALLOWED))
     assert RENDER_VIDEO_REFUSED <= set(GLOBAL)
-    assert classes <= set(CLASSES), sorted(hex(c) for c in classes - set(CLASSES))
+    refused_classes = {abi.NV_MEMORY_MAPPER}  # its queue is unbounded kernel memory (filter.c)
+    assert classes - refused_classes <= set(CLASSES), sorted(hex(c) for c in classes - set(CLASSES))
+    assert not refused_classes & set(CLASSES)
     assert escapes <= RENDER_VIDEO_ESCAPES, sorted(hex(e) for e in escapes - RENDER_VIDEO_ESCAPES)
     # every escape named is one the core decides (a case of its dispatch) or passes plainly
     core = (cs.REPO / "kmod" / "core" / "core.c").read_text() + (cs.REPO / "kmod" / "core" / "legacy.c").read_text()
@@ -274,3 +276,16 @@ def test_graphics_and_video_rows_carry_their_capability():
                 if re.fullmatch(r"[dsthpgv]+", why.split(":", 1)[0])}
     cmds = {c["what"] for c in render_video_calls() if c["esc"] == abi.NV_ESC_RM_CONTROL}
     assert cmds - RENDER_VIDEO_REFUSED <= lettered, sorted(hex(c) for c in cmds - lettered)
+
+
+def test_tsg_and_channel_parameters_are_staged():
+    """The engine a TSG or channel names decides whether the controller gates it: RM must
+    read the parameters the core read (kmod/shadow.c), all of them (580's sizes)."""
+    rows = {key: fields for key, fields in CLASS_ROW.findall(_table("gs_classes"))}
+    for cls in ("KEPLER_CHANNEL_GROUP_A", "HOPPER_CHANNEL_GPFIFO_A", "AMPERE_CHANNEL_GPFIFO_A"):
+        assert ".stage = 1" in rows[cls], cls
+    assert "NV_CHANNEL_GROUP_ALLOC_PARAMS_SIZE" in rows["KEPLER_CHANNEL_GROUP_A"]
+    assert "NV_CHANNEL_ALLOC_PARAMS_SIZE" in rows["HOPPER_CHANNEL_GPFIFO_A"]
+    abi_h = (cs.REPO / "kmod" / "core" / "nvrm_abi.h").read_text()
+    assert re.search(r"#define NV_CHANNEL_GROUP_ALLOC_PARAMS_SIZE\s+20\b", abi_h)
+    assert re.search(r"#define NV_CHANNEL_ALLOC_PARAMS_SIZE\s+368\b", abi_h)

@@ -367,26 +367,57 @@ enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c, const struc
  * Reaching the memory from elsewhere needs an IMEX channel, which instances
  * do not have (filter.c).
  */
-enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
-			      struct nvos64_params *p, struct gs_evq *q)
+/*
+ * The new object keeps the caller's memory h_mem alive in RM (a reference or a
+ * duplicate RM holds): it takes a reference on h_mem's charge until it goes
+ * (gs_post_holder()), so a free of h_mem cannot uncharge memory RM still holds.
+ */
+static enum gs_verdict gs_pre_holds(struct gs_inst *in, struct gs_call *c, nv_handle client,
+				    nv_handle h_mem)
 {
-	struct nv00f8_alloc_params fp;
 	const struct gs_obj *vid;
 
-	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &fp, sizeof(fp)))
-		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
-	if (fp.alloc_flags & NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA)
-		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_NOT_SUPPORTED);
-	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_root, fp.map_h_vid_mem))
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, client, h_mem))
 		return gs_busy_refuse(c, 40);
-	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_root, fp.map_h_vid_mem);
-	vid = gs_obj_find(in, p->h_root, fp.map_h_vid_mem);
+	gs_busy_add(in, c, GS_BUSY_SOURCE, client, h_mem);
+	vid = gs_obj_find(in, client, h_mem);
 	if (vid && vid->mem) {
 		c->src_found = 1;
 		c->src_mem = vid->mem;
 		c->src_mem->refs++;
 	}
 	return GS_PASS;
+}
+
+enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			      struct nvos64_params *p, struct gs_evq *q)
+{
+	struct nv00f8_alloc_params fp;
+
+	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &fp, sizeof(fp)))
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+	if (fp.alloc_flags & NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA)
+		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_NOT_SUPPORTED);
+	return gs_pre_holds(in, c, p->h_root, fp.map_h_vid_mem);
+}
+
+/*
+ * NV_SEMAPHORE_SURFACE duplicates hSemaphoreMem (and hMaxSubmittedMem) into
+ * RM's own client (gpu/mem_mgr/sem_surf.c _semsurfDupMemory): the memory
+ * outlives the caller's free of it. The surface holds its charge; a second,
+ * different memory (32-bit semaphores only) is refused as RM refuses it for
+ * 64-bit ones, the kind the H100's drivers use.
+ */
+enum gs_verdict gs_pre_semaphore_surface(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+					 struct nvos64_params *p, struct gs_evq *q)
+{
+	struct nv_semaphore_surface_alloc_params sp;
+
+	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &sp, sizeof(sp)))
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+	if (sp.h_max_submitted_mem && sp.h_max_submitted_mem != sp.h_semaphore_mem)
+		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_INVALID_PARAMETER);
+	return gs_pre_holds(in, c, p->h_root, sp.h_semaphore_mem);
 }
 
 /*
@@ -733,6 +764,10 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		}
 		if (p->h_class == NV01_MEMORY_LOCAL_USER)
 			p->h_class = NV01_MEMORY_SYSTEM_DYNAMIC;	/* gs_post_heap_size() */
+		/* register memory: by a handle the core knows, whatever RM answers */
+		if (p->h_class == NV01_MEMORY_LOCAL_PRIVILEGED &&
+		    (!p->h_object_new || gs_obj_find(in, p->h_root, p->h_object_new)))
+			return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_ARGUMENT);
 		gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new);
 		return GS_PASS;
 	}
@@ -1013,14 +1048,14 @@ static nv_u32 gs_reply_status(const struct gs_call *c, nv_u32 replied)
 }
 
 /*
- * NV_MEMORY_FABRIC: the object holds its hVidMem's charge (gs_pre_fabric()).
- * Whatever the reply says, the reference is kept: RM's own count of the
- * process's memory does not see what a fabric object holds (the guard would
+ * NV_MEMORY_FABRIC and NV_SEMAPHORE_SURFACE: the object holds its memory's
+ * charge (gs_pre_holds()). Whatever the reply says, the reference is kept:
+ * RM's own count of the process's memory does not see what such an object holds (the guard would
  * not catch it), so a reply rewritten to a failure, or to no handle, must not
  * uncharge memory RM may hold. Where it cannot go to a registered object, the
  * client holds it (gs_park()).
  */
-static void gs_post_fabric(struct gs_inst *in, struct gs_call *c, const struct nvos64_params *req,
+static void gs_post_holder(struct gs_inst *in, struct gs_call *c, const struct nvos64_params *req,
 			   const struct nvos64_params *rep, nv_u32 status, struct gs_evq *q)
 {
 	struct gs_mem *mem = c->src_mem;
@@ -1070,8 +1105,8 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 		gs_quota_post(in, c, io, req, status, q);
 		return;
 	}
-	if (req->h_class == NV_MEMORY_FABRIC) {
-		gs_post_fabric(in, c, req, rep, status, q);
+	if (req->h_class == NV_MEMORY_FABRIC || req->h_class == NV_SEMAPHORE_SURFACE) {
+		gs_post_holder(in, c, req, rep, status, q);
 		return;
 	}
 	if (status != NV_OK)
@@ -1181,6 +1216,17 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
 
 	if (c->what == NV01_MEMORY_LOCAL_USER && p->h_class == NV01_MEMORY_SYSTEM_DYNAMIC)
 		gs_post_heap_size(in, c, p, rep);
+	/*
+	 * Register memory is recorded whatever the (rewritable) status says, so
+	 * that no forged failure leaves a live one out of gs_pre_map_memory()'s
+	 * sight; a record RM has no object for only refuses mapping that handle.
+	 */
+	if (p->h_class == NV01_MEMORY_LOCAL_PRIVILEGED) {
+		gs_obj_init(&o, in, c, GPUSLICE_OBJ_OTHER, p->h_root, p->h_object_parent,
+			    p->h_object_new, p->h_class);
+		gs_obj_add(in, c, &o, NULL, q);
+		return;
+	}
 
 	if (c->priv[0]) {	/* counted (gs_pre_alloc_memory_system()) */
 		struct gs_mem_req r = gs_alloc_memory_req(p);

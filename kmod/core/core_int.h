@@ -266,6 +266,7 @@ extern const struct gs_control_handler gs_timeslice_handler;	/* core.c */
 extern const struct gs_control_handler gs_schedule_handler;	/* core.c */
 extern const struct gs_control_handler gs_zcull_handler;	/* engines.c */
 extern const struct gs_control_handler gs_bind_handler;		/* engines.c */
+extern const struct gs_control_handler gs_preempt_handler;	/* engines.c */
 
 /*
  * One control: its capability, why it is allowed or refused, and refused,
@@ -338,6 +339,18 @@ enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, cons
 				     struct nvos64_params *p, struct gs_evq *q);
 enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			      struct nvos64_params *p, struct gs_evq *q);
+enum gs_verdict gs_pre_semaphore_surface(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+					 struct nvos64_params *p, struct gs_evq *q);
+/*
+ * The most a call may have RM wait on the GPU for the caller
+ * (NV_ESC_RM_IDLE_CHANNELS' timeout, NVA06C_CTRL_CMD_PREEMPT's), in
+ * microseconds, 0 meaning RM's default for IDLE_CHANNELS: 100 ms. RM answers
+ * a longer wait NV_ERR_TIMEOUT, which the caller meets as a timeout of its
+ * own, and the scheduler's and other tenants' RM calls wait behind it at
+ * most that long.
+ */
+#define GS_WAIT_MAX_US	100000
+
 /* engines.c */
 int gs_engine_video(nv_u32 engine);
 enum gs_verdict gs_pre_video_engine(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,

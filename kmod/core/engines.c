@@ -117,3 +117,38 @@ static void gs_bind_post(struct gs_inst *in, struct gs_call *c, const struct gs_
 const struct gs_control_handler gs_bind_handler = {
 	.post = gs_bind_post,
 };
+
+/*
+ * NVA06C_CTRL_CMD_PREEMPT of the caller's own TSG may wait for the
+ * preemption, up to 1 s (ctrla06c.h), in GSP, holding what RM holds for a
+ * control: the wait is capped at GS_WAIT_MAX_US, as IDLE_CHANNELS' (legacy.c),
+ * on the staged copy RM reads. A TSG the controller disabled still preempts
+ * at once; a wait past the cap is answered by RM as a timeout.
+ */
+static enum gs_verdict gs_preempt_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				      const struct nvos54_params *p, nv_u32 *status)
+{
+	struct nva06c_ctrl_preempt_params pp;
+
+	if (!p->params || p->params_size < sizeof(pp))
+		return GS_PASS;		/* RM refuses the size */
+	if (!io || io->read(io->ctx, p->params, &pp, sizeof(pp))) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		*status = NV_ERR_INVALID_POINTER;
+		return GS_REPLY;
+	}
+	if (!pp.b_wait || (pp.b_manual_timeout && pp.timeout_us <= GS_WAIT_MAX_US))
+		return GS_PASS;
+	pp.b_manual_timeout = 1;
+	pp.timeout_us = GS_WAIT_MAX_US;
+	if (io->write(io->ctx, p->params, &pp, sizeof(pp))) {
+		c->refusal = GS_REFUSE_MALFORMED;
+		*status = NV_ERR_INVALID_POINTER;
+		return GS_REPLY;
+	}
+	return GS_PASS;
+}
+
+const struct gs_control_handler gs_preempt_handler = {
+	.pre = gs_preempt_pre,
+};

@@ -221,7 +221,7 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x90e70113, GS_CAP_UTILITY, "s: NV90E7_BBX_GET_LAST_FLUSH_TIME: InfoROM BBX last flush time; read-only (RM answers 0x55 here)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0xa06c0101, GS_CAP_COMPUTE, "dt: NVA06C_GPFIFO_SCHEDULE: puts the caller's own TSG on the runlist (bEnable=0 has no effect, FINDINGS); gating uses DISABLE_CHANNELS, which is refused", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
 	{ 0xa06c0103, GS_CAP_COMPUTE, "dt: NVA06C_SET_TIMESLICE: CUDA's own 2048 us at every context; a TSG's timeslice is the operator's (the instance's TIMESLICE_US): answered NV_OK, not passed", GS_REFUSE_NONE, NV_OK, &gs_timeslice_handler },
-	{ 0xa06c0105, GS_CAP_VIDEO, "v: NVA06C_PREEMPT: preempts the caller's own TSG off its engine (it gives time back; gating is unaffected: a disabled TSG stays disabled)", GS_REFUSE_NONE, NV_OK, NULL },
+	{ 0xa06c0105, GS_CAP_VIDEO, "v: NVA06C_PREEMPT: preempts the caller's own TSG off its engine (it gives time back; gating is unaffected: a disabled TSG stays disabled); its wait capped (engines.c)", GS_REFUSE_NONE, NV_OK, &gs_preempt_handler },
 	{ 0xa06f0103, GS_CAP_GRAPHICS | GS_CAP_VIDEO, "gv: NVA06F_GPFIFO_SCHEDULE: puts the caller's own channel on the runlist, as NVA06C_GPFIFO_SCHEDULE for a TSG", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
 	{ 0xa06f0104, GS_CAP_GRAPHICS | GS_CAP_VIDEO, "gv: NVA06F_BIND: binds the caller's own channel to an engine; engines.c records which (gpuctl status)", GS_REFUSE_NONE, NV_OK, &gs_bind_handler },
 	{ 0xc36f0108, GS_CAP_COMPUTE, "dt: NVC36F_GPFIFO_GET_WORK_SUBMIT_TOKEN: doorbell token of the caller's own channel; read-only", GS_REFUSE_NONE, NV_OK, NULL },
@@ -380,9 +380,14 @@ static const struct gs_class_row gs_classes[] = {
 	  .why = "s: InfoROM queries (nvidia-smi -q); its write controls are not listed" },
 	{ .klass = FERMI_VASPACE_A, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: a GPU virtual address space of the caller's own" },
+	/*
+	 * A TSG's and a channel's parameters name the engine they run on, which
+	 * decides whether the controller gates them (engines.c): staged, so that
+	 * RM reads the engine the core recorded.
+	 */
 	{ .klass = KEPLER_CHANNEL_GROUP_A, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: a TSG, registered and gated",
-	  .params_size = 16 },
+	  .params_size = NV_CHANNEL_GROUP_ALLOC_PARAMS_SIZE, .stage = 1 },
 	{ .klass = AMPERE_SMC_CONFIG_SESSION, .caps = GS_CAP_UTILITY,
 	  .why = "st: its MIG controls are not listed" },
 	{ .klass = AMPERE_SMC_MONITOR_SESSION, .caps = GS_CAP_UTILITY,
@@ -391,7 +396,7 @@ static const struct gs_class_row gs_classes[] = {
 	  .why = "dt: the doorbell page CUDA rings to submit work" },
 	{ .klass = HOPPER_CHANNEL_GPFIFO_A, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: a channel, registered and gated",
-	  .params_size = 132 },
+	  .params_size = NV_CHANNEL_ALLOC_PARAMS_SIZE, .stage = 1 },
 	{ .klass = HOPPER_DMA_COPY_A, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: a copy engine object on the caller's own channel" },
 	{ .klass = NV_CONFIDENTIAL_COMPUTE, .caps = GS_CAP_COMPUTE,
@@ -407,9 +412,11 @@ static const struct gs_class_row gs_classes[] = {
 	{ .klass = NV01_MEMORY_VIRTUAL, .caps = GS_CAP_GRAPHICS | GS_CAP_VIDEO,
 	  .why = "gv: a virtual range (no memory of its own), as NV50_MEMORY_VIRTUAL" },
 	{ .klass = NV_SEMAPHORE_SURFACE, .caps = GS_CAP_GRAPHICS,
-	  .why = "g: a semaphore surface over the caller's own memory (RM looks both handles up in the caller's client)" },
+	  .why = "g: a semaphore surface over the caller's own memory, which RM duplicates and keeps: it holds that memory's charge (core.c)",
+	  .pre = gs_pre_semaphore_surface, .params_size = sizeof(struct nv_semaphore_surface_alloc_params), .stage = 1 },
 	{ .klass = NV_MEMORY_MAPPER, .caps = GS_CAP_GRAPHICS,
-	  .why = "g: Vulkan's paging-operations queue over the caller's own semaphore surface and notifier" },
+	  .why = "g: Vulkan's paging-operations queue: RM allocates it in kernel memory, maxQueueSize x 56 bytes with no bound (gpu/mem_mgr/mem_mapper.c), outside any limit; RM's answer for a class the GPU does not have",
+	  .refusal = GS_REFUSE_CLASS, .status = NV_ERR_INVALID_CLASS },
 	{ .klass = FERMI_TWOD_A, .caps = GS_CAP_GRAPHICS,
 	  .why = "g: the 2D engine object on the caller's own channel" },
 	{ .klass = GF100_ZBC_CLEAR, .caps = GS_CAP_GRAPHICS,
@@ -427,7 +434,7 @@ static const struct gs_class_row gs_classes[] = {
 	  .pre = gs_pre_video_engine, .params_size = sizeof(struct nv_video_engine_alloc_params), .stage = 1 },
 	{ .klass = AMPERE_CHANNEL_GPFIFO_A, .caps = GS_CAP_GRAPHICS,
 	  .why = "g: a channel (OpenGL's and Vulkan's class on the H100), registered and gated",
-	  .params_size = 132 },
+	  .params_size = NV_CHANNEL_ALLOC_PARAMS_SIZE, .stage = 1 },
 	{ .klass = HOPPER_A, .caps = GS_CAP_GRAPHICS,
 	  .why = "g: the 3D engine object on the caller's own channel" },
 };

@@ -28,12 +28,6 @@
  */
 #include "core_int.h"
 
-/*
- * The most IDLE_CHANNELS may wait, in RM's unit (microseconds; NVOS30 timeout,
- * 0 = RM's default): 100 ms. RM answers a longer wait NV_ERR_TIMEOUT, which
- * the caller meets as a timeout of its own.
- */
-#define GS_IDLE_TIMEOUT_MAX	100000
 
 int gs_legacy_escape(nv_u32 escape)
 {
@@ -231,7 +225,13 @@ static void gs_vidheap_post(struct gs_inst *in, struct gs_call *c, struct gs_evq
 	if (!gs_vidheap_alloc(function) || !c->priv[0])
 		return;		/* nothing counted: a virtual range */
 	gs_vidheap_req(req, &r);
-	gs_quota_charge(in, c, &r, gs_u32_at(rep, NVOS32_OFF_HMEMORY),
+	/*
+	 * A handle RM chose comes back in the reply, which another thread can
+	 * rewrite (kmod/shadow.c) to one the caller then frees cheaply: such a
+	 * charge is the client's, until the client goes (OpenGL lets RM choose
+	 * for one 4 KiB allocation of host memory).
+	 */
+	gs_quota_charge(in, c, &r, 0,
 			c->reply_lost ? 0 : gs_u64_at(rep, gs_vidheap_size_off(function)), status, q);
 }
 
@@ -245,8 +245,8 @@ enum gs_verdict gs_legacy_pre(struct gs_inst *in, struct gs_call *c, struct gs_e
 	case NV_ESC_RM_IDLE_CHANNELS:
 		v = gs_pre_client_first(in, c, NVOS30_PARAMS_SIZE, NVOS30_OFF_STATUS);
 		if (v == GS_PASS && (!gs_u32_at(c->arg, NVOS30_OFF_TIMEOUT) ||
-				     gs_u32_at(c->arg, NVOS30_OFF_TIMEOUT) > GS_IDLE_TIMEOUT_MAX))
-			gs_put_u32(c->arg, NVOS30_OFF_TIMEOUT, GS_IDLE_TIMEOUT_MAX);
+				     gs_u32_at(c->arg, NVOS30_OFF_TIMEOUT) > GS_WAIT_MAX_US))
+			gs_put_u32(c->arg, NVOS30_OFF_TIMEOUT, GS_WAIT_MAX_US);
 		return v;
 	case NV_ESC_RM_ALLOC_CONTEXT_DMA2:
 		return gs_pre_client_first(in, c, NVOS39_PARAMS_SIZE, NVOS39_OFF_STATUS);

@@ -158,6 +158,13 @@ typedef uint32_t nv_handle;
 #define NVB8FA_VIDEO_OFA		0xb8fa
 #define HOPPER_A			0xcb97
 
+/* class/cl00da.h NV_SEMAPHORE_SURFACE_ALLOC_PARAMETERS, 16 bytes */
+struct nv_semaphore_surface_alloc_params {
+	nv_handle h_semaphore_mem;
+	nv_handle h_max_submitted_mem;
+	nv_u64 flags NV_ALIGN8;
+};
+
 /*
  * NV_BSP_ALLOCATION_PARAMETERS, NV_NVJPG_ALLOCATION_PARAMETERS,
  * NV_OFA_ALLOCATION_PARAMETERS (nvos.h): the video engines' objects, 12 bytes.
@@ -428,6 +435,14 @@ struct nv_memory_allocation_params {
 	nv_u32 pad1;
 };
 
+/*
+ * The sizes RM reads of a TSG's and a channel's parameters on 580
+ * (rmapiGetClassAllocParamSize: sizeof NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS,
+ * sizeof NV_CHANNEL_ALLOC_PARAMS in alloc/alloc_channel.h).
+ */
+#define NV_CHANNEL_GROUP_ALLOC_PARAMS_SIZE	20
+#define NV_CHANNEL_ALLOC_PARAMS_SIZE		368
+
 /* NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS (nvos.h), class 0xa06c */
 struct nv_channel_group_alloc_params {
 	nv_handle h_object_error;
@@ -559,6 +574,14 @@ struct nv2080_ctrl_gr_ctxsw_zcull_bind_head {
 /* ctrl/ctrla06f/ctrla06fgpfifo.h: the same on one channel, and its bind to an engine */
 #define NVA06F_CTRL_CMD_GPFIFO_SCHEDULE		0xa06f0103
 #define NVA06F_CTRL_CMD_BIND			0xa06f0104
+/* ctrla06c.h NVA06C_CTRL_PREEMPT_PARAMS */
+#define NVA06C_CTRL_CMD_PREEMPT			0xa06c0105
+struct nva06c_ctrl_preempt_params {
+	nv_u8 b_wait;
+	nv_u8 b_manual_timeout;
+	nv_u8 pad[2];
+	nv_u32 timeout_us;
+};
 struct nva06f_ctrl_bind_params {
 	nv_u32 engine_type;	/* NV2080_ENGINE_TYPE_* */
 };

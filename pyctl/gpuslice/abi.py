@@ -274,6 +274,7 @@ CHANNEL_GROUP_ALLOC = struct.Struct("<IIIIB3x")  # hObjectError, hObjectEccError
 CHANNEL_ALLOC_ENGINE_OFFSET = 128  # NV_CHANNEL_ALLOC_PARAMS.engineType
 CHANNEL_ALLOC_GPFIFO_ENTRIES_OFFSET = 16  # .gpFifoEntries
 CHANNEL_ALLOC_HEAD_SIZE = 136  # up to .cid: kmod/core/nvrm_abi.h nv_channel_alloc_params_head
+CHANNEL_ALLOC_PARAMS_SIZE = 368  # what RM reads and writes back on 580 (nvrm_abi.h NV_CHANNEL_ALLOC_PARAMS_SIZE)
 PHYSICAL_MEMORY_ALLOC = struct.Struct("<QI4xQ")  # memSize (out), format, pageSize
 GPFIFO_SCHEDULE = struct.Struct("<BBB")
 

@@ -524,7 +524,7 @@ class Session:
         fresh GPU node file, as kchannelMap_IMPL allows: (hTsg, hChannel, Userd)."""
         tsg, ch, gr = self.handle(), self.handle(), self.handle()
         self._check(rm_alloc(self.ctl, self.client, self.device, tsg, abi.KEPLER_CHANNEL_GROUP_A)[0], "tsg")
-        cp = ctypes.create_string_buffer(abi.CHANNEL_ALLOC_HEAD_SIZE)
+        cp = ctypes.create_string_buffer(abi.CHANNEL_ALLOC_PARAMS_SIZE)
         struct.pack_into("<I", cp, abi.CHANNEL_ALLOC_GPFIFO_ENTRIES_OFFSET, entries)
         self._check(rm_alloc(self.ctl, self.client, tsg, ch, abi.HOPPER_CHANNEL_GPFIFO_A, cp)[0], "channel")
         self._check(rm_alloc(self.ctl, self.client, ch, gr, abi.HOPPER_COMPUTE_A)[0], "compute")

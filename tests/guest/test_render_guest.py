@@ -170,7 +170,7 @@ def test_channel_bound_to_nvdec_shows_its_engine(nl):
         s = session(inst)
         try:
             ch = s.handle()
-            cp = ctypes.create_string_buffer(abi.CHANNEL_ALLOC_HEAD_SIZE)
+            cp = ctypes.create_string_buffer(abi.CHANNEL_ALLOC_PARAMS_SIZE)
             assert nvstub.rm_alloc(s.ctl, s.client, s.device, ch, abi.AMPERE_CHANNEL_GPFIFO_A, cp)[0] == abi.NV_OK
             bp = ctypes.create_string_buffer(struct.pack("<I", NV2080_ENGINE_TYPE_NVDEC0), 4)
             assert nvstub.rm_control(s.ctl, s.client, ch, abi.NVA06F_CTRL_CMD_BIND, bp) == abi.NV_OK
