@@ -226,12 +226,11 @@ static void gs_vidheap_post(struct gs_inst *in, struct gs_call *c, struct gs_evq
 		return;		/* nothing counted: a virtual range */
 	gs_vidheap_req(req, &r);
 	/*
-	 * A handle RM chose comes back in the reply, which another thread can
-	 * rewrite (kmod/shadow.c) to one the caller then frees cheaply: such a
-	 * charge is the client's, until the client goes (OpenGL lets RM choose
-	 * for one 4 KiB allocation of host memory).
+	 * A handle RM chose comes back in the reply, checked as RM_ALLOC's is
+	 * (quota.c gs_quota_charge()); OpenGL lets RM choose for one 4 KiB
+	 * allocation of host memory, which it then exports.
 	 */
-	gs_quota_charge(in, c, &r, 0,
+	gs_quota_charge(in, c, &r, gs_u32_at(rep, NVOS32_OFF_HMEMORY),
 			c->reply_lost ? 0 : gs_u64_at(rep, gs_vidheap_size_off(function)), status, q);
 }
 
