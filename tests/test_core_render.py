@@ -430,12 +430,32 @@ def test_a_semaphore_surface_holds_its_memorys_charge(env):
     assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_PARAMETER, cs.GS_REFUSE_CLASS)
 
 
-def test_the_memory_mapper_is_refused_as_absent(env):
-    """Its queue is kernel memory of maxQueueSize x 56 bytes, no bound (mem_mapper.c)."""
+def mapper_params(h_surf: int, queue: int) -> ctypes.Array:
+    b = ctypes.create_string_buffer(24)
+    struct.pack_into("<IIIIQ", b, 0, h_surf, queue, 0, 0, 0)
+    return b
+
+
+def test_memory_mappers_are_bounded_and_hold_their_surface(env):
+    """RM sizes a mapper's kernel queue by the caller (maxQueueSize x 56 bytes, mem_mapper.c)
+    and duplicates its semaphore surface: at most 64 mappers of 4096 entries an instance, each
+    holding the surface's (and so its memory's) charge."""
     core, rm = env
     p = Proc(core, rm)
-    r, _, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=ctypes.create_string_buffer(24))
-    assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_CLASS, cs.GS_REFUSE_CLASS)
+    _, mem = p.mem(64 * MiB)
+    _, surf, _ = p.alloc(DEV, abi.NV_SEMAPHORE_SURFACE, params=semsurf_params(mem))
+    r, _, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(surf, 4097))
+    assert (r.status, r.refusal) == (abi.NV_ERR_INSUFFICIENT_RESOURCES, cs.GS_REFUSE_LIMIT)
+    r, mapper, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(surf, 4096))
+    assert r.verdict == cs.GS_PASS
+    assert p.free(mem).status == 0 and p.free(surf).status == 0
+    assert core.stats()["used"] == 64 * MiB  # RM still holds it, through the mapper's surface
+    assert p.free(mapper).status == 0
+    assert core.stats()["used"] == 0
+    for _ in range(64):
+        assert p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(0, 16))[0].verdict == cs.GS_PASS
+    r, _, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(0, 16))
+    assert r.refusal == cs.GS_REFUSE_LIMIT
 
 
 @pytest.mark.parametrize("wait,manual,timeout,want", [

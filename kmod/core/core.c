@@ -709,6 +709,41 @@ static enum gs_verdict gs_pre_map_memory(struct gs_inst *in, struct gs_call *c)
 	return GS_PASS;
 }
 
+/*
+ * NV_MEMORY_MAPPER (Vulkan's and OpenGL's paging-operations queue): RM
+ * allocates its queue in kernel memory, maxQueueSize x 56 bytes with no bound
+ * (gpu/mem_mgr/mem_mapper.c), outside the container's memory cgroup, and
+ * duplicates the semaphore surface it names. Each instance may hold
+ * GS_MAPPERS_MAX of them, of at most GS_MAPPER_QUEUE_MAX entries (about
+ * 14 MiB of kernel memory in all), refused past that as RM refuses what it
+ * has no resources for; the mapper holds its surface's charge.
+ */
+#define GS_MAPPER_QUEUE_MAX	4096
+#define GS_MAPPERS_MAX		64
+
+static nv_u32 gs_count_class(const struct gs_inst *in, nv_u32 klass)
+{
+	const struct gs_obj *ob;
+	nv_u32 i, n = 0;
+
+	for (i = 0; i < GS_HASH_SIZE; i++)
+		for (ob = in->hash[i]; ob; ob = ob->next)
+			n += ob->o.klass == klass;
+	return n;
+}
+
+enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				     struct nvos64_params *p, struct gs_evq *q)
+{
+	struct nv_memory_mapper_alloc_params mp;
+
+	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &mp, sizeof(mp)))
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+	if (mp.max_queue_size > GS_MAPPER_QUEUE_MAX || gs_count_class(in, NV_MEMORY_MAPPER) >= GS_MAPPERS_MAX)
+		return gs_refuse_as(c, GS_REFUSE_LIMIT, 40, NV_ERR_INSUFFICIENT_RESOURCES);
+	return gs_pre_holds(in, c, p->h_root, mp.h_semaphore_surface);
+}
+
 static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 				     const struct gs_io *io, struct gs_evq *q)
 {
@@ -1048,8 +1083,8 @@ static nv_u32 gs_reply_status(const struct gs_call *c, nv_u32 replied)
 }
 
 /*
- * NV_MEMORY_FABRIC and NV_SEMAPHORE_SURFACE: the object holds its memory's
- * charge (gs_pre_holds()). Whatever the reply says, the reference is kept:
+ * NV_MEMORY_FABRIC, NV_SEMAPHORE_SURFACE and NV_MEMORY_MAPPER: the object
+ * holds its memory's charge (gs_pre_holds()). Whatever the reply says, the reference is kept:
  * RM's own count of the process's memory does not see what such an object holds (the guard would
  * not catch it), so a reply rewritten to a failure, or to no handle, must not
  * uncharge memory RM may hold. Where it cannot go to a registered object, the
@@ -1105,7 +1140,8 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 		gs_quota_post(in, c, io, req, status, q);
 		return;
 	}
-	if (req->h_class == NV_MEMORY_FABRIC || req->h_class == NV_SEMAPHORE_SURFACE) {
+	if (req->h_class == NV_MEMORY_FABRIC || req->h_class == NV_SEMAPHORE_SURFACE ||
+	    req->h_class == NV_MEMORY_MAPPER) {
 		gs_post_holder(in, c, req, rep, status, q);
 		return;
 	}

@@ -339,6 +339,8 @@ enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, cons
 				     struct nvos64_params *p, struct gs_evq *q);
 enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			      struct nvos64_params *p, struct gs_evq *q);
+enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				     struct nvos64_params *p, struct gs_evq *q);
 enum gs_verdict gs_pre_semaphore_surface(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 					 struct nvos64_params *p, struct gs_evq *q);
 /*

@@ -158,6 +158,15 @@ typedef uint32_t nv_handle;
 #define NVB8FA_VIDEO_OFA		0xb8fa
 #define HOPPER_A			0xcb97
 
+/* class/cl00fe.h NV_MEMORY_MAPPER_ALLOCATION_PARAMS, 24 bytes */
+struct nv_memory_mapper_alloc_params {
+	nv_handle h_semaphore_surface;
+	nv_u32 max_queue_size;
+	nv_handle h_notification_memory;
+	nv_u32 pad;
+	nv_u64 notification_offset NV_ALIGN8;
+};
+
 /* class/cl00da.h NV_SEMAPHORE_SURFACE_ALLOC_PARAMETERS, 16 bytes */
 struct nv_semaphore_surface_alloc_params {
 	nv_handle h_semaphore_mem;

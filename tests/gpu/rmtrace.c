@@ -157,6 +157,14 @@ int ioctl(int fd, unsigned long req, ...)
 		       "\"status\":%u}}", what, p ? (int)*(const uint32_t *)(uintptr_t)(p + 4) : -1,
 		       p ? (int)*(const uint32_t *)(uintptr_t)(p + 8) : -1, status);
 	}
+	if (nr == 0x2b && what == 0xfe) {	/* NV_MEMORY_MAPPER: maxQueueSize */
+		uint64_t p;
+
+		memcpy(&p, (const char *)arg + 16, sizeof(p));
+		if (p)
+			sample("{\"mapper\":{\"maxQueueSize\":%u,\"status\":%u}}",
+			       *(const uint32_t *)(uintptr_t)(p + 4), status);
+	}
 	if (nr == 0x2a && what == 0xa06f0104) {	/* NVA06F_CTRL_CMD_BIND: engineType */
 		uint64_t p;
 
