@@ -438,15 +438,15 @@ def mapper_params(h_surf: int, queue: int) -> ctypes.Array:
 
 def test_memory_mappers_are_bounded_and_hold_their_surface(env):
     """RM sizes a mapper's kernel queue by the caller (maxQueueSize x 56 bytes, mem_mapper.c)
-    and duplicates its semaphore surface: at most 64 mappers of 4096 entries an instance, each
+    and duplicates its semaphore surface: at most 64 mappers of 8192 entries an instance, each
     holding the surface's (and so its memory's) charge."""
     core, rm = env
     p = Proc(core, rm)
     _, mem = p.mem(64 * MiB)
     _, surf, _ = p.alloc(DEV, abi.NV_SEMAPHORE_SURFACE, params=semsurf_params(mem))
-    r, _, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(surf, 4097))
+    r, _, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(surf, 8193))
     assert (r.status, r.refusal) == (abi.NV_ERR_INSUFFICIENT_RESOURCES, cs.GS_REFUSE_LIMIT)
-    r, mapper, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(surf, 4096))
+    r, mapper, _ = p.alloc(DEV, abi.NV_MEMORY_MAPPER, params=mapper_params(surf, 8192))
     assert r.verdict == cs.GS_PASS
     assert p.free(mem).status == 0 and p.free(surf).status == 0
     assert core.stats()["used"] == 64 * MiB  # RM still holds it, through the mapper's surface

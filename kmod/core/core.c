@@ -714,11 +714,12 @@ static enum gs_verdict gs_pre_map_memory(struct gs_inst *in, struct gs_call *c)
  * allocates its queue in kernel memory, maxQueueSize x 56 bytes with no bound
  * (gpu/mem_mgr/mem_mapper.c), outside the container's memory cgroup, and
  * duplicates the semaphore surface it names. Each instance may hold
- * GS_MAPPERS_MAX of them, of at most GS_MAPPER_QUEUE_MAX entries (about
- * 14 MiB of kernel memory in all), refused past that as RM refuses what it
- * has no resources for; the mapper holds its surface's charge.
+ * GS_MAPPERS_MAX of them, of at most GS_MAPPER_QUEUE_MAX entries (what
+ * OpenGL and Vulkan ask on the H100: 8192, 448 KiB; 28 MiB of kernel memory
+ * in all), refused past that as RM refuses what it has no resources for; the
+ * mapper holds its surface's charge.
  */
-#define GS_MAPPER_QUEUE_MAX	4096
+#define GS_MAPPER_QUEUE_MAX	8192
 #define GS_MAPPERS_MAX		64
 
 static nv_u32 gs_count_class(const struct gs_inst *in, nv_u32 klass)
