@@ -7,7 +7,7 @@ than what is left, some larger than the limit), free or duplicate what it holds,
 allowed controls (FB_GET_INFO_V2, whose virtualized total must stay the limit, and
 MC_GET_ARCH_INFO) and now and then a call the module must refuse: a control, a free or
 an allocation naming another instance's client (FOREIGN), an unlisted control
-(UNLISTED), FIFO_DISABLE_CHANNELS (GLOBAL), VID_HEAP_CONTROL (ESCAPE). Now and then it
+(UNLISTED), FIFO_DISABLE_CHANNELS (GLOBAL), RM_ACCESS_REGISTRY (ESCAPE). Now and then it
 exits or kills itself with SIGKILL, holding memory; the test also SIGKILLs a random
 worker every KILL_EVERY seconds, possibly mid-call. Every dead worker is replaced.
 
@@ -76,7 +76,7 @@ SLOT_OFF = 64
 
 REASON = {v: k for k, v in tracefmt.REFUSAL_NAMES.items()}  # "QUOTA" -> 1
 ESC_ALLOC, ESC_CONTROL, ESC_FREE = abi.NV_ESC_RM_ALLOC, abi.NV_ESC_RM_CONTROL, abi.NV_ESC_RM_FREE
-ESC_HEAP = abi.NV_ESC_RM_VID_HEAP_CONTROL
+ESC_REFUSED = abi.NV_ESC_RM_ACCESS_REGISTRY  # an escape no container may make
 DEVICE, SUBDEVICE = 0x5C000002, 0x5C000003  # gsinst.InstSession's handles
 FIRST_HANDLE = 0x5C000011
 
@@ -197,8 +197,8 @@ def _work(me: Spec, shm: mmap.mmap) -> int:
                 st = nvstub.disable_channels(s.ctl, s.client, s.subdevice, [], True)
                 refused("GLOBAL", ESC_CONTROL, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, st)
             elif k == 5:
-                ret = nvstub.ioctl(s.ctl, abi.iowr(ESC_HEAP, 16), bytearray(16))
-                refused("ESCAPE", ESC_HEAP, 0, -ret, errno.EPERM)
+                ret = nvstub.ioctl(s.ctl, abi.iowr(ESC_REFUSED, 16), bytearray(16))
+                refused("ESCAPE", ESC_REFUSED, 0, -ret, errno.EPERM)
     rec("Q")
     while shm[0] != EXIT:
         time.sleep(0.05)

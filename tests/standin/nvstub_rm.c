@@ -567,6 +567,60 @@ static u32 nvstub_fabric_setup(struct nvstub_obj *obj, const struct nv00f8_alloc
 	return NV_OK;
 }
 
+/*
+ * @obj keeps @src's memory (an RM duplicate in RM's own client): the pages
+ * stay in the pool until @obj goes too, however many of the caller's handles
+ * of them are freed. Nothing to keep for memory the pool does not back.
+ */
+static void nvstub_hold_memory(struct nvstub_obj *obj, struct nvstub_obj *src)
+{
+	if (!src->md)
+		return;
+	obj->md = src->md;
+	obj->md->dup_count++;
+	obj->md_owner = false;
+	list_add(&obj->dup_node, &src->dup_node);
+}
+
+/*
+ * NV_SEMAPHORE_SURFACE, 580 gpu/mem_mgr/sem_surf.c: _semsurfDupMemory
+ * duplicates hSemaphoreMem (and hMaxSubmittedMem) into RM's internal client,
+ * so the memory outlives the caller's handles until the surface goes. A
+ * second, different memory is for 32-bit semaphores only; the H100's are
+ * 64-bit (NV_ERR_INVALID_PARAMETER).
+ */
+static u32 nvstub_semsurf_setup(struct nvstub_obj *obj, const u32 *sp)
+{
+	struct nvstub_obj *mem;
+
+	if (!sp)
+		return NV_ERR_INVALID_ARGUMENT;
+	mem = nvstub_obj_get(obj->client, sp[0]);
+	if (!mem || !mem->mem_size)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	if (sp[1] && sp[1] != sp[0])
+		return NV_ERR_INVALID_PARAMETER;
+	nvstub_hold_memory(obj, mem);
+	return NV_OK;
+}
+
+/*
+ * NV_MEMORY_MAPPER, 580 gpu/mem_mgr/mem_mapper.c: maxQueueSize must not be 0;
+ * the mapper duplicates its semaphore surface (and so keeps its memory).
+ */
+static u32 nvstub_mapper_setup(struct nvstub_obj *obj, const u32 *mp)
+{
+	struct nvstub_obj *surf;
+
+	if (!mp || !mp[1])
+		return NV_ERR_INVALID_ARGUMENT;
+	surf = nvstub_obj_get(obj->client, mp[0]);
+	if (!surf || surf->cls != NV_SEMAPHORE_SURFACE)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	nvstub_hold_memory(obj, surf);
+	return NV_OK;
+}
+
 /* nvstub_esc_alloc_memory(): NV01_MEMORY_LOCAL_PHYSICAL of the whole FB */
 static struct nv_memory_allocation_params nvstub_whole_fb;
 
@@ -626,6 +680,10 @@ static u32 nvstub_obj_setup(struct nvstub_obj *obj, void *params)
 		return NV_OK;
 	case NV_MEMORY_FABRIC:
 		return nvstub_fabric_setup(obj, params);
+	case NV_SEMAPHORE_SURFACE:
+		return nvstub_semsurf_setup(obj, params);
+	case NV_MEMORY_MAPPER:
+		return nvstub_mapper_setup(obj, params);
 	case KEPLER_CHANNEL_GROUP_A:
 		return nvstub_tsg_create(obj) ? NV_ERR_NO_MEMORY : NV_OK;
 	case HOPPER_CHANNEL_GPFIFO_A:
