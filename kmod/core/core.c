@@ -367,6 +367,12 @@ enum gs_verdict gs_pre_device(struct gs_inst *in, struct gs_call *c, const struc
  * Reaching the memory from elsewhere needs an IMEX channel, which instances
  * do not have (filter.c).
  */
+/* the staged allocation parameters of an RM_ALLOC whose class reads them: 1, or 0 (none, unreadable) */
+static int gs_alloc_params(const struct gs_io *io, const struct nvos64_params *p, void *buf, nv_u32 size)
+{
+	return p->p_alloc_parms && io && !io->read(io->ctx, p->p_alloc_parms, buf, size);
+}
+
 /*
  * The new object keeps the caller's memory h_mem alive in RM (a reference or a
  * duplicate RM holds): it takes a reference on h_mem's charge until it goes
@@ -394,7 +400,7 @@ enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struc
 {
 	struct nv00f8_alloc_params fp;
 
-	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &fp, sizeof(fp)))
+	if (!gs_alloc_params(io, p, &fp, sizeof(fp)))
 		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
 	if (fp.alloc_flags & NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA)
 		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_NOT_SUPPORTED);
@@ -413,7 +419,7 @@ enum gs_verdict gs_pre_semaphore_surface(struct gs_inst *in, struct gs_call *c, 
 {
 	struct nv_semaphore_surface_alloc_params sp;
 
-	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &sp, sizeof(sp)))
+	if (!gs_alloc_params(io, p, &sp, sizeof(sp)))
 		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
 	if (sp.h_max_submitted_mem && sp.h_max_submitted_mem != sp.h_semaphore_mem)
 		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_INVALID_PARAMETER);
@@ -738,7 +744,7 @@ enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, cons
 {
 	struct nv_memory_mapper_alloc_params mp;
 
-	if (!p->p_alloc_parms || !io || io->read(io->ctx, p->p_alloc_parms, &mp, sizeof(mp)))
+	if (!gs_alloc_params(io, p, &mp, sizeof(mp)))
 		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
 	if (mp.max_queue_size > GS_MAPPER_QUEUE_MAX || gs_count_class(in, NV_MEMORY_MAPPER) >= GS_MAPPERS_MAX)
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, 40, NV_ERR_INSUFFICIENT_RESOURCES);
