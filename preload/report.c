@@ -203,7 +203,7 @@ static int gs_send_locked(const char *buf, size_t len)
  * file file_id (open as fd here), the line {"proof_file":1} goes in a message
  * of its own with that file (SCM_RIGHTS), once per file and connection: the
  * controller asks RM through the file whether each channel is ours
- * (pyctl/gpuslice/rm.py owns_channel), so no process can make it gate
+ * (pyctl/gpuslice/sched/rm.py owns_channel), so no process can make it gate
  * another's channel, and the lines say "proof":1 only after it. 1: the file
  * went (or had gone); 0: it could not (no fd: the line goes unproven, and the
  * controller does not take the channel). The in-flight files of a user are

@@ -17,7 +17,7 @@
  * "running" one: a channel whose last entry was fetched looks quiet while its
  * kernel runs. The controller holds an instance busy for a while after its
  * last submission and, while the instance is gated, until it has had the GPU
- * for that long without submitting (pyctl/gpuslice/probes.py, SubmitProbe).
+ * for that long without submitting (pyctl/gpuslice/sched/probes.py, SubmitProbe).
  *
  * Finding USERD, as CUDA 13 does it on the H100 (docs/h100-userd.md):
  *   - RM_ALLOC of a *_CHANNEL_GPFIFO_* class: NV_CHANNEL_ALLOC_PARAMS

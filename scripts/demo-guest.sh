@@ -24,7 +24,7 @@ for inst in web batch; do
     step "PyTorch's recorded H100 session (1 GiB tensor) replayed through '$inst', nodes bind-mounted at /dev/nvidia*"
     unshare -m bash -c "
         for n in nvidiactl nvidia0 nvidia-uvm; do mount --bind /dev/gpuslice/$inst/\$n /dev/\$n; done
-        $PY -m gpuslice.replay tests/traces/torch-matmul.log.gz" | grep -E '^trace |mismatch' || true
+        $PY -m gpuslice.trace.replay tests/traces/torch-matmul.log.gz" | grep -E '^trace |mismatch' || true
 done
 echo "(through 'batch' the 1 GiB allocation is refused with NV_ERR_NO_MEMORY, as RM itself refuses)"
 

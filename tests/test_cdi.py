@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuslice import cdi
+from gpuslice.ops import cdi
 from gpuslice.cli import main
 
 LIB = "/usr/lib/x86_64-linux-gnu"
@@ -265,7 +265,7 @@ def test_names_that_are_not_cdi_names_are_left_out(gpuctl, tmp_path) -> None:
 def test_scan_host_under_a_root_gives_host_paths(tmp_path) -> None:
     """A plugin in a container scans the host's root mounted at /host: the names are the
     host's paths (what the runtime, on the host, mounts)."""
-    from gpuslice import cdi
+    from gpuslice.ops import cdi
 
     lib = tmp_path / "usr/lib/x86_64-linux-gnu"
     lib.mkdir(parents=True)

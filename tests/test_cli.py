@@ -172,7 +172,7 @@ def test_help_mentions_units(run) -> None:
 def test_trace_registered() -> None:
     import importlib.util
 
-    if importlib.util.find_spec("gpuslice.trace") is None:
+    if importlib.util.find_spec("gpuslice.trace.live") is None:
         pytest.skip("trace.py not there")
     assert "trace" in main.commands
 

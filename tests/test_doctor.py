@@ -20,9 +20,9 @@ from typing import Any, Iterator
 import pytest
 from click.testing import CliRunner
 
-from gpuslice import cdi
-from gpuslice import doctor as D
-from gpuslice import exporter as E
+from gpuslice.ops import cdi
+from gpuslice.ops import doctor as D
+from gpuslice.ops import exporter as E
 from gpuslice import netlink as N
 from gpuslice.cli import main
 

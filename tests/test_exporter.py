@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuslice import exporter as E
+from gpuslice.ops import exporter as E
 from gpuslice.netlink import LOCK_HIST_BUCKETS
 
 REPO = os.path.join(os.path.dirname(__file__), "..")

@@ -34,7 +34,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as hst
 
-from gpuslice import cdi
+from gpuslice.ops import cdi
 from gpuslice import state as S
 from gpuslice.kube import deviceplugin as DP
 from gpuslice.kube.inventory import GpuInfo

@@ -36,7 +36,7 @@ from gpuslice.kube import inventory as inv
 from gpuslice.kube import slices as S
 from gpuslice.kube.apiclient import ApiClient, ApiError, claim_to_v1
 from gpuslice.kube.inventory import GpuInfo
-from gpuslice.rm import GpuHandles, RmError
+from gpuslice.sched.rm import GpuHandles, RmError
 from kube import apiserver as fakeapi  # tests/kube (tests/ is on sys.path under pytest)
 
 GiB = 1 << 30
@@ -484,7 +484,7 @@ def test_pci_and_arch() -> None:
 
 
 class FakeRm:
-    """gpuslice.rm.RmClient's surface that from_rm uses, answering like tests/standin."""
+    """gpuslice.sched.rm.RmClient's surface that from_rm uses, answering like tests/standin."""
 
     instances: list["FakeRm"] = []
     fail_open: str | None = None

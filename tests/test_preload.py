@@ -306,7 +306,7 @@ def test_preload_sends_each_channel_with_its_clients_file(built, tmp_path):
     import sys
 
     sys.path.insert(0, str(REPO / "pyctl"))
-    from gpuslice.sources import PreloadSource
+    from gpuslice.sched.sources import PreloadSource
 
     ctl_ino = os.stat(built / "dev" / "nvidiactl").st_ino
     asked: list[tuple[int, int, int]] = []

@@ -1,4 +1,4 @@
-"""Activity probes (pyctl/gpuslice/probes.py): the CPU probe's decisions on scripted CPU
+"""Activity probes (pyctl/gpuslice/sched/probes.py): the CPU probe's decisions on scripted CPU
 clocks and NVML samples, and on real processes."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from gpuslice.probes import CpuProbe, process_cpu_ns
-from gpuslice.sources import Channel
+from gpuslice.sched.probes import CpuProbe, process_cpu_ns
+from gpuslice.sched.sources import Channel
 
 PERIOD = 0.05
 
@@ -196,7 +196,7 @@ def test_make_probe_cpu_without_nvml(kind: str) -> None:
 
 
 def _tracker_with(chans: dict[str, list[Channel]], clock):
-    from gpuslice.sources import EventTracker
+    from gpuslice.sched.sources import EventTracker
 
     tr = EventTracker(clock=clock)
     for name, cs in chans.items():
@@ -206,7 +206,7 @@ def _tracker_with(chans: dict[str, list[Channel]], clock):
 
 
 def test_submit_probe_is_busy_for_the_hold_after_each_report() -> None:
-    from gpuslice.probes import SubmitProbe
+    from gpuslice.sched.probes import SubmitProbe
 
     now = [0]
     a1, a2, b1 = Channel(0, 1, 10, 100), Channel(0, 1, 11, 100), Channel(0, 2, 20, 200)
@@ -230,8 +230,8 @@ def test_submit_probe_is_busy_for_the_hold_after_each_report() -> None:
 def test_make_probe_submit_needs_the_preload_source(tmp_path) -> None:
     from gpuslice import cli
     from gpuslice.cli import GpuctlError
-    from gpuslice.probes import AnyOf, SubmitProbe
-    from gpuslice.sources import PreloadSource
+    from gpuslice.sched.probes import AnyOf, SubmitProbe
+    from gpuslice.sched.sources import PreloadSource
 
     with pytest.raises(GpuctlError):
         cli._make_probe("submit", None)
@@ -260,9 +260,10 @@ def test_a_work_report_counts_only_for_its_own_instance() -> None:
 def test_make_probe_submit_with_netlink_needs_the_modules_sampler(tmp_path, monkeypatch) -> None:
     """--source netlink reports submissions only when the module samples USERD
     (userd_sample_ms > 0): submit is refused otherwise, auto falls back to cpu."""
-    from gpuslice import cli, sources
+    from gpuslice import cli
+    from gpuslice.sched import sources
     from gpuslice.cli import GpuctlError
-    from gpuslice.probes import AnyOf, SubmitProbe
+    from gpuslice.sched.probes import AnyOf, SubmitProbe
 
     class FakeNetlink(sources.NetlinkSource):
         def __init__(self) -> None:  # no socket: only its type matters here
@@ -316,7 +317,7 @@ def test_the_module_is_asked_to_sample_online_instances_sooner(monkeypatch) -> N
     for what is unchanged; an instance the module does not hold yet is asked again at the
     next resync; the hold the scheduler keeps follows the module's gap for those
     instances; on close the module's defaults come back."""
-    from gpuslice import sources
+    from gpuslice.sched import sources
 
     genl = _FakeGenl({"svc", "web"})
     src = sources.NetlinkSource(_FakeGenl(set()), requests=genl)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The guard's policy (pyctl/gpuslice/reconcile.py): who is past their limit in RM's own
+"""The guard's policy (pyctl/gpuslice/sched/reconcile.py): who is past their limit in RM's own
 count, and who gets stopped."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuslice import reconcile as R
+from gpuslice.sched import reconcile as R
 
 MIB = 1 << 20
 

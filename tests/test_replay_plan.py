@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuslice import abi
-from gpuslice import replay as rp
-from gpuslice import traces as t
+from gpuslice.trace import replay as rp
+from gpuslice.trace import records as t
 
 TRACES = Path(__file__).resolve().parent / "traces"
 

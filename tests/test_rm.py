@@ -8,7 +8,8 @@ from typing import Iterator
 
 import pytest
 
-from gpuslice import abi, rm
+from gpuslice import abi
+from gpuslice.sched import rm
 
 TRACES = os.environ.get("GPUSLICE_TRACES", str(Path(__file__).resolve().parent / "traces"))
 

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from gpuslice import abi
 from gpuslice import state as S
-from gpuslice.gate import REFUSED_RETRY_NS, RmGate
-from gpuslice.probes import AllActive
-from gpuslice.rm import RmError
-from gpuslice.scheduler import (GATED_TIMESLICE_US, OFFLINE_TIMESLICE_US, TIMESLICE_MAX_US, Scheduler,
+from gpuslice.sched.gate import REFUSED_RETRY_NS, RmGate
+from gpuslice.sched.probes import AllActive
+from gpuslice.sched.rm import RmError
+from gpuslice.sched.scheduler import (GATED_TIMESLICE_US, OFFLINE_TIMESLICE_US, TIMESLICE_MAX_US, Scheduler,
                                 on_instance_gpus, timeslice_us)
-from gpuslice.sources import Channel, EventTracker, PreloadSource, StaticSource
+from gpuslice.sched.sources import Channel, EventTracker, PreloadSource, StaticSource
 
 MS = 1_000_000
 
@@ -257,7 +257,7 @@ def test_late_switches_are_paid_back(policy, insts, want, correct, monkeypatch) 
     period; the scheduler measures it from when its own calls began and lengthens a's next slot
     (from the idle remainder under fixed, from b under weight), so the long-run shares hold.
     Without the correction (correct=False) the loss shows: the test can fail."""
-    import gpuslice.scheduler as sch
+    import gpuslice.sched.scheduler as sch
 
     if not correct:
         monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
@@ -329,7 +329,7 @@ def test_planning_happens_in_a_slot_with_room(monkeypatch) -> None:
     """Planning the next period costs time (here 10 ms of a 40 ms period): it is done at
     the start of a slot at least twice that long, so it never delays a switch (with the
     8 ms idle slot last, planning there would make every period's first switch late)."""
-    import gpuslice.scheduler as sch
+    import gpuslice.sched.scheduler as sch
 
     monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
     insts = [S.Instance("a", [0], 1, share=0.3), S.Instance("b", [0], 1, share=0.5)]
@@ -662,7 +662,7 @@ def test_sampling_requests_stay_whole_lines_when_the_socket_takes_a_few_bytes(tm
     and ends with the latest request."""
     import json
 
-    from gpuslice.sources import _Conn
+    from gpuslice.sched.sources import _Conn
 
     class Trickle:
         def __init__(self) -> None:
@@ -703,7 +703,7 @@ def test_the_online_hold_covers_the_sources_gap_between_reports() -> None:
     reports of work that goes on (the module's: 50 ms an instance plus its sampling), so
     busy online work never looks quiet; a source that says nothing keeps --online-hold;
     the library is asked to re-report within half the hold (at least every 500 us)."""
-    from gpuslice.scheduler import report_repeat_us
+    from gpuslice.sched.scheduler import report_repeat_us
 
     class GapSource(StaticSource):
         report_gap_ns = 60 * MS
@@ -1107,7 +1107,7 @@ def test_preload_line_format_of_report_c(tmp_path) -> None:
 def test_watchdog_process_handshake_and_eof(tmp_path) -> None:
     """The watchdog says ready before the daemon gates; at EOF it tries to re-enable what
     it was told about (here it cannot open the missing node, and says so)."""
-    from gpuslice.gate import Watchdog
+    from gpuslice.sched.gate import Watchdog
 
     w = Watchdog(str(tmp_path / "nvidiactl"), ready_timeout=30)
     assert w.proc is not None and w.proc.poll() is None  # ready, waiting on its pipe
@@ -1162,7 +1162,7 @@ def test_rmgate_logs_once_per_process(caplog) -> None:
     gate = RmGate(rm, RecGuard(rm))  # type: ignore[arg-type]
     a = {Channel(0, 1, h, pid=11) for h in range(20)} | {Channel(0, 2, h, pid=12) for h in range(20)}
     b = {Channel(0, 3, h, pid=13) for h in range(4)}
-    with caplog.at_level("WARNING", logger="gpuslice.gate"):
+    with caplog.at_level("WARNING", logger="gpuslice.sched.gate"):
         for _ in range(5):
             gate.apply(0, a)
             gate.apply(0, b)
@@ -1183,7 +1183,7 @@ def test_a_channel_on_no_runlist_costs_no_calls_and_no_log_lines(caplog) -> None
     gate = RmGate(rm, RecGuard(rm), enable_first=True, clock=lambda: now[0])  # type: ignore[arg-type]
     a = {Channel(0, 1, h, pid=11) for h in range(20)} | {Channel(0, 9, 1, pid=19)}
     b = {Channel(0, 2, h, pid=12) for h in range(20)}
-    with caplog.at_level("INFO", logger="gpuslice.gate"):
+    with caplog.at_level("INFO", logger="gpuslice.sched.gate"):
         gate.apply(0, a)  # the batch fails once: 1 + 21 single calls find the refused one
         assert Channel(0, 9, 1) not in gate.disabled and Channel(0, 1, 0) in gate.disabled
         calls = []
@@ -1237,7 +1237,7 @@ def test_an_enable_rm_refuses_is_tried_again_until_rm_takes_it(caplog) -> None:
     assert x in gate.refused
     rm.status = abi.NV_ERR_INSUFFICIENT_PERMISSIONS
     now[0] += REFUSED_RETRY_NS
-    with caplog.at_level("WARNING", logger="gpuslice.gate"):
+    with caplog.at_level("WARNING", logger="gpuslice.sched.gate"):
         gate.apply(0, b)
         gate.apply(0, a)
     assert x not in gate.refused

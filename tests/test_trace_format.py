@@ -12,7 +12,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from gpuslice import abi, trace, tracebpf, tracefmt
+from gpuslice import abi
+from gpuslice.trace import live as trace
+from gpuslice.trace import bpf as tracebpf
+from gpuslice.trace import fmt as tracefmt
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -110,7 +113,7 @@ def test_uvm_calls_are_named_apart_from_rm_escapes() -> None:
 
 
 def test_bpf_programs_mark_uvm_calls() -> None:
-    from gpuslice import tracebpf
+    from gpuslice.trace import bpf as tracebpf
 
     for prog in (tracebpf.ioctl_program(1000, None, None), tracebpf.refusals_program(None, None)):
         assert f"file_kind == {tracefmt.FILE_UVM}" in prog and f"|= {tracefmt.UVM_KEY_BIT}u" in prog

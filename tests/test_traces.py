@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuslice import abi
-from gpuslice import traces as t
+from gpuslice.trace import records as t
 
 TRACES = Path(__file__).resolve().parent / "traces"
 NAMES = ("torch-matmul", "cuda-driver-alloc", "nvidia-smi-q")

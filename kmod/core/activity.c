@@ -12,7 +12,7 @@
  *   submitted = GPPut moved since the last look, or GPGet != GPPut
  *
  * This is a submission signal, not a "running" one; the controller holds an
- * instance busy for a while after its last report (pyctl/gpuslice/probes.py,
+ * instance busy for a while after its last report (pyctl/gpuslice/sched/probes.py,
  * SubmitProbe). Both samplers use it: the user-space build's reporter thread
  * (preload/userd.c) and the module's (kmod/activity.c). The word is what the
  * process wrote: it decides only its own channel's report.

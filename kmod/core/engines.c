@@ -76,7 +76,7 @@ const struct gs_control_handler gs_zcull_handler = {
 /*
  * The engines whose channels the controller leaves running (a runlist each,
  * no compute on them): NVDEC0-7, NVENC0-3, NVJPG0-7, OFA0-1
- * (cl2080_notification.h; pyctl/gpuslice/scheduler.py GATED_ENGINE_GROUPS
+ * (cl2080_notification.h; pyctl/gpuslice/sched/scheduler.py GATED_ENGINE_GROUPS
  * is the controller's side of the same rule).
  */
 int gs_engine_video(nv_u32 engine)

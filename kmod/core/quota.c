@@ -17,7 +17,7 @@
  * What this cannot see: a thread that rewrites the request between the check
  * and the moment RM reads it (RM copies the parameters from user memory
  * after we did). The limit is then held by reconciling against RM's own
- * per-process accounting (pyctl/gpuslice/reconcile.py, docs/isolation.md).
+ * per-process accounting (pyctl/gpuslice/sched/reconcile.py, docs/isolation.md).
  *
  * Which classes hold video memory on 580 (src/nvidia/src/kernel/mem_mgr/):
  * NV01_MEMORY_LOCAL_USER (0x40) is what cuMemAlloc and cuMemCreate use

@@ -1,5 +1,5 @@
 """python -m gpuslice: the same as gpuctl."""
 
-from .cli import main
+from gpuslice.cli import main
 
 main()

@@ -24,11 +24,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import click
 
-from . import instances
-from . import state as S
-from . import units
-from .netlink import lock_summary
-from .policy import POLICIES, compute_shares, validate
+from gpuslice import instances
+from gpuslice import state as S
+from gpuslice import units
+from gpuslice.netlink import lock_summary
+from gpuslice.policy import POLICIES, compute_shares, validate
 
 STATUS_PATH = S.STATUS_PATH
 PRELOAD_SOCK = "/run/gpuslice/preload.sock"
@@ -198,7 +198,7 @@ def kernel(ctx: click.Context) -> Any:
     if mode == "no":
         return None
     if "nl" not in ctx.obj:
-        from .netlink import GpusliceNetlink, NetlinkError, VersionMismatch, module_loaded
+        from gpuslice.netlink import GpusliceNetlink, NetlinkError, VersionMismatch, module_loaded
 
         if mode == "auto" and not module_loaded():
             ctx.obj["nl"] = None
@@ -372,7 +372,7 @@ def _get(st: S.State, name: str) -> S.Instance:
 @click.pass_context
 def instance_show(ctx: click.Context, name: str) -> None:
     """Show one instance: configuration, computed share and kernel counters."""
-    from .netlink import gpu_mem
+    from gpuslice.netlink import gpu_mem
 
     st = S.load(ctx.obj["state"])
     i = _get(st, name)
@@ -463,7 +463,7 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
         st.check()
         nl = kernel(ctx)
         if nl is not None:
-            from .netlink import MAX_GPUS, gpu_mem_limits
+            from gpuslice.netlink import MAX_GPUS, gpu_mem_limits
 
             nl.instance_set(name, mem_limit=size, weight=weight,
                             gpu_mem_limit=None if memory is None else gpu_mem_limits(per_gpu) or [0] * MAX_GPUS,
@@ -493,7 +493,7 @@ def instance_delete(ctx: click.Context, name: str) -> None:
 def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
     """The instances for the spec: the module's (their nodes exist), or with no module
     (--kernel no, or not loaded) the state file's."""
-    from . import cdi
+    from gpuslice.ops import cdi
 
     st = st if st is not None else S.load(ctx.obj["state"])
     owned = {i.name for i in st.instances.values() if i.owner is not None}  # in their owners' own specs
@@ -505,7 +505,7 @@ def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
 
 
 def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
-    from . import cdi
+    from gpuslice.ops import cdi
 
     insts = _cdi_instances(ctx, st)
     for i in insts:
@@ -542,7 +542,7 @@ def _cdi_failed(done: str, err: str | None) -> None:
 def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
     """Write the spec, or remove it when there is no instance: CDI refuses a spec
     without devices, and older runtimes then ignore every spec in the directory."""
-    from . import cdi
+    from gpuslice.ops import cdi
 
     if not cdi.is_ours(path):
         raise GpuctlError(f"{path} is not a CDI spec of kind {cdi.KIND}: left as it is")
@@ -568,7 +568,7 @@ def run_args(ctx: click.Context, name: str, driver: bool) -> None:
     argument list)."""
     import shlex
 
-    from . import cdi
+    from gpuslice.ops import cdi
 
     inst = next((i for i in _cdi_instances(ctx) if i.name == name), None)
     if inst is None:
@@ -596,7 +596,7 @@ def cdi_generate(ctx: click.Context, output: str | None) -> None:
     driver files (libcuda, libnvidia-ml, nvidia-smi, ...) mounted read-only. Printed as
     YAML (JSON with --json), or written to --output with a summary (no instance: the
     file is removed, as CDI refuses a spec without devices)."""
-    from . import cdi
+    from gpuslice.ops import cdi
 
     spec = _cdi_spec(ctx)
     if output is None:
@@ -831,7 +831,7 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               help="Where channels come from: the module (netlink) or the LD_PRELOAD library's socket "
               "(preload); auto: netlink when the module is loaded, else preload. MODULE:CLASS: a source "
               "class importable from the daemon's PYTHONPATH, constructed with no arguments, with "
-              "refresh(), channels() -> {instance: {Channel}} and close() (pyctl/gpuslice/sources.py).")
+              "refresh(), channels() -> {instance: {Channel}} and close() (pyctl/gpuslice/sched/sources.py).")
 @click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True,
               help="The host's socket for --source preload (mode 0600: never mount it into a container).")
 @click.option("--preload-dir", default=PRELOAD_DIR, show_default=True,
@@ -845,7 +845,7 @@ def top(ctx: click.Context, interval: int, iterations: int | None, status_file: 
               "source that reports submissions, else cpu. "
               "MODULE:CLASS: a probe class importable from the daemon's PYTHONPATH, constructed with "
               "no arguments, with active({instance: {Channel}}) -> {active instances} "
-              "(pyctl/gpuslice/probes.py).")
+              "(pyctl/gpuslice/sched/probes.py).")
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where to report (every 0.5 s).")
 @click.option("--watchdog/--no-watchdog", default=True, show_default=True,
               help="Run a watchdog process that re-enables channels if the daemon dies (even by SIGKILL).")
@@ -887,9 +887,9 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
            online_hold: int, preempt_after: int, online_sample: int, guard_interval: int, verbose: int) -> None:
     """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
     Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
-    from .gate import RmGate, Watchdog
-    from .rm import RmClient
-    from .scheduler import Scheduler
+    from gpuslice.sched.gate import RmGate, Watchdog
+    from gpuslice.sched.rm import RmClient
+    from gpuslice.sched.scheduler import Scheduler
 
     if online_sample and not 50_000 <= online_sample <= online_hold // 2:
         raise GpuctlError("--online-sample must be 0 or from 50us to half the --online-hold "
@@ -986,8 +986,8 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
     """Hold each instance's memory limit against RM's own count: SIGKILL the largest process
     of an instance whose processes hold more video memory than its limit and than the module
     charged (what a thread racing the module's check can get). `gpuctl daemon` runs it."""
-    from .reconcile import Reconciler, environ_slices, netlink_slices
-    from .rm import RmClient, RmError
+    from gpuslice.sched.reconcile import Reconciler, environ_slices, netlink_slices
+    from gpuslice.sched.rm import RmClient, RmError
 
     logging.basicConfig(level=logging.INFO, format="gpuctl guard: %(message)s")
     stop: dict[str, int] = {}
@@ -1039,7 +1039,7 @@ def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str,
     refusals by reason, processes, core-lock hold and wait times (from the module);
     target share, activity and gating (from the daemon); per GPU NVML utilisation and
     memory. Read on each scrape. Names: docs/metrics.md."""
-    from . import exporter as E
+    from gpuslice.ops import exporter as E
 
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="gpuctl exporter: %(message)s")
@@ -1102,9 +1102,9 @@ def doctor(ctx: click.Context, status_file: str, exporter_listen: str | None) ->
     default /etc/cdi/gpuslice.yaml) against `gpuctl cdi generate`, and the exporter.
     Each says ok, warn, fail or skip, with a one-line fix. Exit status 1 when a check
     fails (warn and skip do not)."""
-    from . import cdi
-    from . import doctor as D
-    from .exporter import parse_listen
+    from gpuslice.ops import cdi
+    from gpuslice.ops import doctor as D
+    from gpuslice.ops.exporter import parse_listen
 
     if exporter_listen is not None:
         try:
@@ -1138,7 +1138,7 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 def _spawn_guard(ctx: click.Context, ctl: str, interval_ns: int) -> subprocess.Popen[bytes] | None:
     """`gpuctl guard` as a process of its own (its RM calls never hold up a slot switch)."""
-    from .netlink import module_loaded
+    from gpuslice.netlink import module_loaded
 
     if not module_loaded():
         return None  # no module: no instances to guard (user-space build: run guard --source environ)
@@ -1166,8 +1166,8 @@ def _stop_child(p: subprocess.Popen[bytes]) -> None:
 def _make_source(ctx: click.Context, kind: str | type, preload_sock: str, preload_dir: str | None = None) -> Any:
     """--source: netlink, preload, auto (netlink when the module is loaded, else preload),
     or a class (MODULE:CLASS)."""
-    from .netlink import GpusliceNetlink, VersionMismatch, module_loaded
-    from .sources import NetlinkSource, PreloadSource
+    from gpuslice.netlink import GpusliceNetlink, VersionMismatch, module_loaded
+    from gpuslice.sched.sources import NetlinkSource, PreloadSource
 
     if isinstance(kind, type):
         return construct(kind, "--source")
@@ -1186,8 +1186,8 @@ def _make_probe(kind: str | type, src: Any = None) -> Any:
     """--probe: cpu (corrected by NVML when NVML is there), nvml, submit (CHANNEL_WORK:
     the USERD reports of the preload library or of the module), all, or a class
     (MODULE:CLASS); auto: submit or cpu when the source reports submissions, else cpu."""
-    from .probes import AllActive, AnyOf, CpuProbe, NvmlProbe, SubmitProbe
-    from .sources import NetlinkSource, PreloadSource, module_reports_work
+    from gpuslice.sched.probes import AllActive, AnyOf, CpuProbe, NvmlProbe, SubmitProbe
+    from gpuslice.sched.sources import NetlinkSource, PreloadSource, module_reports_work
 
     if isinstance(kind, type):
         return construct(kind, "--probe")
@@ -1213,8 +1213,8 @@ def _make_probe(kind: str | type, src: Any = None) -> Any:
     return AllActive()
 
 
-try:  # the eBPF tracing command (pyctl/gpuslice/trace.py)
-    from . import trace as _trace
+try:  # the eBPF tracing command (pyctl/gpuslice/trace/live.py)
+    from gpuslice.trace import live as _trace
 
     main.add_command(_trace.trace)
 except ImportError:

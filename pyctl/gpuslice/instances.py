@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from . import state as S
-from . import units
+from gpuslice import state as S
+from gpuslice import units
 
 
 class InstanceError(Exception):
@@ -49,7 +49,7 @@ def create_in_module(nl: Any, inst: S.Instance, **attrs: Any) -> None:
     """INSTANCE_NEW of ``inst`` as the state file has it: GPUs, memory limits, weight and
     share; the nodes of an instance a Kubernetes plugin owns get S.OWNED_NODE_MODE unless
     ``attrs`` names a mode. ``attrs`` adds to or overrides the attributes (None: left out)."""
-    from .netlink import gpu_mem_limits, mask_of
+    from gpuslice.netlink import gpu_mem_limits, mask_of
 
     attrs = {"weight": inst.weight, "share": units.share_to_ppt(inst.share) if inst.share else None,
              **attrs}

@@ -24,8 +24,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from .netlink import MAX_GPUS
-from .policy import POLICIES, PRIORITIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
+from gpuslice.netlink import MAX_GPUS
+from gpuslice.policy import POLICIES, PRIORITIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
 
 DEFAULT_PATH = "/var/lib/gpuslice/state.json"
 STATUS_PATH = "/run/gpuslice/status.json"  # where `gpuctl daemon` reports (status, exporter, trace read it)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 
-from .netlink import MAX_GPUS
+from gpuslice.netlink import MAX_GPUS
 
 _SIZE_UNITS: dict[str, int] = {
     "": 1,

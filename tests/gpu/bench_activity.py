@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sched_common as sc  # noqa: E402
-from gpuslice.probes import process_cpu_ns  # noqa: E402  (PYTHONPATH has pyctl: gpu-run.sh)
+from gpuslice.sched.probes import process_cpu_ns  # noqa: E402  (PYTHONPATH has pyctl: gpu-run.sh)
 
 SIZE = 4096
 

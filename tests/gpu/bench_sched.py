@@ -311,7 +311,7 @@ class Bench:
         self.run_set({})
         # leftover watchdogs (own session) must all have exited
         time.sleep(0.5)
-        left = subprocess.run(["pgrep", "-f", "gpuslice.watchdog"], capture_output=True, text=True).stdout.split()
+        left = subprocess.run(["pgrep", "-f", "gpuslice.sched.watchdog"], capture_output=True, text=True).stdout.split()
         self.res["watchdogs_left"] = left
         self.log(f"watchdog processes left after the crash test: {left or 'none'}")
 

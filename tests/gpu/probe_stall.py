@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sched_common as sc  # noqa: E402
 
-from gpuslice.rm import RmClient  # noqa: E402
-from gpuslice.sources import PreloadSource  # noqa: E402
+from gpuslice.sched.rm import RmClient  # noqa: E402
+from gpuslice.sched.sources import PreloadSource  # noqa: E402
 
 
 def main() -> int:

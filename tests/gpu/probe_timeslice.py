@@ -15,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "pyctl"))
-from gpuslice.sources import PreloadSource  # noqa: E402
+from gpuslice.sched.sources import PreloadSource  # noqa: E402
 
 d = tempfile.mkdtemp()
 sock = os.path.join(d, "s.sock")

@@ -31,7 +31,7 @@ def main() -> None:
     import cupy
     import pynvml
 
-    from gpuslice.rm import RmClient
+    from gpuslice.sched.rm import RmClient
 
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)

@@ -36,7 +36,7 @@ def test_memory_past_the_check_is_killed_by_the_guard(tmp_path, mode):
     core charges the whole reservation when the reply is lower than what it checked, so
     this may never get ahead; reported either way). direct: the allocation bypasses the
     library (the ioctl syscall), as a won race does in the kernel build: must be killed."""
-    from gpuslice.rm import RmClient
+    from gpuslice.sched.rm import RmClient
 
     status = tmp_path / "guard.json"
     guard = subprocess.Popen([sys.executable, "-m", "gpuslice", "guard", "--source", "environ", "--interval",

@@ -1,7 +1,7 @@
 """The user-space daemon's proof of channel ownership, against the real driver.
 
 A CUDA process under libgpuslice.so connects to its instance's socket of a
-PreloadSource (pyctl/gpuslice/sources.py) that asks RM through the file the process
+PreloadSource (pyctl/gpuslice/sched/sources.py) that asks RM through the file the process
 passes (rm.owns_channel). Checked here, on the H100:
 - the process's channels are registered, each proven (none refused);
 - another process, with an RM client of its own, cannot prove the CUDA process's
@@ -58,8 +58,8 @@ def _pump(src, until, timeout: float = 60.0) -> bool:
 
 def run_proof() -> dict:
     from gpuslice import abi
-    from gpuslice.rm import RmClient, RmError, owns_channel
-    from gpuslice.sources import PreloadSource
+    from gpuslice.sched.rm import RmClient, RmError, owns_channel
+    from gpuslice.sched.sources import PreloadSource
 
     build()
     d = Path(tempfile.mkdtemp(prefix="gs-proof-"))

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuslice import abi
-from gpuslice import traces as tr
+from gpuslice.trace import records as tr
 
 import nvstub
 

@@ -14,14 +14,14 @@ channel, tsg, pid, executed_ns, pending_ns, disabled, timeslice_us):
 * NvstubProbe  - an instance is active when one of its channels has pending_ns > 0, or
   its executed_ns grew since the previous sample.
 
-Importable on the host too (only gpuslice.sources is needed): tests/test_nvstub_sched.py.
+Importable on the host too (only gpuslice.sched.sources is needed): tests/test_nvstub_sched.py.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from gpuslice.sources import Channel
+from gpuslice.sched.sources import Channel
 
 ENGINE = "/proc/nvstub/engine"
 

@@ -600,7 +600,8 @@ def test_tracepoints_report_ioctls_and_refusals(nl):
 REPLAY = r"""
 import json, sys
 from pathlib import Path
-from gpuslice import replay as rp, traces as t
+from gpuslice.trace import replay as rp
+from gpuslice.trace import records as t
 calls = t.read_trace(Path(sys.argv[1]))
 rep = rp.replay(calls, rp.read_implemented(), "/dev/", sys.argv[2])
 mism = [(r.index, r.name, str(r.expected), str(r.got)) for r in rep.by("mismatch")]

@@ -46,7 +46,8 @@ from typing import Any, Callable, Iterator, NoReturn
 import pytest
 from click.testing import CliRunner
 
-from gpuslice import abi, netlink, tracefmt
+from gpuslice import abi, netlink
+from gpuslice.trace import fmt as tracefmt
 from gpuslice.cli import main as gpuctl_main
 from gpuslice.netlink import GpusliceNetlink
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpuslice import abi
-from gpuslice import replay as rp
-from gpuslice import traces as t
+from gpuslice.trace import replay as rp
+from gpuslice.trace import records as t
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "tests" / "traces"

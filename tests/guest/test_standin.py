@@ -444,7 +444,7 @@ def test_a_channel_is_proven_only_through_its_clients_file(sess: nvstub.Session)
     a channel: true through the file that made the channel's client (a dup of it is the
     same file); false through another file of the driver (client.c rmclientValidate_IMPL,
     strict: NV_ERR_INVALID_CLIENT), for a TSG, for a handle that does not exist."""
-    from gpuslice.rm import nvidia_file, owns_channel
+    from gpuslice.sched.rm import nvidia_file, owns_channel
 
     tsg, ch = sess.tsg_channel()
     assert nvidia_file(sess.ctl) and nvidia_file(sess.dev_fd)

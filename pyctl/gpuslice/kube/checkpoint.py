@@ -24,7 +24,7 @@ import hashlib
 import json
 from typing import Any
 
-from .. import state as S
+from gpuslice import state as S
 
 VERSION = 1
 PREPARING, PREPARED = "preparing", "prepared"

@@ -33,9 +33,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .. import state as S
-from ..policy import POLICIES, PRIORITIES
-from .. import units
+from gpuslice import state as S
+from gpuslice.policy import POLICIES, PRIORITIES
+from gpuslice import units
 from . import DRIVER
 from . import capacity as C
 

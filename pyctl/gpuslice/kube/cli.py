@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..policy import POLICIES
+from gpuslice.policy import POLICIES
 from . import DRIVER
 
 
@@ -59,8 +59,8 @@ def device_plugin(ctx: click.Context, config_path: str, device_plugin_dir: str, 
     gpuslice.dev/<profile>, and GPUs in no profile whole as gpuslice.dev/gpu; each
     container gets one device, as the CDI device of its instance. Runs until SIGTERM
     or SIGINT; the instances stay."""
-    from .. import cdi
-    from ..cli import GpuctlError, kernel
+    from gpuslice.ops import cdi
+    from gpuslice.cli import GpuctlError, kernel
     from . import deviceplugin as DP
 
     logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO,
@@ -135,8 +135,8 @@ def kubelet_plugin(ctx: click.Context, node_name: str, plugin_dir: str, registry
     ResourceSlices with consumable memory and compute, and make each prepared claim
     an instance with exactly the amounts the scheduler granted. Runs until SIGTERM or
     SIGINT; prepared claims and their instances stay (checkpointed)."""
-    from .. import cdi
-    from ..cli import GpuctlError, kernel
+    from gpuslice.ops import cdi
+    from gpuslice.cli import GpuctlError, kernel
     from . import capacity as C
     from . import checkpoint as CP
     from . import dra, inventory, slices

@@ -81,12 +81,12 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
-from .. import cdi
-from .. import instances
-from .. import state as S
-from .. import units
+from gpuslice.ops import cdi
+from gpuslice import instances
+from gpuslice import state as S
+from gpuslice import units
 from . import DRIVER, NODE_MODE
-from ..netlink import MAX_GPUS
+from gpuslice.netlink import MAX_GPUS
 
 log = logging.getLogger("gpuslice.kube.deviceplugin")
 

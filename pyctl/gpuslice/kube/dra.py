@@ -34,9 +34,9 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .. import cdi
-from .. import instances
-from .. import state as S
+from gpuslice.ops import cdi
+from gpuslice import instances
+from gpuslice import state as S
 from . import NODE_MODE
 from . import checkpoint as CP
 from .claims import COMPUTE_FULL, DRIVER, OWNER, ClaimError, Gpu, Plan, check_fits, instance_name, plan

@@ -3,7 +3,7 @@
 Two sources:
 
 * :func:`from_nvml` - NVML (pynvml), what a node with the NVIDIA user-space libraries has;
-* :func:`from_rm` - the project's own RM client (:mod:`gpuslice.rm`) on ``/dev/nvidiactl``,
+* :func:`from_rm` - the project's own RM client (:mod:`gpuslice.sched.rm`) on ``/dev/nvidiactl``,
   for nodes (and the stand-in driver, tests/standin) without NVML.
 
 :func:`discover` picks NVML when it initialises, else RM, and raises
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import pynvml
 
-from .. import abi
-from .. import rm as rm_mod
-from ..rm import RmClient, RmError
+from gpuslice import abi
+from gpuslice.sched import rm as rm_mod
+from gpuslice.sched.rm import RmClient, RmError
 
 __all__ = [
     "GpuInfo",
@@ -215,7 +215,7 @@ def _rm_uuid(client: RmClient, sub: int) -> str:
 
 
 def from_rm(ctl: str = "/dev/nvidiactl") -> list[GpuInfo]:
-    """Every ``nvidiaN`` node beside ``ctl``, asked through :class:`gpuslice.rm.RmClient`:
+    """Every ``nvidiaN`` node beside ``ctl``, asked through :class:`gpuslice.sched.rm.RmClient`:
     total video memory (FB_GET_INFO_V2), UUID (GET_GID_INFO), product name
     (GET_NAME_STRING), compute capability from MC_GET_ARCH_INFO where the architecture is
     known, PCI bus id from CARD_INFO, driver version from sysfs/procfs (or the version the

@@ -19,11 +19,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
-from . import abi
-from .rm import RmClient, RmError
-from .sources import Channel
+from gpuslice import abi
+from gpuslice.sched.rm import RmClient, RmError
+from gpuslice.sched.sources import Channel
 
-log = logging.getLogger("gpuslice.gate")
+log = logging.getLogger("gpuslice.sched.gate")
 
 # statuses that mean "this channel/client no longer exists": stop tracking it
 GONE = {abi.NV_ERR_INVALID_CLIENT, abi.NV_ERR_INVALID_OBJECT_HANDLE, abi.NV_ERR_OBJECT_NOT_FOUND,
@@ -250,7 +250,7 @@ class RmGate:
 
 
 class Watchdog:
-    """Client side of the watchdog process (python -m gpuslice.watchdog)."""
+    """Client side of the watchdog process (python -m gpuslice.sched.watchdog)."""
 
     def __init__(self, ctl_path: str, python: str = sys.executable, ready_timeout: float = 60.0) -> None:
         self.ctl_path = ctl_path
@@ -267,7 +267,7 @@ class Watchdog:
         (its source, probe and RM client) goes on meanwhile, and a restarted daemon
         schedules its workloads that much sooner."""
         self.proc = subprocess.Popen(
-            [self.python, "-m", "gpuslice.watchdog", "--ctl", self.ctl_path],
+            [self.python, "-m", "gpuslice.sched.watchdog", "--ctl", self.ctl_path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, close_fds=True,
         )
         self._ready = False

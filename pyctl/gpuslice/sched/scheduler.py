@@ -30,15 +30,15 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from . import abi, instances
-from . import state as st
-from .policy import (Slot, compute_shares, corrected_shares, gang_order, online_busy, slot_plan, sticky_active,
+from gpuslice import abi, instances
+from gpuslice import state as st
+from gpuslice.policy import (Slot, compute_shares, corrected_shares, gang_order, online_busy, slot_plan, sticky_active,
                      ungated)
-from .probes import Probe
-from .sources import Channel, Source
-from .units import share_to_ppt
+from gpuslice.sched.probes import Probe
+from gpuslice.sched.sources import Channel, Source
+from gpuslice.units import share_to_ppt
 
-log = logging.getLogger("gpuslice.scheduler")
+log = logging.getLogger("gpuslice.sched.scheduler")
 LATENCY_BUCKETS = 32  # of a GPU's switch-latency histogram (log2 ns, as GPUSLICE_LOCK_HIST_BUCKETS)
 
 

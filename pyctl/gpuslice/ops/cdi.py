@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .netlink import gpus_of
+from gpuslice.netlink import gpus_of
 
 CDI_VERSION = "0.5.0"
 KIND = "gpuslice.dev/gpu"

@@ -43,7 +43,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Mapping, Protocol
 
-from .sources import Channel
+from gpuslice.sched.sources import Channel
 
 
 class Probe(Protocol):

@@ -1,4 +1,4 @@
-"""Replay a recorded NVIDIA ioctl trace (gpuslice.traces) against a driver: the
+"""Replay a recorded NVIDIA ioctl trace (gpuslice.trace.records) against a driver: the
 stand-in (tests/standin), the real one, or gpuslice instance nodes (--dev-prefix).
 
 Each recorded RM call and init escape is re-issued in call order with its recorded
@@ -17,7 +17,7 @@ A call matches when the ioctl succeeds/fails as recorded and the RM status insid
 the argument block is the recorded one (zero or not). nvidia-uvm calls carry no
 arguments in the traces, so they are listed as not replayable.
 
-    python -m gpuslice.replay TRACE [--dev-prefix /dev/] [--dry-run] [--json]
+    python -m gpuslice.trace.replay TRACE [--dev-prefix /dev/] [--dry-run] [--json]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 from gpuslice import abi
-from gpuslice import traces as t
+from gpuslice.trace import records as t
 
 IMPLEMENTED_PATH = Path("/proc/nvstub/implemented")
 ROOT_CLASSES = frozenset({abi.NV01_ROOT, abi.NV01_ROOT_NON_PRIV, abi.NV01_ROOT_CLIENT})

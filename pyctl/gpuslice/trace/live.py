@@ -24,8 +24,9 @@ from typing import Any, NoReturn
 
 import click
 
-from . import tracebpf, tracefmt
-from .state import STATUS_PATH, valid_name
+from gpuslice.trace import bpf as tracebpf
+from gpuslice.trace import fmt as tracefmt
+from gpuslice.state import STATUS_PATH, valid_name
 
 TRACEFS_ROOTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 BCC_HINT = "bcc not importable: apt-get install python3-bpfcc and use a venv made with --system-site-packages"

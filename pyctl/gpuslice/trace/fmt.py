@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from . import abi
+from gpuslice import abi
 
 # enum gs_refusal (kmod/core/core.h); tests/test_trace_format.py checks the order.
 REFUSAL_NAMES: dict[int, str] = {

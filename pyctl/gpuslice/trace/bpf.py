@@ -10,9 +10,9 @@ Three programs:
 
 from __future__ import annotations
 
-from . import abi
-from .state import valid_name
-from .tracefmt import FILE_UVM, UVM_KEY_BIT
+from gpuslice import abi
+from gpuslice.state import valid_name
+from gpuslice.trace.fmt import FILE_UVM, UVM_KEY_BIT
 
 INST_LEN = 32  # GPUSLICE_NAME_MAX
 

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from .netlink import LOCK_HIST_BUCKETS, gpu_mem, gpus_of, hist_bucket_ns
+from gpuslice.netlink import LOCK_HIST_BUCKETS, gpu_mem, gpus_of, hist_bucket_ns
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9400"

@@ -166,7 +166,7 @@ class Reconciler:
 def netlink_slices(nl: Any) -> Callable[[], list[Slice]]:
     """Instances as the module reports them (INSTANCE_GET dump)."""
 
-    from .netlink import gpu_mem, gpus_of
+    from gpuslice.netlink import gpu_mem, gpus_of
 
     def get() -> list[Slice]:
         out = []
@@ -186,7 +186,7 @@ def environ_slices(gpus: Iterable[int] = (0,)) -> Callable[[], list[Slice]]:
     its own, with the limit of its GPUSLICE_MEM_LIMIT (the library enforces it per
     process). Read from /proc/PID/environ, which the process itself can rewrite: the
     user-space build is a test bed of the core against the real driver, not a boundary."""
-    from .units import parse_memory
+    from gpuslice.units import parse_memory
 
     gset = frozenset(gpus)
 

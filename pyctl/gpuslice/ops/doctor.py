@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .netlink import SYS_MODULE
+from gpuslice.netlink import SYS_MODULE
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
@@ -120,14 +120,14 @@ def check_driver(proc_version: str = PROC_DRIVER_VERSION, sys_version: str = SYS
 
 def connect_netlink() -> Any:
     """A GpusliceNetlink: binds to the family and runs the version handshake."""
-    from .netlink import GpusliceNetlink
+    from gpuslice.netlink import GpusliceNetlink
 
     return GpusliceNetlink()
 
 
 def check_module(sys_module: str = SYS_MODULE, connect: Callable[[], Any] = connect_netlink,
                  read: Reader = read_text) -> Check:
-    from .netlink import VERSION, VersionMismatch
+    from gpuslice.netlink import VERSION, VersionMismatch
 
     name = "module"
     if not os.path.isdir(sys_module):
@@ -359,7 +359,7 @@ def check_mmap_min_addr(path: str = MMAP_MIN_ADDR, read: Reader = read_text,
 def check_cdi(path: str, generate: Callable[[], Mapping[str, Any]], read: Reader = read_text) -> Check:
     """The spec at ``path`` against what `gpuctl cdi generate` makes now (``generate``:
     the spec as a dict)."""
-    from . import cdi
+    from gpuslice.ops import cdi
 
     name = "cdi"
     regen = f"sudo gpuctl cdi generate --output {path}"
@@ -459,7 +459,7 @@ def http_get(url: str, timeout: float) -> tuple[int, str]:
 
 
 def metrics_url(listen: str) -> str:
-    from .exporter import parse_listen
+    from gpuslice.ops.exporter import parse_listen
 
     host, port = parse_listen(listen)
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
@@ -521,7 +521,7 @@ def run_all(status_file: str, cdi_path: str, cdi_generate: Callable[[], Mapping[
     else `gpuctl exporter`'s default. What is not given is this module's own (looked up
     when called, so tests can replace them) and the host's paths under ``root`` (None:
     ROOT)."""
-    from .exporter import DEFAULT_LISTEN
+    from gpuslice.ops.exporter import DEFAULT_LISTEN
 
     base = ROOT if root is None else root
     conn = connect or connect_netlink

@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from . import netlink as nl
-from .rm import owns_channel
-from .state import valid_name
+from gpuslice import netlink as nl
+from gpuslice.sched.rm import owns_channel
+from gpuslice.state import valid_name
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ class PreloadSource(EventTracker):
     A channel counts only with a proof that the process owns it: before its CHANNEL_NEW
     lines (``"proof":1``) the library sends ``{"proof_file":1}`` with, in the same
     message (SCM_RIGHTS), the RM file their client was made through, and
-    ``verify(fd, client, handle)`` (default :func:`gpuslice.rm.owns_channel`) asks RM
+    ``verify(fd, client, handle)`` (default :func:`gpuslice.sched.rm.owns_channel`) asks RM
     through that file; it asks again every ``reverify_s`` while the channel is known.
 
     It writes back one kind of line, ``{"sample_us":N,"repeat_us":M}``, to the processes

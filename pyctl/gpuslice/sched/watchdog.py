@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 
-from .rm import RmClient
+from gpuslice.sched.rm import RmClient
 
 
 def main(argv: list[str] | None = None) -> int:

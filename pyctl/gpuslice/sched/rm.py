@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from . import abi
+from gpuslice import abi
 
 Pair = tuple[int, int]  # (hClient, hChannel)
 

@@ -1,0 +1,1 @@
+"""Operations: host checks (`gpuctl doctor`), the metrics exporter, CDI specs."""
