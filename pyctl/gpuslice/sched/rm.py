@@ -6,7 +6,7 @@ allocates a root client, and per GPU a device (0x80) and subdevice (0x2080) so t
 can issue subdevice controls:
 
 * :meth:`RmClient.disable_channels` - FIFO_DISABLE_CHANNELS on (hClient, hChannel)
-  pairs of ANY process (FINDINGS.md: works across processes), 64 per call;
+  pairs of ANY process (docs/h100-findings.md: works across processes), 64 per call;
 * :meth:`RmClient.set_timeslice` - SET_TIMESLICE on a TSG of THIS client only
   (RM refuses foreign clients; the kernel module applies per-instance timeslices);
 * :meth:`RmClient.fb_info` - FB_GET_INFO_V2.
@@ -413,7 +413,7 @@ def owns_channel(fd: int, h_client: int, h_channel: int) -> bool:
     """Does the open file ``fd`` hold client ``h_client``, and is ``h_channel`` a channel
     of it? RM answers a control on a client only through the file that made the client
     (src/nvidia/src/kernel/rmapi/client.c rmclientValidate_IMPL, strict by default:
-    NV_ERR_INVALID_CLIENT; FINDINGS.md: status 35 for another process's client), and
+    NV_ERR_INVALID_CLIENT; docs/h100-findings.md: status 35 for another process's client), and
     GPFIFO_GET_WORK_SUBMIT_TOKEN (ctrlc36f.h, read-only, what CUDA asks of each of its
     channels) only of a channel. So a process that passes the file proves the channel is
     its own, or was handed to it by its owner."""
