@@ -96,28 +96,30 @@ def test_scrape_over_loopback(server) -> None:
     assert value(sm, "gpuslice_gpu_preemptions_total", gpu="0") == 5
     assert value(sm, "gpuslice_gpu_resumes_total", gpu="0") == 4
     assert value(sm, "gpuslice_gpu_recent_preempt_latency_seconds", gpu="0", stat="p99") == 0.002
-    assert value(sm, "gpuslice_instance_info", instance="web", gpus="0,1") == 1
-    assert value(sm, "gpuslice_instance_memory_limit_bytes", instance="web") == 8 * GIB
-    assert value(sm, "gpuslice_instance_memory_used_bytes", instance="web") == 3 * GIB
-    assert value(sm, "gpuslice_instance_memory_peak_bytes", instance="web") == 5 * GIB
+    assert value(sm, "gpuslice_instance_info", gpuslice_instance="web", gpus="0,1") == 1
+    assert value(sm, "gpuslice_instance_memory_limit_bytes", gpuslice_instance="web") == 8 * GIB
+    assert value(sm, "gpuslice_instance_memory_used_bytes", gpuslice_instance="web") == 3 * GIB
+    assert value(sm, "gpuslice_instance_memory_peak_bytes", gpuslice_instance="web") == 5 * GIB
     # per GPU, for the GPUs of the instance only
-    assert value(sm, "gpuslice_instance_gpu_memory_limit_bytes", instance="web", gpu="1") == 4 * GIB
-    assert value(sm, "gpuslice_instance_gpu_memory_used_bytes", instance="web", gpu="0") == 2 * GIB
-    assert value(sm, "gpuslice_instance_gpu_memory_peak_bytes", instance="web", gpu="0") == 4 * GIB
+    assert value(sm, "gpuslice_instance_gpu_memory_limit_bytes", gpuslice_instance="web", gpu="1") == 4 * GIB
+    assert value(sm, "gpuslice_instance_gpu_memory_used_bytes", gpuslice_instance="web", gpu="0") == 2 * GIB
+    assert value(sm, "gpuslice_instance_gpu_memory_peak_bytes", gpuslice_instance="web", gpu="0") == 4 * GIB
     assert not [k for k in sm if k[0] == "gpuslice_instance_gpu_memory_limit_bytes" and ("gpu", "2") in k[1]]
-    assert value(sm, "gpuslice_instance_ioctls_total", instance="web") == 1234
-    assert value(sm, "gpuslice_instance_refusals_total", instance="web", reason="quota") == 7
-    assert value(sm, "gpuslice_instance_refusals_total", instance="web", reason="filter") == 2
-    assert value(sm, "gpuslice_instance_processes", instance="web") == 2
-    assert value(sm, "gpuslice_instance_processes", instance="batch") == 0
+    assert value(sm, "gpuslice_instance_ioctls_total", gpuslice_instance="web") == 1234
+    assert value(sm, "gpuslice_instance_refusals_total", gpuslice_instance="web", reason="quota") == 7
+    assert value(sm, "gpuslice_instance_refusals_total", gpuslice_instance="web", reason="filter") == 2
+    assert value(sm, "gpuslice_instance_processes", gpuslice_instance="web") == 2
+    assert value(sm, "gpuslice_instance_processes", gpuslice_instance="batch") == 0
     # the lock histogram: cumulative, in seconds, count = acquisitions, sum = total hold time
-    assert value(sm, "gpuslice_instance_lock_hold_seconds_count", instance="web") == 10
-    assert value(sm, "gpuslice_instance_lock_hold_seconds_sum", instance="web") == pytest.approx(5e-6)
-    assert value(sm, "gpuslice_instance_lock_hold_seconds_bucket", instance="web", le="1e-09") == 1
-    assert value(sm, "gpuslice_instance_lock_hold_seconds_bucket", instance="web", le="1.024e-06") == 7
-    assert value(sm, "gpuslice_instance_lock_hold_seconds_bucket", instance="web", le="+Inf") == 10
-    assert value(sm, "gpuslice_instance_lock_wait_max_seconds", instance="web") == pytest.approx(6e-7)
-    assert ("gpuslice_instance_lock_hold_seconds_count", (("instance", "batch"),)) not in sm  # no figures: no series
+    assert value(sm, "gpuslice_instance_lock_hold_seconds_count", gpuslice_instance="web") == 10
+    assert value(sm, "gpuslice_instance_lock_hold_seconds_sum", gpuslice_instance="web") == pytest.approx(5e-6)
+    assert value(sm, "gpuslice_instance_lock_hold_seconds_bucket", gpuslice_instance="web", le="1e-09") == 1
+    assert value(sm, "gpuslice_instance_lock_hold_seconds_bucket", gpuslice_instance="web",
+                 le="1.024e-06") == 7
+    assert value(sm, "gpuslice_instance_lock_hold_seconds_bucket", gpuslice_instance="web", le="+Inf") == 10
+    assert value(sm, "gpuslice_instance_lock_wait_max_seconds", gpuslice_instance="web") == pytest.approx(6e-7)
+    # no figures: no series
+    assert ("gpuslice_instance_lock_hold_seconds_count", (("gpuslice_instance", "batch"),)) not in sm
     # the daemon
     assert value(sm, "gpuslice_daemon_up") == 1
     assert value(sm, "gpuslice_daemon_slot_switches_total") == 42
@@ -125,23 +127,23 @@ def test_scrape_over_loopback(server) -> None:
     assert value(sm, "gpuslice_gpu_switch_latency_seconds_count", gpu="0") == 42
     assert value(sm, "gpuslice_gpu_switch_latency_seconds_bucket", gpu="0", le="0.000131072") == 30
     assert value(sm, "gpuslice_gpu_switch_latency_seconds_sum", gpu="0") == pytest.approx(0.01)
-    assert value(sm, "gpuslice_instance_slot_seconds_total", instance="web", gpu="0") == 3.0
-    assert value(sm, "gpuslice_instance_gated_seconds_total", instance="batch", gpu="0") == 3.0
-    assert value(sm, "gpuslice_instance_share_target_ratio", instance="web", gpu="0") == 0.75
-    assert value(sm, "gpuslice_instance_gated", instance="web", gpu="0") == 1
-    assert value(sm, "gpuslice_instance_engine_channels", instance="web", gpu="0", engine="NVJPG1") == 1
-    assert value(sm, "gpuslice_instance_engine_channels", instance="web", gpu="0", engine="GR0") == 3
-    assert value(sm, "gpuslice_instance_active", instance="batch", gpu="0") == 0
+    assert value(sm, "gpuslice_instance_slot_seconds_total", gpuslice_instance="web", gpu="0") == 3.0
+    assert value(sm, "gpuslice_instance_gated_seconds_total", gpuslice_instance="batch", gpu="0") == 3.0
+    assert value(sm, "gpuslice_instance_share_target_ratio", gpuslice_instance="web", gpu="0") == 0.75
+    assert value(sm, "gpuslice_instance_gated", gpuslice_instance="web", gpu="0") == 1
+    chans = "gpuslice_instance_engine_channels"
+    assert value(sm, chans, gpuslice_instance="web", gpu="0", engine="NVJPG1") == 1
+    assert value(sm, chans, gpuslice_instance="web", gpu="0", engine="GR0") == 3
+    assert value(sm, "gpuslice_instance_active", gpuslice_instance="batch", gpu="0") == 0
     assert value(sm, "gpuslice_gpu_period_seconds", gpu="0") == pytest.approx(0.05)
     assert value(sm, "gpuslice_guard_kills_total") == 1
     # NVML
     assert value(sm, "gpuslice_gpu_utilization_ratio", gpu="0", uuid="GPU-abc") == pytest.approx(0.37)
     # NVML's per-process engine samples, summed over the instance's pids (pid 99 is no instance's)
-    assert value(sm, "gpuslice_instance_engine_utilization_ratio", instance="web", gpu="0", engine="sm") == \
-        pytest.approx(0.5)
-    assert value(sm, "gpuslice_instance_engine_utilization_ratio", instance="web", gpu="0", engine="dec") == 1.0
-    assert ("gpuslice_instance_engine_utilization_ratio", (("engine", "sm"), ("gpu", "0"), ("instance", "batch"))) \
-        not in sm
+    use = "gpuslice_instance_engine_utilization_ratio"
+    assert value(sm, use, gpuslice_instance="web", gpu="0", engine="sm") == pytest.approx(0.5)
+    assert value(sm, use, gpuslice_instance="web", gpu="0", engine="dec") == 1.0
+    assert (use, (("engine", "sm"), ("gpu", "0"), ("gpuslice_instance", "batch"))) not in sm
     assert value(sm, "gpuslice_gpu_memory_total_bytes", gpu="0", uuid="GPU-abc") == 80 * GIB
 
 
@@ -255,3 +257,16 @@ def test_nvml_process_samples_keep_each_pids_latest() -> None:
     assert E.nvml_process_samples(FakeNvml(s), None) == [
         {"pid": 5, "smUtil": 30, "encUtil": 0, "decUtil": 60}, {"pid": 6, "smUtil": 5, "encUtil": 7, "decUtil": 0}]
     assert E.nvml_process_samples(FakeNvml(None), None) == []
+
+
+def test_no_series_carries_a_prometheus_target_label(server) -> None:
+    """`instance` and `job` are the labels Prometheus puts on every target: a series that
+    carried its own would have it renamed to `exported_instance` on scrape (unless
+    honor_labels). The instance is `gpuslice_instance`, on every per-instance series."""
+    sm = samples(scrape(server[0])[0])
+    for name, labels in sm:
+        keys = {k for k, _v in labels}
+        assert not keys & {"instance", "job"}, (name, labels)
+    per_instance = [(n, dict(lb)) for n, lb in sm if n.startswith("gpuslice_instance_")]
+    assert per_instance and all(lb.get("gpuslice_instance") in ("web", "batch") for _n, lb in per_instance)
+    assert E.INSTANCE_LABEL == "gpuslice_instance"

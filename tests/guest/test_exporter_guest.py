@@ -49,7 +49,7 @@ def test_exporter_reports_a_busy_instance(nl, tmp_path):
                 except OSError:
                     assert ex.poll() is None and time.monotonic() < deadline, log_file.read_text()
                     time.sleep(0.2)
-            lab = (("instance", inst.name),)
+            lab = (("gpuslice_instance", inst.name),)
             assert m[("gpuslice_module_up", ())] == 1
             assert m[("gpuslice_instance_memory_limit_bytes", lab)] == 64 * MIB
             assert m[("gpuslice_instance_memory_used_bytes", lab)] == size

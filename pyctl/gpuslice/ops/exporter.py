@@ -25,6 +25,9 @@ from gpuslice.netlink import LOCK_HIST_BUCKETS, gpu_mem, gpus_of, hist_bucket_ns
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9400"
+# The instance's label. Not `instance`: Prometheus sets that (and `job`) on every series
+# of a target and renames a series' own to `exported_instance` (unless honor_labels).
+INSTANCE_LABEL = "gpuslice_instance"
 NS = 1e-9
 
 
@@ -32,7 +35,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT``; a bare ``:PORT`` or ``PORT`` is loopback) -> (host, port)."""
     m = re.fullmatch(r"(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d+)|(?P<bare>\d+)", text.strip())
     if not m:
-        raise ValueError(f"not HOST:PORT: {text!r} (e.g. 127.0.0.1:9400)")
+        raise ValueError(f"not HOST:PORT: {text!r} (e.g. {DEFAULT_LISTEN})")
     port = int(m.group("port") or m.group("bare"))
     if not 0 <= port <= 65535:
         raise ValueError(f"port {port} outside 0..65535")
@@ -70,7 +73,7 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
     up.add_metric([], 0 if instances is None else 1)
     out.append(up)
 
-    L = ["instance"]
+    L = [INSTANCE_LABEL]
 
     def per_instance(family, name: str, doc: str, key: str, scale: float):  # type: ignore[no-untyped-def]
         m = family(name, doc, labels=L)
@@ -87,7 +90,7 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
 
     insts = [d for d in instances or () if "name" in d]
     info = GaugeMetricFamily("gpuslice_instance_info", "An instance and its GPUs (always 1).",
-                             labels=["instance", "gpus"])
+                             labels=[INSTANCE_LABEL, "gpus"])
     for d in insts:
         info.add_metric([d["name"], ",".join(map(str, gpus_of(int(d.get("gpu_mask", 0)))))], 1)
     out.append(info)
@@ -111,7 +114,7 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
     ]
     ref = CounterMetricFamily("gpuslice_instance_refusals", "Calls refused by the module, by reason: quota (an "
                               "allocation over the memory limit), filter (a call outside what a container may make).",
-                              labels=["instance", "reason"])
+                              labels=[INSTANCE_LABEL, "reason"])
     procs = GaugeMetricFamily("gpuslice_instance_processes", "Processes with an instance node open.", labels=L)
     for d in insts:
         for reason in ("quota", "filter"):
@@ -122,7 +125,7 @@ def families(instances: Sequence[Mapping[str, Any]] | None, status: Mapping[str,
     for key, doc in (("limit", "Video memory limit of the instance on the GPU."),
                      ("used", "Video memory the instance holds on the GPU now (as the module counts it)."),
                      ("peak", "Most video memory the instance held on the GPU at once.")):
-        m = GaugeMetricFamily(f"gpuslice_instance_gpu_memory_{key}_bytes", doc, labels=["instance", "gpu"])
+        m = GaugeMetricFamily(f"gpuslice_instance_gpu_memory_{key}_bytes", doc, labels=[INSTANCE_LABEL, "gpu"])
         for d in insts:
             for g, v in gpu_mem(d).items():
                 m.add_metric([d["name"], str(g)], v[key])
@@ -166,7 +169,7 @@ def _engine_use(insts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, 
     m = GaugeMetricFamily("gpuslice_instance_engine_utilization_ratio",
                           "Fraction of NVML's last sample period the instance's processes kept an engine busy "
                           "(sm, enc: NVENC, dec: NVDEC), from NVML's per-process samples.",
-                          labels=["instance", "gpu", "engine"])
+                          labels=[INSTANCE_LABEL, "gpu", "engine"])
     for (name, g, engine), v in sorted(engine_utilization(insts, gpus).items()):
         m.add_metric([name, g, engine], v)
     return [m]
@@ -190,7 +193,7 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
         if v is not None:
             lat.add_metric([stat], v * NS)
     out.append(lat)
-    labels = ["instance", "gpu"]
+    labels = [INSTANCE_LABEL, "gpu"]
     target = GaugeMetricFamily("gpuslice_instance_share_target_ratio", "Share of the GPU the policy gives the instance "
                                "now (0..1).", labels=labels)
     active = GaugeMetricFamily("gpuslice_instance_active", "1 when the daemon counts the instance as busy.",
