@@ -1,7 +1,7 @@
 """gpuctl's Kubernetes commands: ``gpuctl kubelet-plugin`` (the DRA driver, kube/dra.py)
 and ``gpuctl device-plugin`` (kube/deviceplugin.py).
 
-:func:`register` adds them to gpuctl's main group (cli.py calls it). They use the main
+:func:`register` adds them to gpuctl's main group (gpuslice/cli/__init__.py calls it). They use the main
 group's options: ``--state`` (``ctx.obj["state"]``) and ``--kernel``.
 """
 

@@ -1,0 +1,62 @@
+"""gpuctl: configure GPU slices (instances and policies) and run the scheduler daemon.
+
+Units accepted everywhere: sizes in bytes with B/KiB/MiB/GiB/TiB (powers of 1024) or
+kB/MB/GB/TB (powers of 1000); shares as a percentage (30%) or a fraction (0.3) of one
+GPU; durations with ns/us/ms/s (a bare number is ms). Every command prints a table, or
+JSON with --json. Errors are one line on stderr and a non-zero exit status.
+
+A module per command group: common (errors, parameter types, output, :func:`kernel`),
+instance, policy, status (status, top), daemon (daemon, guard), cdi (cdi generate and
+the spec the instance commands regenerate), ops (run-args, exporter, doctor); the
+trace command (gpuslice.trace.live) and the Kubernetes plugins (gpuslice.kube.cli)
+are registered here.
+"""
+
+from __future__ import annotations
+
+import click
+
+from gpuslice import state as S
+
+from .cdi import cdi_group
+from .common import GpuctlError, OneLineGroup, _non_empty, kernel
+from .daemon import _die_with_parent, _make_probe, _make_source, _spawn_guard, daemon, guard
+from .instance import instance
+from .ops import doctor, exporter, run_args
+from .policy import policy
+from .status import status, top
+
+__all__ = ["main", "GpuctlError", "kernel", "_make_probe", "_make_source", "_spawn_guard", "_die_with_parent"]
+
+
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--state", "state_path", envvar="GPUSLICE_STATE", default=S.DEFAULT_PATH, show_default=True,
+              callback=_non_empty, help="State file (env GPUSLICE_STATE).")
+@click.option("--kernel", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
+              help="Apply changes to the gpuslice kernel module too: auto = when it is loaded.")
+@click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
+              help="CDI spec that `instance create`, `delete` and `restore` regenerate, e.g. "
+              "/etc/cdi/gpuslice.yaml (env GPUSLICE_CDI_SPEC; default: none).")
+@click.version_option(package_name="gpuslice")
+@click.pass_context
+def main(ctx: click.Context, state_path: str, kernel: str, cdi_spec: str | None) -> None:
+    """Kernel-space GPU sharing: instances (fake NVIDIA device sets with a memory limit)
+    and compute policies, enforced by `gpuctl daemon`."""
+    ctx.ensure_object(dict)
+    ctx.obj.update(state=state_path, kernel=kernel, cdi_spec=cdi_spec)
+
+
+for _cmd in (instance, policy, status, top, daemon, guard, exporter, doctor, run_args, cdi_group):
+    main.add_command(_cmd)
+
+try:  # the eBPF tracing command (pyctl/gpuslice/trace/live.py)
+    from gpuslice.trace import live as _trace
+
+    main.add_command(_trace.trace)
+except ImportError:
+    pass
+
+
+from gpuslice.kube.cli import register as _register_kube  # noqa: E402 (the commands need main)
+
+_register_kube(main)

@@ -1,0 +1,117 @@
+"""`gpuctl cdi generate`, and the CDI spec that `instance create`, `delete` and
+`restore` regenerate (--cdi-spec)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from gpuslice import state as S
+
+from .common import GpuctlError, emit, json_option, kernel, table
+
+
+def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
+    """The instances for the spec: the module's (their nodes exist), or with no module
+    (--kernel no, or not loaded) the state file's."""
+    from gpuslice.ops import cdi
+
+    st = st if st is not None else S.load(ctx.obj["state"])
+    owned = {i.name for i in st.instances.values() if i.owner is not None}  # in their owners' own specs
+    nl = kernel(ctx)
+    if nl is not None:
+        return [i for i in cdi.instances_from_netlink(nl.instances()) if i.name not in owned]
+    return [cdi.Instance(i.name, tuple(i.gpus)) for i in sorted(st.instances.values(), key=lambda i: i.name)
+            if i.name not in owned]
+
+
+def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
+    from gpuslice.ops import cdi
+
+    insts = _cdi_instances(ctx, st)
+    for i in insts:
+        if not cdi.is_cdi_name(i.name):
+            click.echo(f"gpuctl: warning: instance {i.name!r} left out of the CDI spec: CDI device names "
+                       "start and end with a letter or digit", err=True)
+    spec = cdi.build_spec(insts, cdi.driver_files(cdi.scan_host()), cdi.find_nvidia_ctk())
+    errs = cdi.check_spec(spec)
+    if errs:
+        raise GpuctlError(f"CDI spec not written: {errs[0]}")
+    return spec
+
+
+def _regenerate_cdi(ctx: click.Context, st: S.State) -> str | None:
+    """Rewrite the configured spec (--cdi-spec); what went wrong, or None. Never
+    raises: the change it follows is made and saved either way."""
+    path = ctx.obj.get("cdi_spec")
+    if not path:
+        return None
+    try:
+        _write_or_remove(path, _cdi_spec(ctx, st))
+    except OSError as e:
+        return f"the CDI spec {path} was not written: {e.strerror or e}"
+    except GpuctlError as e:
+        return str(e)
+    return None
+
+
+def _cdi_failed(done: str, err: str | None) -> None:
+    if err:
+        raise GpuctlError(f"{done}, but {err}")
+
+
+def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
+    """Write the spec, or remove it when there is no instance: CDI refuses a spec
+    without devices, and older runtimes then ignore every spec in the directory."""
+    from gpuslice.ops import cdi
+
+    if not cdi.is_ours(path):
+        raise GpuctlError(f"{path} is not a CDI spec of kind {cdi.KIND}: left as it is")
+    if spec["devices"]:
+        cdi.write_spec(path, cdi.render(spec))
+        return True
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return False
+
+
+@click.group("cdi")
+def cdi_group() -> None:
+    """Container Device Interface: `podman run --device gpuslice.dev/gpu=NAME`."""
+
+
+@cdi_group.command("generate")
+@click.option("--output", "-o", metavar="PATH", help="Write the spec here (e.g. /etc/cdi/gpuslice.yaml) "
+              "instead of printing it.")
+@json_option
+@click.pass_context
+def cdi_generate(ctx: click.Context, output: str | None) -> None:
+    """A CDI spec with one device per instance (kind gpuslice.dev/gpu): the instance's
+    nodes at /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-uvm, and the host's NVIDIA
+    driver files (libcuda, libnvidia-ml, nvidia-smi, ...) mounted read-only. Printed as
+    YAML (JSON with --json), or written to --output with a summary (no instance: the
+    file is removed, as CDI refuses a spec without devices)."""
+    from gpuslice.ops import cdi
+
+    spec = _cdi_spec(ctx)
+    if output is None:
+        emit(ctx, spec, lambda: cdi.render(spec).rstrip("\n"))
+        return
+    try:
+        written = _write_or_remove(output, spec)
+    except OSError as e:
+        raise GpuctlError(f"cannot write the CDI spec {output}: {e.strerror or e}") from None
+    if not written:
+        emit(ctx, {"output": output, "devices": [], "mounts": 0, "removed": True},
+             lambda: f"no instances: {output} removed (a CDI spec needs a device)")
+        return
+    rows = [{"device": f"{cdi.KIND}={d['name']}",
+             "nodes": ",".join(n["path"] for n in d["containerEdits"]["deviceNodes"])} for d in spec["devices"]]
+    mounts = len(spec["containerEdits"].get("mounts", []))
+    emit(ctx, {"output": output, "devices": [d["name"] for d in spec["devices"]], "mounts": mounts},
+         lambda: f"wrote {output}: {len(rows)} devices, {mounts} driver files\n"
+         + table(rows, [("device", "DEVICE"), ("nodes", "NODES")]))

@@ -1,0 +1,256 @@
+"""What gpuctl's commands share: the one-line error, the click parameter types
+(sizes, shares, durations, GPU lists, MODULE:CLASS), table/JSON output, the module's
+netlink client (:func:`kernel`) and the daemon's and guard's report files."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import sys
+from typing import Any, Callable, Sequence
+
+import click
+
+from gpuslice import state as S
+from gpuslice import units
+
+STATUS_PATH = S.STATUS_PATH
+PRELOAD_SOCK = "/run/gpuslice/preload.sock"
+PRELOAD_DIR = "/run/gpuslice/instances"
+GUARD_STATUS = "/run/gpuslice/guard.json"
+
+
+class GpuctlError(Exception):
+    """A one-line, user-facing error."""
+
+
+class _Unit(click.ParamType):  # type: ignore[type-arg]
+    def __init__(self, name: str, fn: Callable[[str], Any]) -> None:
+        self.name = name
+        self.fn = fn
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.fn(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+SIZE = _Unit("size", units.parse_size)
+
+
+MEMORY = _Unit("memory", units.parse_memory)
+
+
+MEMORY_HELP = "Video memory limit of each GPU, e.g. 8GiB, or per GPU, e.g. 0=8GiB,1=4GiB."
+
+
+SHARE = _Unit("share", units.parse_share)
+
+
+DURATION = _Unit("duration", units.parse_duration_ns)
+
+
+# a duration where 0 (0, 0ms, 0.0s, ...) means "off"
+DURATION_OR_0 = _Unit("duration", lambda t: 0 if re.fullmatch(r"\s*0*\.?0*\s*(ns|us|ms|s)?\s*", t, re.I)
+                      and re.search(r"0", t) else units.parse_duration_ns(t))
+
+
+def _gpu_list(text: str) -> list[int]:
+    try:
+        gpus = [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        raise ValueError(f"not a GPU list: {text!r} (use e.g. 0 or 0,1)") from None
+    if not gpus or any(not 0 <= g < S.MAX_GPUS for g in gpus) or len(set(gpus)) != len(gpus):
+        raise ValueError(f"GPUs must be distinct numbers 0..{S.MAX_GPUS - 1}: {text!r}")
+    return gpus
+
+
+GPUS = _Unit("gpus", _gpu_list)
+
+
+class ChoiceOrClass(click.ParamType):  # type: ignore[type-arg]
+    """One of ``choices``, or MODULE:CLASS: a class imported with importlib from the
+    process's Python path (PYTHONPATH), which must have the callable attributes ``needs``.
+    Converts to the choice (a str) or to the class; :func:`construct` makes the object."""
+
+    def __init__(self, name: str, choices: Sequence[str], needs: Sequence[str]) -> None:
+        self.name = name
+        self.choices = list(choices)
+        self.needs = list(needs)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join([*self.choices, "MODULE:CLASS"]) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, type) or value in self.choices:
+            return value
+        mod, sep, attr = str(value).partition(":")
+        if not (sep and mod and attr):
+            self.fail(f"{value!r} is none of {', '.join(self.choices)} and not MODULE:CLASS", param, ctx)
+        try:
+            obj: Any = importlib.import_module(mod)
+        except Exception as e:  # whatever the module raises: still one line
+            self.fail(f"{value}: cannot import {mod}: {type(e).__name__}: {e}", param, ctx)
+        for part in attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                self.fail(f"{value}: module {mod} has no {attr}", param, ctx)
+        if not isinstance(obj, type):
+            self.fail(f"{value}: not a class but a {type(obj).__name__}", param, ctx)
+        missing = [m for m in self.needs if not callable(getattr(obj, m, None))]
+        if missing:
+            self.fail(f"{value}: not a {self.name} (no {', '.join(m + '()' for m in missing)})", param, ctx)
+        return obj
+
+
+def construct(cls: type, option: str) -> Any:
+    """``cls()`` for a MODULE:CLASS option value; its failure is the option's error."""
+    try:
+        return cls()
+    except Exception as e:
+        raise click.BadParameter(f"{cls.__module__}:{cls.__qualname__}(): {type(e).__name__}: {e}",
+                                 param_hint=option) from None
+
+
+SOURCE = ChoiceOrClass("source", ["auto", "netlink", "preload"], ["refresh", "channels", "close"])
+
+
+PROBE = ChoiceOrClass("probe", ["auto", "cpu", "nvml", "submit", "all"], ["active"])
+
+
+class OneLineGroup(click.Group):
+    """A click group whose errors (usage or runtime) are one line on stderr."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            super().main(args, prog_name or "gpuctl", complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.Abort:
+            _die("aborted", 130)
+        except getattr(click.exceptions, "NoArgsIsHelpError", ()) as e:  # bare `gpuctl`, `gpuctl instance`
+            click.echo(e.ctx.get_help() if e.ctx else str(e))
+            sys.exit(2)
+        except click.ClickException as e:
+            _die(e.format_message().replace("\n", " "), e.exit_code)
+        except (GpuctlError, S.StateError) as e:
+            _die(str(e), 1)
+        except OSError as e:
+            _die(str(e), 1)
+        except Exception as e:  # a bug: still one line, traceback with GPUSLICE_DEBUG=1
+            if os.environ.get("GPUSLICE_DEBUG"):
+                raise
+            _die(f"internal error: {type(e).__name__}: {e}", 2)
+        sys.exit(0)
+
+
+def _die(msg: str, code: int) -> None:
+    click.echo(f"gpuctl: {msg}", err=True)
+    sys.exit(code)
+
+
+def table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]]) -> str:
+    head = [h for _k, h in cols]
+    body = [["-" if r.get(k) is None else str(r.get(k)) for k, _h in cols] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [head, *body]]
+    return "\n".join(lines)
+
+
+def emit(ctx: click.Context, data: Any, text: Callable[[], str]) -> None:
+    if ctx.obj.get("json"):
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        click.echo(text())
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    def cb(ctx: click.Context, _p: click.Parameter, v: bool) -> None:
+        if v:
+            ctx.ensure_object(dict)["json"] = True
+
+    return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=cb, is_eager=True,
+                        help="Print JSON instead of a table.")(f)
+
+
+def kernel(ctx: click.Context) -> Any:
+    """The module's netlink client, or None when not wanted / not loaded (mode auto)."""
+    mode = ctx.obj["kernel"]
+    if mode == "no":
+        return None
+    if "nl" not in ctx.obj:
+        from gpuslice.netlink import GpusliceNetlink, NetlinkError, VersionMismatch, module_loaded
+
+        if mode == "auto" and not module_loaded():
+            ctx.obj["nl"] = None
+            return None
+        try:
+            ctx.obj["nl"] = GpusliceNetlink()
+        except VersionMismatch as e:  # refused whatever the mode: never talk to another ABI
+            raise GpuctlError(str(e)) from None
+        except (NetlinkError, OSError, ImportError) as e:
+            if mode == "yes":
+                raise GpuctlError(str(e)) from None
+            ctx.obj["nl"] = None
+    return ctx.obj["nl"]
+
+
+ID_RANGE = click.IntRange(0, 2**32 - 2)  # a kernel uid/gid: u32, (u32)-1 is no id
+
+
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
+
+
+def _non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An empty --state (an unset variable in a script) is an error, not the default file."""
+    if not value:
+        raise click.BadParameter("empty path", ctx=ctx, param=param)
+    return value
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _read_status(path: str, strict: bool = False) -> dict[str, Any] | None:
+    """A report of `gpuctl daemon` or `gpuctl guard` with "running": whether the process
+    it names is alive (None: no report). ``strict``: one this user cannot read is an error
+    (the daemon writes it 0600), not a daemon that is not running."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except PermissionError as e:
+        if strict:
+            raise GpuctlError(f"cannot read {path}: {e.strerror} (the daemon's reports are root's)") from None
+        return None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict):
+        return None
+    pid = d.get("pid")
+    d["running"] = False
+    if type(pid) is int and 0 < pid <= PID_MAX:  # kill(0) or kill(-1) would signal us or everyone
+        try:
+            os.kill(pid, 0)
+            d["running"] = True
+        except PermissionError:  # alive, another user's
+            d["running"] = True
+        except OSError:
+            pass
+    return d

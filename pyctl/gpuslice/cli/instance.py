@@ -1,0 +1,285 @@
+"""`gpuctl instance`: create, list, show, set, delete and restore instances."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gpuslice import instances
+from gpuslice import state as S
+from gpuslice import units
+from gpuslice.netlink import lock_summary
+from gpuslice.policy import POLICIES, compute_shares
+
+from .cdi import _cdi_failed, _regenerate_cdi
+from .common import GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, GpuctlError, emit, json_option, kernel, table
+
+
+def inst_row(i: S.Instance) -> dict[str, Any]:
+    return {"name": i.name, "gpus": ",".join(map(str, i.gpus)), "memory": units.format_memory(i.memory, i.gpu_memory),
+            "memory_bytes": i.memory, "weight": i.weight,
+            "share": units.format_share(i.share) if i.share is not None else None,
+            "ceiling": units.format_share(i.ceiling) if i.ceiling is not None else None,
+            "priority": i.priority + (f" (min {units.format_share(i.min_share)})" if i.min_share else "")}
+
+
+def inst_json(i: S.Instance) -> dict[str, Any]:
+    return {"name": i.name, "gpus": i.gpus, "memory": i.memory,
+            "gpu_memory": {str(g): i.memory_of(g) for g in i.gpus}, "weight": i.weight, "share": i.share,
+            "ceiling": i.ceiling, "priority": i.priority, "min_share": i.min_share}
+
+
+PRIORITY = click.Choice(["online", "offline"])
+
+
+PRIORITY_HELP = ("online (default) or offline: while any online instance of the GPU has work, offline ones get "
+                 "nothing (or their --min-share) and are preempted as soon as online work appears; with no "
+                 "online work they share the GPU by its policy.")
+
+
+@click.group()
+def instance() -> None:
+    """Create, change, inspect and delete instances."""
+
+
+@instance.command("create")
+@click.argument("name")
+@click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s), e.g. 0 or 0,1.")
+@click.option("--memory", type=MEMORY, required=True, help=MEMORY_HELP)
+@click.option("--policy", type=click.Choice(POLICIES), help="Also set the policy of the instance's GPU(s).")
+@click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000 (weight, burst; default 1).")
+@click.option("--share", type=SHARE, help="Fixed share of the GPU, e.g. 30% (fixed policy).")
+@click.option("--ceiling", type=SHARE, help="At most this share (equal, burst), e.g. 50%.")
+@click.option("--priority", type=PRIORITY, default="online", show_default=True, help=PRIORITY_HELP)
+@click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs, e.g. 5%.")
+@click.option("--uid", type=ID_RANGE, help="Owner of the device nodes.")
+@click.option("--gid", type=ID_RANGE, help="Group of the device nodes.")
+@click.option("--mode", type=str, help="Permission bits of the device nodes, octal (default 0660).")
+@json_option
+@click.pass_context
+def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tuple[int, dict[int, int]],
+                    policy: str | None,
+                    weight: int | None, share: float | None, ceiling: float | None, priority: str,
+                    min_share: float | None, uid: int | None, gid: int | None, mode: str | None) -> None:
+    """Create instance NAME on --gpu with a --memory limit."""
+    if weight is not None and share is not None:
+        raise click.UsageError("--weight and --share are mutually exclusive")
+    if min_share is not None and priority != "offline":
+        raise click.UsageError("--min-share is for --priority offline")
+    mode_bits = _mode(mode)
+    size, per_gpu = _memory(memory, gpus)
+    with S.locked(ctx.obj["state"]) as st:
+        inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
+                          min_share=min_share, gpu_memory=per_gpu)
+        try:
+            instances.add(st, inst, kernel(ctx), policy=policy, uid=uid, gid=gid, mode=mode_bits)
+        except instances.InstanceError as e:
+            raise GpuctlError(str(e)) from None
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"created {name}", cdi_err)
+    emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
+
+
+def _memory(memory: tuple[int, dict[int, int]], gpus: list[int]) -> tuple[int, dict[int, int] | None]:
+    """--memory for an instance of ``gpus``: a per-GPU form names each of them."""
+    size, per_gpu = memory
+    if per_gpu and sorted(per_gpu) != sorted(gpus):
+        raise click.BadParameter(f"names GPUs {','.join(map(str, sorted(per_gpu)))} but the instance has "
+                                 f"{','.join(map(str, sorted(gpus)))}", param_hint="--memory")
+    return size, per_gpu or None
+
+
+def _mode(mode: str | None) -> int | None:
+    if mode is None:
+        return None
+    try:
+        v = int(mode, 8)
+    except ValueError:
+        raise click.BadParameter(f"not an octal mode: {mode!r}", param_hint="--mode") from None
+    if not 0 <= v <= 0o777:
+        raise click.BadParameter(f"mode {mode} outside 0..0777", param_hint="--mode")
+    return v
+
+
+INST_COLS = [("name", "NAME"), ("gpus", "GPUS"), ("memory", "MEMORY"), ("weight", "WEIGHT"), ("share", "SHARE"),
+             ("ceiling", "CEILING"), ("priority", "PRIORITY")]
+
+
+def _kernel_info(ctx: click.Context) -> dict[str, dict[str, Any]]:
+    nl = kernel(ctx)
+    if nl is None:
+        return {}
+    try:
+        return {d["name"]: d for d in nl.instances() if "name" in d}
+    except OSError:
+        return {}
+
+
+@instance.command("list")
+@json_option
+@click.pass_context
+def instance_list(ctx: click.Context) -> None:
+    """List instances (memory in use and processes when the module is loaded)."""
+    st = S.load(ctx.obj["state"])
+    kinfo = _kernel_info(ctx)
+    rows, js = [], []
+    for i in sorted(st.instances.values(), key=lambda i: i.name):
+        k = kinfo.get(i.name, {})
+        r = inst_row(i)
+        r["used"] = units.format_size(k["mem_used"]) if k.get("mem_used") else ("0B" if k else None)
+        r["pids"] = len(k.get("pids", [])) if k else None
+        rows.append(r)
+        js.append({**inst_json(i), "kernel": k or None})
+    emit(ctx, js, lambda: table(rows, INST_COLS + [("used", "USED"), ("pids", "PIDS")]))
+
+
+def _get(st: S.State, name: str) -> S.Instance:
+    if name not in st.instances:
+        raise GpuctlError(f"no instance {name!r}")
+    return st.instances[name]
+
+
+@instance.command("show")
+@click.argument("name")
+@json_option
+@click.pass_context
+def instance_show(ctx: click.Context, name: str) -> None:
+    """Show one instance: configuration, computed share and kernel counters."""
+    from gpuslice.netlink import gpu_mem
+
+    st = S.load(ctx.obj["state"])
+    i = _get(st, name)
+    k = _kernel_info(ctx).get(name, {})
+    shares = {g: compute_shares(st.policy_of(g).policy, st.claims(g), {c.name for c in st.claims(g)}).get(name, 0.0)
+              for g in i.gpus}
+    lock = lock_summary(k)
+    gm = gpu_mem(k)
+    data = {**inst_json(i), "policy": {str(g): st.policy_of(g).policy for g in i.gpus},
+            "gpu_mem": {str(g): v for g, v in gm.items()} if k else None,
+            "share_when_all_busy": {str(g): s for g, s in shares.items()}, "kernel": k or None,
+            "lock": lock or None}
+
+    def text() -> str:
+        r = inst_row(i)
+        lines = [("name", i.name), ("gpus", r["gpus"]), ("memory", r["memory"]), ("weight", str(i.weight)),
+                 ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-")]
+        for g in i.gpus:
+            m = gm.get(g)
+            lines.append((f"gpu{g} memory", f"{units.format_size(m['used'])} used of {units.format_size(m['limit'])}"
+                          f" (peak {units.format_size(m['peak'])})" if m else units.format_size(i.memory_of(g))))
+            lines.append((f"gpu{g} policy", f"{st.policy_of(g).policy}, "
+                          f"period {units.format_duration_ns(st.policy_of(g).period_ns)}"))
+            lines.append((f"gpu{g} share (all busy)", units.format_share(shares[g])))
+        for key in ("mem_used", "mem_peak", "nr_ioctls", "nr_refused_quota", "nr_refused_filter",
+                    "nr_events_suppressed", "pids"):
+            if key in k:
+                v = k[key]
+                lines.append((key, units.format_size(v) if key.startswith("mem_") else str(v)))
+        if lock:
+            dur = units.format_duration_ns
+            lines.append(("lock acquired", f"{lock['acquired']} ({lock['contended']} waited)"))
+            for what in ("hold", "wait"):
+                lines.append((f"lock {what}", f"mean {dur(lock[what + '_mean_ns'])}, "
+                              f"p99 <= {dur(lock[what + '_p99_ns'])}, max {dur(lock[what + '_max_ns'])}"))
+        w = max(len(a) for a, _ in lines)
+        return "\n".join(f"{a.ljust(w)}  {b}" for a, b in lines)
+
+    emit(ctx, data, text)
+
+
+@instance.command("set")
+@click.argument("name")
+@click.option("--memory", type=MEMORY, help=MEMORY_HELP + " Lowering it frees nothing.")
+@click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000.")
+@click.option("--share", type=SHARE, help="Fixed share, e.g. 30%.")
+@click.option("--no-share", is_flag=True, help="Remove the fixed share.")
+@click.option("--ceiling", type=SHARE, help="Ceiling, e.g. 50%.")
+@click.option("--no-ceiling", is_flag=True, help="Remove the ceiling.")
+@click.option("--priority", type=PRIORITY, help=PRIORITY_HELP)
+@click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs.")
+@click.option("--no-min-share", is_flag=True, help="Remove the offline floor.")
+@json_option
+@click.pass_context
+def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int]] | None, weight: int | None,
+                 share: float | None,
+                 no_share: bool, ceiling: float | None, no_ceiling: bool, priority: str | None,
+                 min_share: float | None, no_min_share: bool) -> None:
+    """Change an instance; the daemon applies it from its next period."""
+    if share is not None and no_share:
+        raise click.UsageError("--share and --no-share are mutually exclusive")
+    if ceiling is not None and no_ceiling:
+        raise click.UsageError("--ceiling and --no-ceiling are mutually exclusive")
+    if min_share is not None and no_min_share:
+        raise click.UsageError("--min-share and --no-min-share are mutually exclusive")
+    if all(v is None for v in (memory, weight, share, ceiling, priority, min_share)) and \
+            not (no_share or no_ceiling or no_min_share):
+        raise click.UsageError("nothing to change (give --memory, --weight, --share, --ceiling, --priority "
+                               "or --min-share)")
+    with S.locked(ctx.obj["state"]) as st:
+        i = _get(st, name)
+        size = per_gpu = None
+        if memory is not None:
+            size, per_gpu = _memory(memory, i.gpus)
+            i.memory, i.gpu_memory = size, per_gpu
+        if weight is not None:
+            i.weight = weight
+        if share is not None or no_share:
+            i.share = share
+        if ceiling is not None or no_ceiling:
+            i.ceiling = ceiling
+        if priority is not None:
+            i.priority = priority
+            if priority == "online" and min_share is None:
+                i.min_share = None  # a floor means nothing online
+        if min_share is not None or no_min_share:
+            i.min_share = min_share
+        st.check()
+        nl = kernel(ctx)
+        if nl is not None:
+            from gpuslice.netlink import MAX_GPUS, gpu_mem_limits
+
+            nl.instance_set(name, mem_limit=size, weight=weight,
+                            gpu_mem_limit=None if memory is None else gpu_mem_limits(per_gpu) or [0] * MAX_GPUS,
+                            share=units.share_to_ppt(i.share) if i.share else None)
+    emit(ctx, inst_json(i), lambda: table([inst_row(i)], INST_COLS))
+
+
+@instance.command("delete")
+@click.argument("name")
+@json_option
+@click.pass_context
+def instance_delete(ctx: click.Context, name: str) -> None:
+    """Delete an instance (the module refuses while its device nodes are open)."""
+    with S.locked(ctx.obj["state"]) as st:
+        _get(st, name)
+        try:
+            instances.remove(st, name, kernel(ctx))
+        except instances.InstanceError as e:
+            raise GpuctlError(str(e)) from None
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"deleted {name}", cdi_err)
+    emit(ctx, {"deleted": name}, lambda: f"deleted {name}")
+
+
+@instance.command("restore")
+@json_option
+@click.pass_context
+def instance_restore(ctx: click.Context) -> None:
+    """Create in the module every instance of the state file it does not have (after a
+    boot or a module reload; the gpuslice-daemon unit runs it before the daemon).
+    Node owner, group and mode are not kept in the state file: the module's defaults,
+    except the Kubernetes plugins' instances (0666, as they made them)."""
+    nl = kernel(ctx)
+    if nl is None:
+        raise GpuctlError("the gpuslice module is not loaded (modprobe gpuslice)")
+    with S.locked(ctx.obj["state"]) as st:
+        have = {d["name"] for d in nl.instances() if "name" in d}
+        made = []
+        for i in sorted(st.instances.values(), key=lambda i: i.name):
+            if i.name not in have:
+                instances.create_in_module(nl, i)
+                made.append(i.name)
+        cdi_err = _regenerate_cdi(ctx, st)
+    _cdi_failed(f"created {', '.join(made) or 'nothing'}", cdi_err)
+    emit(ctx, {"created": made}, lambda: f"created {', '.join(made)}" if made else "nothing to restore")

@@ -1,0 +1,64 @@
+"""`gpuctl policy`: set and show each GPU's compute policy."""
+
+from __future__ import annotations
+
+import click
+
+from gpuslice import state as S
+from gpuslice import units
+from gpuslice.policy import POLICIES, compute_shares, validate
+
+from .common import DURATION, GPUS, GpuctlError, emit, json_option, table
+
+
+@click.group()
+def policy() -> None:
+    """Per-GPU compute policy: fixed, weight, equal or burst (see docs/policies.md)."""
+
+
+@policy.command("set")
+@click.argument("kind", type=click.Choice(POLICIES))
+@click.option("--period", type=DURATION, help="Scheduling period, e.g. 50ms (default 50ms; 1ms..10s).")
+@click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s).")
+@json_option
+@click.pass_context
+def policy_set(ctx: click.Context, kind: str, period: int | None, gpus: list[int]) -> None:
+    """Set the policy of --gpu. fixed: each instance its --share (sum <= 100%), idle time
+    stays idle. weight: weight/sum of weights, idle time stays idle. equal: the busy
+    instances split the GPU evenly. burst: weight/sum guaranteed, idle time goes to the
+    busy ones by weight, each at most its --ceiling."""
+    with S.locked(ctx.obj["state"]) as st:
+        for g in gpus:
+            st.gpus[g] = S.GpuPolicy(kind, period or st.policy_of(g).period_ns)
+            errs = validate(kind, st.claims(g))
+            if errs:
+                raise GpuctlError(f"gpu {g}: {errs[0]}")
+        st.check()
+    data = {str(g): {"policy": kind, "period_ns": st.policy_of(g).period_ns} for g in gpus}
+    emit(ctx, data, lambda: "\n".join(
+        f"gpu {g}: {kind}, period {units.format_duration_ns(st.policy_of(g).period_ns)}" for g in gpus))
+
+
+@policy.command("show")
+@click.option("--gpu", "gpus", type=GPUS, help="GPU minor(s) (default: every configured GPU).")
+@json_option
+@click.pass_context
+def policy_show(ctx: click.Context, gpus: list[int] | None) -> None:
+    """Show each GPU's policy and the share each instance gets when all are busy."""
+    st = S.load(ctx.obj["state"])
+    gpus = gpus or st.used_gpus() or [0]
+    rows, data = [], {}
+    for g in gpus:
+        gp = st.policy_of(g)
+        claims = st.claims(g)
+        shares = compute_shares(gp.policy, claims, {c.name for c in claims})
+        data[str(g)] = {"policy": gp.policy, "period_ns": gp.period_ns, "shares_all_busy": shares}
+        if not claims:
+            rows.append({"gpu": g, "policy": gp.policy, "period": units.format_duration_ns(gp.period_ns)})
+        for c in claims:
+            rows.append({"gpu": g, "policy": gp.policy, "period": units.format_duration_ns(gp.period_ns),
+                         "instance": c.name, "weight": c.weight,
+                         "share": units.format_share(shares[c.name])})
+    emit(ctx, data, lambda: table(rows, [("gpu", "GPU"), ("policy", "POLICY"), ("period", "PERIOD"),
+                                         ("instance", "INSTANCE"), ("weight", "WEIGHT"),
+                                         ("share", "SHARE(ALL BUSY)")]))
