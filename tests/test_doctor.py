@@ -392,7 +392,7 @@ def test_exporter_port_held_by_something_else_fails() -> None:
 
 
 def test_exporter_address() -> None:
-    assert D.metrics_url("0.0.0.0:9400") == "http://127.0.0.1:9400/metrics"
+    assert D.metrics_url("0.0.0.0:9410") == "http://127.0.0.1:9410/metrics"
     assert D.metrics_url("[::]:9401") == "http://[::1]:9401/metrics"
     show = ("{ path=/usr/local/bin/gpuctl ; argv[]=/usr/local/bin/gpuctl exporter --listen 127.0.0.1:9500 ; "
             "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }")

@@ -189,8 +189,8 @@ def test_lock_histogram_is_cumulative(hist: list[int]) -> None:
     assert les == sorted(les) and les[-1] == float("inf")
 
 
-@pytest.mark.parametrize("text,want", [("127.0.0.1:9400", ("127.0.0.1", 9400)), (":9400", ("127.0.0.1", 9400)),
-                                       ("9400", ("127.0.0.1", 9400)), ("[::1]:0", ("::1", 0)),
+@pytest.mark.parametrize("text,want", [("127.0.0.1:9410", ("127.0.0.1", 9410)), (":9410", ("127.0.0.1", 9410)),
+                                       ("9410", ("127.0.0.1", 9410)), ("[::1]:0", ("::1", 0)),
                                        ("0.0.0.0:80", ("0.0.0.0", 80))])
 def test_parse_listen(text: str, want: tuple[str, int]) -> None:
     assert E.parse_listen(text) == want
@@ -270,3 +270,38 @@ def test_no_series_carries_a_prometheus_target_label(server) -> None:
     per_instance = [(n, dict(lb)) for n, lb in sm if n.startswith("gpuslice_instance_")]
     assert per_instance and all(lb.get("gpuslice_instance") in ("web", "batch") for _n, lb in per_instance)
     assert E.INSTANCE_LABEL == "gpuslice_instance"
+
+
+def test_one_default_address_used_everywhere(tmp_path) -> None:
+    """ops.listen.DEFAULT_LISTEN (re-exported as exporter.DEFAULT_LISTEN) is the `exporter`
+    command's --listen default, what doctor checks when the unit names none, what the
+    systemd unit and metrics.md say; and not 9400, dcgm-exporter's port, which runs on
+    the same GPU hosts."""
+    from click.testing import CliRunner
+
+    from gpuslice.cli import main
+    from gpuslice.ops import doctor as D
+    from gpuslice.ops import listen as L
+
+    assert E.parse_listen(E.DEFAULT_LISTEN) == ("127.0.0.1", 9410)
+    (listen,) = [p for p in main.commands["exporter"].params if p.name == "listen"]
+    assert listen.default == E.DEFAULT_LISTEN
+    help_ = CliRunner().invoke(main, ["doctor", "--help"]).output
+    assert E.DEFAULT_LISTEN in help_.replace("\n", " ").replace("  ", " ") and "9400" not in help_
+    urls: list[str] = []
+
+    def get(url: str, timeout: float) -> tuple[int, str]:
+        urls.append(url)
+        return 404, ""
+
+    assert E.DEFAULT_LISTEN is L.DEFAULT_LISTEN and E.parse_listen is L.parse_listen  # one place
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(L, "DEFAULT_LISTEN", "127.0.0.1:1")  # doctor reads the constant, not a copy of it
+        D.run_all(str(tmp_path / "s.json"), str(tmp_path / "c.yaml"), lambda: {}, root=str(tmp_path),
+                  connect=lambda: None, unit=lambda u: None, exec_start=lambda u: None, get=get)
+    assert urls == ["http://127.0.0.1:1/metrics"]
+    unit = open(os.path.join(REPO, "deploy", "systemd", "gpuslice-exporter.service")).read()
+    assert f"gpuctl exporter --listen {E.DEFAULT_LISTEN}\n" in unit and "9400" not in unit
+    doc = open(os.path.join(REPO, "docs", "metrics.md")).read()
+    assert f"--listen {E.DEFAULT_LISTEN}" in doc
+    assert re.search(r"9410[^\n]*\n?[^\n]*9400[^\n]*\n?[^\n]*dcgm-exporter", doc), "metrics.md: why 9410"

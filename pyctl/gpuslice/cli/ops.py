@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from gpuslice.ops.listen import DEFAULT_LISTEN, parse_listen
+
 from .cdi import _cdi_instances, _cdi_spec
 from .common import GUARD_STATUS, STATUS_PATH, GpuctlError, _read_status, emit, json_option, kernel, table
 
@@ -39,7 +41,7 @@ def run_args(ctx: click.Context, name: str, driver: bool) -> None:
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:9400", show_default=True, metavar="HOST:PORT",
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Address to serve /metrics on (port 0: any free port).")
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
 @click.option("--guard-file", default=GUARD_STATUS, show_default=True, help="Where the guard reports.")
@@ -57,7 +59,7 @@ def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str,
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="gpuctl exporter: %(message)s")
     try:
-        E.parse_listen(listen)
+        parse_listen(listen)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None
     kernel(ctx)  # a version mismatch stops here, before serving anything
@@ -106,7 +108,7 @@ def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str,
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
 @click.option("--exporter", "exporter_listen", metavar="HOST:PORT",
               help="Where `gpuctl exporter` listens (default: the --listen of the gpuslice-exporter unit, "
-              "else 127.0.0.1:9400).")
+              f"else {DEFAULT_LISTEN}).")
 @json_option
 @click.pass_context
 def doctor(ctx: click.Context, status_file: str, exporter_listen: str | None) -> None:
@@ -117,7 +119,6 @@ def doctor(ctx: click.Context, status_file: str, exporter_listen: str | None) ->
     fails (warn and skip do not)."""
     from gpuslice.ops import cdi
     from gpuslice.ops import doctor as D
-    from gpuslice.ops.exporter import parse_listen
 
     if exporter_listen is not None:
         try:

@@ -459,7 +459,7 @@ def http_get(url: str, timeout: float) -> tuple[int, str]:
 
 
 def metrics_url(listen: str) -> str:
-    from gpuslice.ops.exporter import parse_listen
+    from gpuslice.ops.listen import parse_listen
 
     host, port = parse_listen(listen)
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
@@ -521,7 +521,7 @@ def run_all(status_file: str, cdi_path: str, cdi_generate: Callable[[], Mapping[
     else `gpuctl exporter`'s default. What is not given is this module's own (looked up
     when called, so tests can replace them) and the host's paths under ``root`` (None:
     ROOT)."""
-    from gpuslice.ops.exporter import DEFAULT_LISTEN
+    from gpuslice.ops import listen as listen_mod  # its DEFAULT_LISTEN is read when called
 
     base = ROOT if root is None else root
     conn = connect or connect_netlink
@@ -535,7 +535,7 @@ def run_all(status_file: str, cdi_path: str, cdi_generate: Callable[[], Mapping[
     sys_module = host(SYS_MODULE)
 
     def listen() -> str:
-        return exporter_listen or exporter_listen_of(exec_fn(EXPORTER_UNIT), DEFAULT_LISTEN)
+        return exporter_listen or exporter_listen_of(exec_fn(EXPORTER_UNIT), listen_mod.DEFAULT_LISTEN)
 
     checks: list[tuple[str, Callable[[], Check]]] = [
         ("driver", lambda: check_driver(host(PROC_DRIVER_VERSION), host(SYS_DRIVER_VERSION))),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.server
 import logging
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -22,24 +21,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from gpuslice.netlink import LOCK_HIST_BUCKETS, gpu_mem, gpus_of, hist_bucket_ns
+from gpuslice.ops.listen import DEFAULT_LISTEN as DEFAULT_LISTEN  # re-exported: the one default (9410)
+from gpuslice.ops.listen import parse_listen as parse_listen
 
 log = logging.getLogger(__name__)
-DEFAULT_LISTEN = "127.0.0.1:9400"
 # The instance's label. Not `instance`: Prometheus sets that (and `job`) on every series
 # of a target and renames a series' own to `exported_instance` (unless honor_labels).
 INSTANCE_LABEL = "gpuslice_instance"
 NS = 1e-9
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT``; a bare ``:PORT`` or ``PORT`` is loopback) -> (host, port)."""
-    m = re.fullmatch(r"(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d+)|(?P<bare>\d+)", text.strip())
-    if not m:
-        raise ValueError(f"not HOST:PORT: {text!r} (e.g. {DEFAULT_LISTEN})")
-    port = int(m.group("port") or m.group("bare"))
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} outside 0..65535")
-    return m.group("v6") or m.group("host") or "127.0.0.1", port
 
 
 def _hist(name: str, doc: str, rows: Iterable[tuple[list[str], list[int], int, int]],
