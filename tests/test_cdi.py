@@ -216,9 +216,27 @@ def test_run_args(gpuctl, monkeypatch) -> None:
     assert vols == [f"{f}:{f}:ro" for f in cdi.driver_files(DRIVER)]
     line = gpuctl("run-args", "web", "--no-driver").stdout.strip()
     assert line == ("--device /dev/gpuslice/web/nvidiactl:/dev/nvidiactl --device /dev/gpuslice/web/nvidia2:/dev/nvidia2 "
-                    "--device /dev/gpuslice/web/nvidia-uvm:/dev/nvidia-uvm --env GPUSLICE_INSTANCE=web")
+                    "--device /dev/gpuslice/web/nvidia-uvm:/dev/nvidia-uvm --env GPUSLICE_INSTANCE=web "
+                    "--env NVIDIA_VISIBLE_DEVICES=void")
     err = gpuctl("run-args", "nope").stderr.strip()
     assert err == "gpuctl: no instance 'nope'"
+
+
+def test_run_args_env_is_the_cdi_specs(gpuctl, monkeypatch) -> None:
+    """run-args sets the environment the CDI spec gives the instance's device (its own
+    edits and the spec's shared ones): NVIDIA_VISIBLE_DEVICES=void too, or under a host
+    whose default runtime is NVIDIA's the real nodes come back and the module refuses the
+    instance's."""
+    monkeypatch.setattr(cdi, "scan_host", lambda: DRIVER)
+    assert gpuctl("instance", "create", "web", "--gpu", "1", "--memory", "1GiB").exit_code == 0
+    spec = json.loads(gpuctl("cdi", "generate", "--json").stdout)
+    (dev,) = [d for d in spec["devices"] if d["name"] == "web"]
+    want = dev["containerEdits"].get("env", []) + spec["containerEdits"].get("env", [])
+    assert "NVIDIA_VISIBLE_DEVICES=void" in want and "GPUSLICE_INSTANCE=web" in want
+    for extra in ([], ["--no-driver"]):
+        args = json.loads(gpuctl("run-args", "web", "--json", *extra).stdout)
+        assert sorted(args[i + 1] for i, a in enumerate(args) if a == "--env") == sorted(want)
+    assert cdi.container_env("web") == want
 
 
 def test_restore_recreates_what_the_module_lacks(gpuctl, tmp_path) -> None:

@@ -88,6 +88,7 @@ def test_podman_run_args(podman: Podman, nl, devcg_required, tmp_path: Path) -> 
         assert r.returncode == 0, r.stderr
         args = shlex.split(r.stdout)
         assert args.count("--device") == 3 and f"GPUSLICE_INSTANCE={inst.name}" in args
+        assert "NVIDIA_VISIBLE_DEVICES=void" in args  # as the CDI spec sets it
         check_container(run(podman, *args), inst)
 
 

@@ -24,8 +24,9 @@ from .common import GUARD_STATUS, STATUS_PATH, GpuctlError, _read_status, emit, 
 @click.pass_context
 def run_args(ctx: click.Context, name: str, driver: bool) -> None:
     """docker/podman run flags that give a container instance NAME without CDI:
-    `docker run $(gpuctl run-args web) IMAGE ...`. One shell-quoted line (JSON: the
-    argument list)."""
+    `docker run $(gpuctl run-args web) IMAGE ...`: its nodes, the driver files and the
+    CDI spec's environment (GPUSLICE_INSTANCE, NVIDIA_VISIBLE_DEVICES=void). One
+    shell-quoted line (JSON: the argument list)."""
     import shlex
 
     from gpuslice.ops import cdi
@@ -36,7 +37,7 @@ def run_args(ctx: click.Context, name: str, driver: bool) -> None:
     args = [a for n in cdi.device_nodes(inst) for a in ("--device", f"{n['hostPath']}:{n['path']}")]
     if driver:
         args += [a for f in cdi.driver_files(cdi.scan_host()) for a in ("--volume", f"{f}:{f}:ro")]
-    args += ["--env", f"GPUSLICE_INSTANCE={name}"]
+    args += [a for e in cdi.container_env(name) for a in ("--env", e)]  # the CDI spec's, from one place
     emit(ctx, args, lambda: shlex.join(args))
 
 

@@ -129,6 +129,25 @@ def ldcache_hook(files: Sequence[str], nvidia_ctk: str | None) -> list[dict[str,
     return [{"hookName": "createContainer", "path": nvidia_ctk, "args": args}]
 
 
+# The environment the spec gives every device (containerEdits at the top): without
+# NVIDIA_VISIBLE_DEVICES=void, an NVIDIA runtime or hook in the same container (a host
+# whose default runtime is NVIDIA's) adds the real nodes, and the module then refuses the
+# instance's nodes to that process.
+SHARED_ENV = ("NVIDIA_VISIBLE_DEVICES=void",)
+
+
+def instance_env(name: str) -> list[str]:
+    """The environment of one instance's device: GPUSLICE_INSTANCE names it (the
+    daemon's sources and reconcile read it)."""
+    return [f"GPUSLICE_INSTANCE={name}"]
+
+
+def container_env(name: str) -> list[str]:
+    """All the environment the spec gives a container of instance NAME (its device's,
+    then the shared): what `gpuctl run-args` passes with --env, so the two cannot drift."""
+    return [*instance_env(name), *SHARED_ENV]
+
+
 def build_spec(instances: Iterable[Instance], files: Sequence[str], nvidia_ctk: str | None = None,
                dev_root: str = DEV_ROOT, kind: str = KIND) -> dict[str, Any]:
     """The CDI spec: one device per instance (its nodes and GPUSLICE_INSTANCE), and
@@ -136,10 +155,10 @@ def build_spec(instances: Iterable[Instance], files: Sequence[str], nvidia_ctk: 
     an NVIDIA runtime hook in the same container adds no real node). An instance whose
     name is not a CDI name (is_cdi_name) is left out."""
     devices = [{"name": i.name,
-                "containerEdits": {"env": [f"GPUSLICE_INSTANCE={i.name}"],
+                "containerEdits": {"env": instance_env(i.name),
                                    "deviceNodes": device_nodes(i, dev_root)}}
                for i in sorted(instances, key=lambda i: i.name) if is_cdi_name(i.name)]
-    edits: dict[str, Any] = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    edits: dict[str, Any] = {"env": list(SHARED_ENV)}
     if files:
         edits["mounts"] = mounts(files)
     hooks = ldcache_hook(files, nvidia_ctk)
