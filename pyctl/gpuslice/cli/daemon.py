@@ -98,6 +98,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
     if online_sample and not 50_000 <= online_sample <= online_hold // 2:
         raise GpuctlError("--online-sample must be 0 or from 50us to half the --online-hold "
                           "(busy online work must be seen within the hold)")
+    _require_driver(ctl)  # before the watchdog, the guard or a source is started: one line, nothing else
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="gpuctl daemon: %(message)s")
     rfd, wfd = os.pipe()
@@ -193,6 +194,7 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
     from gpuslice.sched.reconcile import Reconciler, environ_slices, netlink_slices
     from gpuslice.sched.rm import RmClient, RmError
 
+    _require_driver(ctl)
     logging.basicConfig(level=logging.INFO, format="gpuctl guard: %(message)s")
     stop: dict[str, int] = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -227,6 +229,16 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
             time.sleep(max(0.0, interval / 1e9 - (time.monotonic() - t)))
     finally:
         rm.close()
+
+
+def _require_driver(ctl: str) -> None:
+    """A one-line GpuctlError when RM's control node cannot be opened (no NVIDIA driver,
+    a node with no driver behind it, no permission)."""
+    from gpuslice.sched.rm import driver_missing
+
+    missing = driver_missing(ctl)
+    if missing is not None:
+        raise GpuctlError(missing)
 
 
 def _spawn_guard(ctx: click.Context, ctl: str, interval_ns: int) -> subprocess.Popen[bytes] | None:

@@ -161,6 +161,24 @@ def driver_version() -> str | None:
     return None
 
 
+def driver_missing(ctl: str) -> str | None:
+    """None when the control node opens read-write (closed again at once); else the one
+    line a command that needs RM prints before it starts anything (a watchdog, a guard, a
+    source): what is missing and what to do."""
+    try:
+        fd = os.open(ctl, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return f"no NVIDIA driver: {ctl} not found (load nvidia.ko)"
+    except OSError as e:
+        if e.errno in (errno.ENXIO, errno.ENODEV):  # a node left behind with no driver behind it
+            return f"no NVIDIA driver: {ctl} has no driver behind it (load nvidia.ko)"
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return f"cannot open {ctl}: {e.strerror} (run as root)"
+        return f"cannot open {ctl}: {e.strerror or e}"
+    os.close(fd)
+    return None
+
+
 # ---- the client ---------------------------------------------------------------------
 
 @dataclass
