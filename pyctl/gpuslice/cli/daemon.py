@@ -30,67 +30,45 @@ def _remove_own_report(path: str) -> None:
 
 
 @click.command()
-@click.option("--ctl", default="/dev/nvidiactl", show_default=True, help="RM control node the daemon uses.")
-@click.option("--source", type=SOURCE, default="auto", show_default=True,
-              help="Where channels come from: the module (netlink) or the LD_PRELOAD library's socket "
-              "(preload); auto: netlink when the module is loaded, else preload. MODULE:CLASS: a source "
-              "class importable from the daemon's PYTHONPATH, constructed with no arguments, with "
-              "refresh(), channels() -> {instance: {Channel}} and close() (pyctl/gpuslice/sched/sources.py).")
-@click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True,
-              help="The host's socket for --source preload (mode 0600: never mount it into a container).")
-@click.option("--preload-dir", default=PRELOAD_DIR, show_default=True,
-              help="--source preload: a directory per instance with its socket, to mount at /run/gpuslice in its containers.")
-@click.option("--probe", type=PROBE, default="auto", show_default=True,
-              help="Activity probe for equal/burst: cpu = the instance's processes used >= 25% of a CPU in the "
-              "last period (corrected by NVML when present; reacts within a period); nvml = NVML process "
-              "utilisation alone (reacts in seconds); submit = work submitted on the instance's channels in "
-              "the last 300 ms, as the LD_PRELOAD library (source preload) or the module (source netlink) reads "
-              "it in their USERD; all = every instance with a channel is busy; auto = submit or cpu with a "
-              "source that reports submissions, else cpu. "
-              "MODULE:CLASS: a probe class importable from the daemon's PYTHONPATH, constructed with "
-              "no arguments, with active({instance: {Channel}}) -> {active instances} "
-              "(pyctl/gpuslice/sched/probes.py).")
-@click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where to report (every 0.5 s).")
+@click.option("--ctl", default="/dev/nvidiactl", show_default=True, metavar="PATH", help="RM control node.")
+@click.option("--source", type=SOURCE, default="auto", show_default=True, metavar="SOURCE",
+              help="Channels from netlink (the module), preload (the library's socket), auto (netlink "
+              "if loaded) or MODULE:CLASS.")
+@click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True, metavar="PATH",
+              help="Socket for --source preload (the host's only).")
+@click.option("--preload-dir", default=PRELOAD_DIR, show_default=True, metavar="DIR",
+              help="--source preload: the instances' socket directories.")
+@click.option("--probe", type=PROBE, default="auto", show_default=True, metavar="PROBE",
+              help="Activity probe for equal/burst: cpu, nvml, submit, all, auto (submit and cpu) "
+              "or MODULE:CLASS.")
+@click.option("--status-file", default=STATUS_PATH, show_default=True, metavar="PATH", help="Where to report.")
 @click.option("--watchdog/--no-watchdog", default=True, show_default=True,
-              help="Run a watchdog process that re-enables channels if the daemon dies (even by SIGKILL).")
-@click.option("--duration", type=DURATION, help="Exit after this long (default: run until SIGTERM/SIGINT).")
-@click.option("--rt-priority", type=click.IntRange(0, 99), default=10, show_default=True,
-              help="SCHED_FIFO priority so slot switches happen on time (0 = normal scheduling; "
-              "ignored without CAP_SYS_NICE).")
+              help="A process that re-enables the channels if the daemon dies.")
+@click.option("--duration", type=DURATION, help="Exit after this long (default: at SIGTERM).")
+@click.option("--rt-priority", type=click.IntRange(0, 99), default=10, show_default=True, metavar="N",
+              help="SCHED_FIFO priority for slot switches on time (0: normal).")
 @click.option("--switch-order", type=click.Choice(["disable-first", "enable-first"]), default="enable-first",
-              show_default=True, help="At a slot switch: enable the incoming instance first (no idle gap; they "
-              "overlap for about one RM call, at each slot's start and end alike, so shares stay unbiased: "
-              "met 2 points at 50 ms on the H100) or disable the outgoing one first (slots stay exclusive; "
-              "every slot loses one call, ~0.75 ms on the H100).")
+              show_default=True, metavar="ORDER",
+              help="enable-first (no idle gap) or disable-first (exclusive slots).")
 @click.option("--preempt-poll", type=DURATION, default="1ms", show_default=True,
-              help="While offline instances hold a GPU, how often to look for online work (the probe on the "
-              "online instances only); the first seen preempts the offline ones at once.")
+              help="How often to look for online work while offline instances run.")
 @click.option("--online-hold", type=DURATION, default="5ms", show_default=True,
-              help="With a probe that sees submissions (submit, or auto with a source that reports them): an online "
-              "instance of a GPU with offline ones counts as busy for this long after its last submission; "
-              "when all are quiet the offline ones get the GPU back at once. Never shorter than the source's gap "
-              "between reports of work that goes on (the module's: 50 ms plus two of its looks).")
+              help="An online instance counts as busy this long after its last submission.")
 @click.option("--preempt-after", type=DURATION_OR_0, default="0", show_default=True,
-              help="Disable offline instances' channels only once online work has gone on this long (a "
-              "submission counts for the online hold; 0: at its first sight; with a probe that sees "
-              "submissions). Shorter online work is left to "
-              "the hardware's timeslices (offline TSGs 250 us, online 8 ms), which take the GPU from offline work "
-              "within one offline slice without an RM call.")
+              help="Preempt offline instances once online work has gone on this long (0: at once).")
 @click.option("--online-sample", type=DURATION_OR_0, default="200us", show_default=True,
-              help="User-space build: ask the library of each online instance's processes on a GPU with offline "
-              "ones to look at its channels this often (0: leave each at its own GPUSLICE_SAMPLE_MS, default 5 ms): "
-              "the sooner its work is seen, the sooner the offline work is disabled. At most half the online hold; "
-              "the library is also asked to report a busy channel again within half the hold.")
+              help="User-space build: how often online instances' libraries look at their channels "
+              "(0: their own).")
 @click.option("--guard-interval", type=DURATION_OR_0, default="100ms", show_default=True,
-              help="Run `gpuctl guard` beside the scheduler at this interval (0: do not): it kills a process "
-              "of an instance that holds more video memory in RM's count than its limit.")
+              help="Run `gpuctl guard` at this interval (0: do not).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, preload_dir: str, probe: str | type, status_file: str,
            watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, preempt_poll: int,
            online_hold: int, preempt_after: int, online_sample: int, guard_interval: int, verbose: int) -> None:
-    """Run the scheduler: gate each instance's channels into its slots (FIFO_DISABLE_CHANNELS).
-    Every channel is re-enabled on exit (SIGTERM, SIGINT, SIGHUP, errors) and at start."""
+    """Run the scheduler: gate each instance's channels into its slots. Every channel is
+    re-enabled on exit and at start. Each option in full: docs/policies.md, "Daemon
+    options"."""
     from gpuslice.sched.gate import RmGate, Watchdog
     from gpuslice.sched.rm import RmClient
     from gpuslice.sched.scheduler import Scheduler
