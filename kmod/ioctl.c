@@ -16,7 +16,7 @@
  * no process can write (uvmcall.c). The others pass on their number. All get
  * fd translation.
  *
- * Timeslice (FINDINGS.md): RM accepts NVA06C_CTRL_CMD_SET_TIMESLICE only from
+ * Timeslice (docs/h100-findings.md): RM accepts NVA06C_CTRL_CMD_SET_TIMESLICE only from
  * the process that owns the TSG. So when an instance has TIMESLICE_US set, the
  * call that allocates a TSG (RM_ALLOC of KEPLER_CHANNEL_GROUP_A) is followed,
  * in the same context and the same swapped fd table, by a SET_TIMESLICE on

@@ -9,7 +9,7 @@
  * pages (shadow.c), which the caller cannot write; the version query at load
  * runs in insmod's context, in an anonymous page mapped for the call.
  * It must run in the context of the process that owns the RM client: RM ties
- * clients to the calling file and process (FINDINGS.md: SET_TIMESLICE on a
+ * clients to the calling file and process (docs/h100-findings.md: SET_TIMESLICE on a
  * foreign client is refused with NV_ERR_INVALID_CLIENT).
  *
  * Another thread of the process can read the shadow page, not rewrite it.

@@ -33,7 +33,7 @@
  *                       service is seen sooner (one 8-byte load per channel each time)
  *   GPUSLICE_TIMESLICE_US  the hardware timeslice of each TSG the process makes
  *                       (NVA06C_CTRL_CMD_SET_TIMESLICE, from the process that owns
- *                       it, as RM requires: FINDINGS.md), as the module applies an
+ *                       it, as RM requires: docs/h100-findings.md), as the module applies an
  *                       instance's TIMESLICE_US; unset or 0: RM's default. CUDA's
  *                       own request is answered by the core and never passed.
  *   GPUSLICE_INTERLEAVE low, medium or high: the runlist interleave level of each
@@ -462,7 +462,7 @@ static void gs_tsg_set_timeslice(int fd, nv_handle client, nv_handle tsg, nv_u64
  * The operator's timeslice and interleave level on a TSG this process just
  * made: issued on the same file, past the core (which answers the
  * application's own timeslice requests). RM takes them only from the process
- * that owns the TSG (FINDINGS.md).
+ * that owns the TSG (docs/h100-findings.md).
  */
 static void gs_apply_tsg(int fd, const struct nvos64_params *a)
 {

@@ -53,7 +53,7 @@ def test_tested_versions_are_the_modules() -> None:
     m = re.search(r"#define NVRM_TESTED_VERSIONS (.*)", src)
     assert m, "NVRM_TESTED_VERSIONS not in nvrm_abi.h"
     assert tuple(re.findall(r'"([^"]+)"', m.group(1))) == D.TESTED_DRIVER_VERSIONS
-    # the H100's driver, where ../shared/FINDINGS.md was measured
+    # the H100's driver, where docs/h100-findings.md was measured
     assert "580.159.04" in D.TESTED_DRIVER_VERSIONS
 
 

@@ -592,7 +592,7 @@ enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c,
  * A free of a client's objects through another open file than the one that
  * holds the client is answered here as RM answers it, NV_ERR_INVALID_CLIENT
  * (src/nvidia/src/kernel/rmapi/client.c rmclientValidate_IMPL, strict by
- * default; FINDINGS.md: status 35), and not passed: gs_post() takes a free's
+ * default; docs/h100-findings.md: status 35), and not passed: gs_post() takes a free's
  * outcome from the reply, which a sibling thread can rewrite once the
  * driver's copy-out has made the page writable (docs/isolation.md), and a
  * failed free forged to NV_OK made the core forget channels and memory that

@@ -947,7 +947,7 @@ class Fuzzer:
             st = abi.NVOS55.unpack(out)[6] if ret == 0 and out else -1
             viol, desc = ret == 0 and st == abi.NV_OK, f"DUP {fc:#x}/{src:#x} into {cl:#x}"
         elif k == 4:
-            # gating other containers' channels: refused (FINDINGS.md's cross-process DoS)
+            # gating other containers' channels: refused (a cross-process DoS: docs/h100-findings.md)
             pairs = [(fc, f["channel"])] + [(s.client, c) for c in s.chans[:1]]
             rng.shuffle(pairs)
             p = bytearray(abi.DISABLE_CHANNELS_SIZE)

@@ -279,7 +279,7 @@ def test_killed_daemon_never_stalls_workloads(rig: Rig, sig: int) -> None:
 
 def test_restart_reenables_what_a_sigkilled_daemon_left(rig: Rig) -> None:
     """Without the watchdog a SIGKILLed daemon can leave channels disabled (the stand-in,
-    unlike what FINDINGS.md saw on the H100, keeps them): the next daemon re-enables them
+    unlike what docs/h100-findings.md saw on the H100, keeps them): the next daemon re-enables them
     at start, before gating again."""
     write_state(rig.state, "fixed", [("a", 1, 0.2), ("b", 1, 0.2)])
     loads = rig.start_loads(["a", "b"])

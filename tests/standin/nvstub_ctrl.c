@@ -94,7 +94,7 @@ static u32 nvstub_ctrl_fb_get_info_v2(struct nvstub_ctrl_ctx *ctx, void *params)
 
 /*
  * ctrl2080fifo.h DISABLE_CHANNELS: the listed (hClient, hChannel) pairs may
- * belong to any client, as measured on the H100 (FINDINGS.md).
+ * belong to any client, as measured on the H100 (docs/h100-findings.md).
  */
 static u32 nvstub_ctrl_disable_channels(struct nvstub_ctrl_ctx *ctx, void *params)
 {

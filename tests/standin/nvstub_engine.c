@@ -8,7 +8,7 @@
  * (nvstub_uapi.h). One kernel thread runs the TSGs (KEPLER_CHANNEL_GROUP_A)
  * round-robin, in real time:
  *  - a TSG takes part only once NVA06C_CTRL_CMD_GPFIFO_SCHEDULE enabled it
- *    (bEnable=0 later has no effect, as measured on the H100, FINDINGS.md);
+ *    (bEnable=0 later has no effect, as measured on the H100, docs/h100-findings.md);
  *  - a turn lasts the TSG's timeslice (default 1000 us, SET_TIMESLICE
  *    changes it) or until none of its channels has enabled, pending work;
  *    an idle TSG is skipped (work-conserving);
