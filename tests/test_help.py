@@ -26,7 +26,7 @@ def commands(group: click.Group = main, path: tuple[str, ...] = ()) -> list[tupl
 
 
 def help_of(*path: str) -> str:
-    res = CliRunner().invoke(main, [*path, "--help"], terminal_width=80)
+    res = CliRunner().invoke(main, [*path, "--help"], terminal_width=78)  # as on an 80-column terminal
     assert res.exit_code == 0, res.output
     return res.output
 

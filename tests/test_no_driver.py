@@ -25,14 +25,19 @@ def gpuctl(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("kernel", [["--kernel", "no"], []])  # [] = auto: this host has no module
-@pytest.mark.parametrize("command", [["daemon", "--duration", "1s"], ["guard", "--duration", "1s"]])
+@pytest.mark.parametrize("command", [["daemon", "--duration", "1s", "--preload-sock", "{run}/preload.sock"],
+                                     ["guard", "--duration", "1s"]])
 def test_one_line_without_the_driver(tmp_path, kernel: list[str], command: list[str]) -> None:
+    """... and nothing made first: no preload socket (whose directory a user other than
+    root could not make, which would then be the error instead)."""
     ctl = str(tmp_path / "nvidiactl")
+    run = tmp_path / "run"
+    command = [a.format(run=run) for a in command]
     r = gpuctl(tmp_path, *kernel, *command, "--ctl", ctl, "--status-file", str(tmp_path / "status.json"))
     assert r.returncode == 1
     assert r.stderr == f"gpuctl: no NVIDIA driver: {ctl} not found (load nvidia.ko)\n"
     assert r.stdout == ""
-    assert not (tmp_path / "status.json").exists()
+    assert not (tmp_path / "status.json").exists() and not run.exists()
 
 
 def test_driver_missing_says_what_and_what_to_do(tmp_path, monkeypatch) -> None:

@@ -31,16 +31,16 @@ def _remove_own_report(path: str) -> None:
 
 @click.command()
 @click.option("--ctl", default="/dev/nvidiactl", show_default=True, metavar="PATH", help="RM control node.")
-@click.option("--source", type=SOURCE, default="auto", show_default=True, metavar="SOURCE",
-              help="Channels from netlink (the module), preload (the library's socket), auto (netlink "
-              "if loaded) or MODULE:CLASS.")
+@click.option("--source", type=SOURCE, default="auto", show_default=True,
+              help="Where channels come from: the module (netlink) or the library's socket (preload); "
+              "auto: netlink if the module is loaded.")
 @click.option("--preload-sock", default=PRELOAD_SOCK, show_default=True, metavar="PATH",
-              help="Socket for --source preload (the host's only).")
+              help="Host-only socket of --source preload.")
 @click.option("--preload-dir", default=PRELOAD_DIR, show_default=True, metavar="DIR",
-              help="--source preload: the instances' socket directories.")
-@click.option("--probe", type=PROBE, default="auto", show_default=True, metavar="PROBE",
-              help="Activity probe for equal/burst: cpu, nvml, submit, all, auto (submit and cpu) "
-              "or MODULE:CLASS.")
+              help="--source preload: instance socket dirs.")
+@click.option("--probe", type=PROBE, default="auto", show_default=True,
+              help="Activity probe for equal/burst; auto: submit and cpu where the source reports "
+              "submissions, else cpu.")
 @click.option("--status-file", default=STATUS_PATH, show_default=True, metavar="PATH", help="Where to report.")
 @click.option("--watchdog/--no-watchdog", default=True, show_default=True,
               help="A process that re-enables the channels if the daemon dies.")
@@ -76,7 +76,6 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
     if online_sample and not 50_000 <= online_sample <= online_hold // 2:
         raise GpuctlError("--online-sample must be 0 or from 50us to half the --online-hold "
                           "(busy online work must be seen within the hold)")
-    _require_driver(ctl)  # before the watchdog, the guard or a source is started: one line, nothing else
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="gpuctl daemon: %(message)s")
     rfd, wfd = os.pipe()
@@ -117,11 +116,20 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
             logging.info("no SCHED_FIFO (%s); running with normal priority", e)
     try:
         t0 = time.monotonic_ns()
-        # the inputs first: a source or probe that cannot be had fails before the GPU is touched
-        src = _make_source(ctx, source, preload_sock, preload_dir)
-        cleanups.append(src.close)
+        # the inputs first: a source or probe class (MODULE:CLASS) that cannot be had fails
+        # before anything else; then the driver, in one line, before a socket, the watchdog
+        # or the guard is made; then the built-in source and probe
+        src = _make_source(ctx, source, preload_sock, preload_dir) if isinstance(source, type) else None
+        if src is not None:
+            cleanups.append(src.close)
+        prb = _make_probe(probe) if isinstance(probe, type) else None
+        _require_driver(ctl)
+        if src is None:
+            src = _make_source(ctx, source, preload_sock, preload_dir)
+            cleanups.append(src.close)
         t_src = time.monotonic_ns()
-        prb = _make_probe(probe, src)
+        if prb is None:
+            prb = _make_probe(probe, src)
         t_prb = time.monotonic_ns()
         wd = Watchdog(ctl) if watchdog else None  # starts while the rest is made; awaited before a disable
         if wd is not None:
