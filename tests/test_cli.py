@@ -165,7 +165,7 @@ def test_status_reads_daemon_report(run, tmp_path) -> None:
 
 def test_help_mentions_units(run) -> None:
     out = ok(run("instance", "create", "--help"))
-    assert "8GiB" in out and "30%" in out
+    assert "8Gi" in out and "30%" in out
     assert "50ms" in ok(run("policy", "set", "--help"))
 
 

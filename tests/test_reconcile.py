@@ -97,3 +97,29 @@ def test_kill_refuses_a_pid_that_started_after_it_was_listed():
     finally:
         p.kill()
         p.wait()
+
+
+def test_environ_slices_read_the_limit_as_the_library_does(tmp_path) -> None:
+    """GPUSLICE_MEM_LIMIT=4G is 4GiB to the preload library (preload/report.c): the guard
+    must hold that limit, not gpuctl's --memory 4G (4*10^9), nor skip a bare 4096."""
+    import subprocess
+    import sys
+
+    from gpuslice.sched.reconcile import environ_slices
+
+    lib = tmp_path / "libgpuslice.so"  # not loadable: ld.so says so and goes on
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stderr=subprocess.DEVNULL,
+                              env={"LD_PRELOAD": str(lib), "GPUSLICE_MEM_LIMIT": limit,
+                                   "GPUSLICE_INSTANCE": f"t{i}-{tmp_path.name}"})
+             for i, limit in enumerate(("4G", "4096", "0=8G,1=4M"))]
+    try:
+        import time
+
+        time.sleep(0.3)
+        got = {s.name.split("/")[0]: s.limit for s in environ_slices([0])()
+               if s.name.endswith(tuple(f"/{p.pid}" for p in procs))}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert got == {f"t0-{tmp_path.name}": 4 << 30, f"t1-{tmp_path.name}": 4096, f"t2-{tmp_path.name}": 8 << 30}

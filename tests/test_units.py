@@ -6,14 +6,15 @@ from gpuslice import units
 
 @pytest.mark.parametrize(
     "text,expected",
-    [("8GiB", 8 << 30), ("512MiB", 512 << 20), ("4096", 4096), ("1.5G", 3 << 29), ("100MB", 100_000_000),
-     ("1 kib", 1024), ("2TiB", 2 << 40), ("7b", 7)],
+    [("8GiB", 8 << 30), ("512MiB", 512 << 20), ("4096B", 4096), ("1.5Gi", 3 << 29), ("100MB", 100_000_000),
+     ("1 KiB", 1024), ("2TiB", 2 << 40), ("7B", 7)],
 )
 def test_parse_size(text: str, expected: int) -> None:
     assert units.parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "8XB", "-1GiB", "0", "0.1", "1e3", "99999999TiB"])
+@pytest.mark.parametrize("text", ["", "GiB", "8XB", "-1GiB", "0", "0.1", "1e3", "99999999TiB", "4096", "1 kib", "7b",
+                                  "0B"])
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         units.parse_size(text)
@@ -84,3 +85,50 @@ def test_memory_format_round_trips(per: dict) -> None:
     text = units.format_memory(max(per.values()), per)
     if "." not in text:  # format_size is exact only for whole units
         assert units.parse_memory(text) == (max(per.values()), per)
+
+
+# ---- sizes are Kubernetes quantities (operator-readiness: --memory 8 was 8 bytes, 8Gi unknown) ----
+
+SIZE_UNITS = {"B": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+              "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+              "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+              "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}
+
+
+@given(st.sampled_from(sorted(SIZE_UNITS)), st.integers(1, 1 << 20), st.booleans())
+def test_every_unit_is_a_kubernetes_quantity(unit: str, n: int, space: bool) -> None:
+    assert units.parse_size(f"{n}{' ' if space else ''}{unit}") == n * SIZE_UNITS[unit]
+
+
+@pytest.mark.parametrize("text,expected", [("8Gi", 8 << 30), ("8G", 8 * 10**9), ("8GB", 8 * 10**9),
+                                           ("8GiB", 8 << 30), ("1.5Gi", 3 << 29), ("0.5k", 500),
+                                           ("1.1Ki", 1127)])  # a fraction of a byte rounds up, as Kubernetes does
+def test_parse_size_quantities(text: str, expected: int) -> None:
+    assert units.parse_size(text) == expected
+
+
+def test_a_bare_number_is_no_size() -> None:
+    with pytest.raises(ValueError) as e:
+        units.parse_size("8")
+    assert str(e.value) == "no unit; write 8Gi, 8GiB or 8GB (bytes: 8B)"
+
+
+@pytest.mark.parametrize("text", ["8X", "8gib", "8m", "8Gb"])
+def test_an_unknown_unit_names_every_unit(text: str) -> None:
+    with pytest.raises(ValueError) as e:
+        units.parse_size(text)
+    listed = str(e.value).replace(",", " ").replace("(", " ").replace(")", " ").split()
+    assert set(SIZE_UNITS) <= set(listed), str(e.value)
+
+
+def test_per_gpu_memory_takes_quantities() -> None:
+    assert units.parse_memory("0=8Gi,1=4G") == (8 << 30, {0: 8 << 30, 1: 4 * 10**9})
+    with pytest.raises(ValueError, match="GPU 1: no unit"):
+        units.parse_memory("0=8Gi,1=4")
+
+
+@pytest.mark.parametrize("text,expected", [("4G", 4 << 30), ("4096", 4096), ("1k", 1024), ("0=8G,1=4M", (8 << 30))])
+def test_the_preload_librarys_limit_keeps_its_own_units(text: str, expected: int) -> None:
+    """GPUSLICE_MEM_LIMIT is parsed by preload/preload.c: bytes, or K/M/G/T binary. The
+    guard (--source environ) reads it the same way, whatever gpuctl's --memory takes."""
+    assert units.parse_env_memory(text)[0] == expected

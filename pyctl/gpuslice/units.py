@@ -1,34 +1,41 @@
 """Parse and format the units gpuctl accepts: sizes, shares and durations.
 
-Sizes are bytes (``8GiB``, ``512MiB``, ``4096``, ``1.5G``); decimal suffixes (kB, MB,
-GB, TB) are powers of 1000, binary ones (KiB, MiB, GiB, TiB, and the bare K/M/G/T) powers
-of 1024. Shares are fractions of one GPU in (0, 1]: ``30%`` or ``0.3``. Durations are ``50ms``, ``500us``, ``2s`` or ``100000ns``; a bare
-number is milliseconds. Every parser raises ValueError with a one-line message.
+Sizes are Kubernetes quantities with a unit, always: ``Ki Mi Gi Ti`` and ``KiB MiB GiB
+TiB`` are powers of 1024, ``k K M G T`` and ``kB KB MB GB TB`` powers of 1000, ``B``
+bytes (``8Gi``, ``8GiB``, ``8GB``, ``4096B``); a bare number is refused (``--memory 8``
+was once an 8-byte instance), as is a unit of another case (``8gib``, ``8m``: in
+Kubernetes ``m`` is milli). Shares are percent of one GPU in (0, 100]: ``30%`` or
+``30``; a bare number below 1 (``0.3``) is refused as ambiguous. Durations are
+``50ms``, ``500us``, ``2s`` or ``100000ns``; a bare number is milliseconds. Every
+parser raises ValueError with a one-line message that does not repeat the text (the
+caller names the option and the value).
+
+The preload library's GPUSLICE_MEM_LIMIT keeps its own units (preload/preload.c: bytes,
+or K/M/G/T binary): :func:`parse_env_memory`.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from typing import Callable
 
 from gpuslice.netlink import MAX_GPUS
 
+# Kubernetes quantities (binary Ki..Ti, decimal k..T), each also with a B; B alone is bytes
 _SIZE_UNITS: dict[str, int] = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kib": 1 << 10,
-    "kb": 1000,
-    "m": 1 << 20,
-    "mib": 1 << 20,
-    "mb": 1000**2,
-    "g": 1 << 30,
-    "gib": 1 << 30,
-    "gb": 1000**3,
-    "t": 1 << 40,
-    "tib": 1 << 40,
-    "tb": 1000**4,
+    "B": 1,
+    **{u: 1 << (10 * e) for e, p in enumerate("KMGT", 1) for u in (p + "i", p + "iB")},
+    **{u: 1000**e for e, p in enumerate("KMGT", 1) for u in (p, p + "B")},
+    "k": 1000,
+    "kB": 1000,
 }
+SIZE_UNITS_HELP = ("Ki, Mi, Gi, Ti, KiB, MiB, GiB, TiB (powers of 1024), k, K, M, G, T, kB, KB, MB, GB, TB "
+                   "(powers of 1000), B (bytes)")
+# the preload library's GPUSLICE_MEM_LIMIT (preload/report.c gs_parse_size): whole bytes, or
+# K/M/G/T in either case, each optionally followed by i and/or B: all powers of 1024 there
+_ENV_SIZE_RE = re.compile(r"([0-9]+)(?:([kmgtKMGT])[iI]?)?[bB]?")
 
 _DURATION_NS: dict[str, int] = {
     "": 1_000_000,  # bare numbers are milliseconds
@@ -47,36 +54,67 @@ U64_MAX = (1 << 64) - 1
 
 
 def parse_size(text: str) -> int:
-    """Bytes in ``text`` (``8GiB``, ``100MB``, ``4096``). Must be > 0 and fit in u64."""
+    """Bytes in ``text``, a quantity with a unit (``8Gi``, ``8GiB``, ``8GB``, ``4096B``);
+    a fraction of a byte rounds up, as Kubernetes does. Must be > 0 and fit in u64."""
     m = _SIZE_RE.fullmatch(text.strip())
     if not m:
-        raise ValueError(f"not a size: {text!r} (use e.g. 8GiB, 512MiB or bytes)")
-    unit = m.group(2).lower()
+        raise ValueError("not a size (write e.g. 8Gi, 8GiB or 8GB)")
+    num, unit = m.group(1), m.group(2)
     if unit not in _SIZE_UNITS:
-        raise ValueError(f"unknown size unit {m.group(2)!r} in {text!r} (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)")
-    value = float(m.group(1)) * _SIZE_UNITS[unit]
-    if not math.isfinite(value) or value < 1:
-        raise ValueError(f"size must be at least 1 byte: {text!r}")
-    result = int(value)
-    if result > U64_MAX:
-        raise ValueError(f"size too large: {text!r}")
-    return result
+        if unit == "":
+            n = num.rstrip(".")
+            raise ValueError(f"no unit; write {n}Gi, {n}GiB or {n}GB (bytes: {n}B)")
+        raise ValueError(f"unknown unit {unit!r}; sizes take {SIZE_UNITS_HELP}")
+    try:
+        value = (Decimal(num) * _SIZE_UNITS[unit]).to_integral_value(ROUND_CEILING)
+    except InvalidOperation:
+        raise ValueError("not a size (write e.g. 8Gi, 8GiB or 8GB)") from None
+    return _bytes(value)
+
+
+def _bytes(value: Decimal | int) -> int:
+    if value < 1:
+        raise ValueError("must be at least 1 byte")
+    if value > U64_MAX:
+        raise ValueError("too large (more than 2^64-1 bytes)")
+    return int(value)
 
 
 def parse_memory(text: str) -> tuple[int, dict[int, int]]:
-    """A memory limit: one size for each GPU (``8GiB`` -> (8GiB, {})), or sizes per GPU
-    (``0=8GiB,1=4GiB`` -> (8GiB, {0: 8GiB, 1: 4GiB}): the first is then the largest)."""
+    """A memory limit: one size for each GPU (``8Gi`` -> (8GiB, {})), or sizes per GPU
+    (``0=8Gi,1=4Gi`` -> (8GiB, {0: 8GiB, 1: 4GiB}): the first is then the largest)."""
+    return _memory(text, parse_size)
+
+
+def parse_env_memory(text: str) -> tuple[int, dict[int, int]]:
+    """GPUSLICE_MEM_LIMIT as the preload library reads it (preload/preload.c, report.c):
+    bytes, or K/M/G/T powers of 1024 (``4G`` is 4GiB there), per GPU as ``0=8G,1=4G``.
+    The guard (--source environ) must read the limit the library enforces."""
+    return _memory(text, _env_size)
+
+
+def _env_size(text: str) -> int:
+    m = _ENV_SIZE_RE.fullmatch(text)
+    if not m:
+        raise ValueError("not a size of the preload library (bytes, or K, M, G, T: powers of 1024)")
+    return _bytes(int(m.group(1)) << (10 * (" KMGT".index(m.group(2).upper()) if m.group(2) else 0)))
+
+
+def _memory(text: str, size: Callable[[str], int]) -> tuple[int, dict[int, int]]:
     if "=" not in text:
-        return parse_size(text), {}
+        return size(text), {}
     per: dict[int, int] = {}
     for part in text.split(","):
-        gpu, sep, size = part.partition("=")
+        gpu, sep, one = part.partition("=")
         gpu = gpu.strip()
         if not sep or not gpu.isdigit() or not 0 <= int(gpu) < MAX_GPUS:
-            raise ValueError(f"not GPU=SIZE: {part!r} in {text!r} (e.g. 0=8GiB,1=4GiB)")
+            raise ValueError(f"not GPU=SIZE: {part!r} (e.g. 0=8Gi,1=4Gi)")
         if int(gpu) in per:
-            raise ValueError(f"GPU {int(gpu)} given twice in {text!r}")
-        per[int(gpu)] = parse_size(size)
+            raise ValueError(f"GPU {int(gpu)} given twice")
+        try:
+            per[int(gpu)] = size(one)
+        except ValueError as e:
+            raise ValueError(f"GPU {int(gpu)}: {e}") from None
     return max(per.values()), per
 
 

@@ -1,7 +1,8 @@
 """gpuctl: configure GPU slices (instances and policies) and run the scheduler daemon.
 
-Units accepted everywhere: sizes in bytes with B/KiB/MiB/GiB/TiB (powers of 1024) or
-kB/MB/GB/TB (powers of 1000); shares as a percentage (30%) or a fraction (0.3) of one
+Units accepted everywhere: sizes as Kubernetes quantities, always with a unit (Ki, Mi,
+Gi, Ti or KiB, MiB, GiB, TiB: powers of 1024; k, M, G, T or kB, MB, GB, TB: powers of
+1000; B: bytes); shares as a percentage (30%) or a fraction (0.3) of one
 GPU; durations with ns/us/ms/s (a bare number is ms). Every command prints a table, or
 JSON with --json. Errors are one line on stderr and a non-zero exit status.
 

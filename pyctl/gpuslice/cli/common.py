@@ -26,6 +26,21 @@ class GpuctlError(Exception):
     """A one-line, user-facing error."""
 
 
+class OptionValueError(click.BadParameter):
+    """A bad option value, said as ``--memory 8: no unit; ...``: the option, the value
+    as given, what is wrong with it (a usage error: exit status 2)."""
+
+    def __init__(self, message: str, value: str, ctx: click.Context | None, param: click.Parameter | None) -> None:
+        super().__init__(message, ctx, param)
+        self.value = value
+
+    def format_message(self) -> str:
+        p = self.param
+        name = (max(p.opts, key=len) if isinstance(p, click.Option) and p.opts
+                else p.human_readable_name if p is not None else "value")
+        return f"{name} {self.value}: {self.message}"
+
+
 class _Unit(click.ParamType):  # type: ignore[type-arg]
     def __init__(self, name: str, fn: Callable[[str], Any]) -> None:
         self.name = name
@@ -37,24 +52,16 @@ class _Unit(click.ParamType):  # type: ignore[type-arg]
         try:
             return self.fn(value)
         except ValueError as e:
-            self.fail(str(e), param, ctx)
+            raise OptionValueError(str(e), value, ctx, param) from None
 
 
 SIZE = _Unit("size", units.parse_size)
-
-
 MEMORY = _Unit("memory", units.parse_memory)
-
-
-MEMORY_HELP = "Video memory limit of each GPU, e.g. 8GiB, or per GPU, e.g. 0=8GiB,1=4GiB."
-
-
+MEMORY_HELP = ("Video memory limit of each GPU, e.g. 8Gi, or per GPU, e.g. 0=8Gi,1=4Gi: a Kubernetes quantity, "
+               "always with a unit (Ki Mi Gi Ti or KiB MiB GiB TiB: powers of 1024; k M G T or kB MB GB TB: "
+               "powers of 1000; B: bytes).")
 SHARE = _Unit("share", units.parse_share)
-
-
 DURATION = _Unit("duration", units.parse_duration_ns)
-
-
 # a duration where 0 (0, 0ms, 0.0s, ...) means "off"
 DURATION_OR_0 = _Unit("duration", lambda t: 0 if re.fullmatch(r"\s*0*\.?0*\s*(ns|us|ms|s)?\s*", t, re.I)
                       and re.search(r"0", t) else units.parse_duration_ns(t))
@@ -119,8 +126,6 @@ def construct(cls: type, option: str) -> Any:
 
 
 SOURCE = ChoiceOrClass("source", ["auto", "netlink", "preload"], ["refresh", "channels", "close"])
-
-
 PROBE = ChoiceOrClass("probe", ["auto", "cpu", "nvml", "submit", "all"], ["active"])
 
 
@@ -205,8 +210,6 @@ def kernel(ctx: click.Context) -> Any:
 
 
 ID_RANGE = click.IntRange(0, 2**32 - 2)  # a kernel uid/gid: u32, (u32)-1 is no id
-
-
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
 
 

@@ -31,8 +31,6 @@ def inst_json(i: S.Instance) -> dict[str, Any]:
 
 
 PRIORITY = click.Choice(["online", "offline"])
-
-
 PRIORITY_HELP = ("online (default) or offline: while any online instance of the GPU has work, offline ones get "
                  "nothing (or their --min-share) and are preempted as soon as online work appears; with no "
                  "online work they share the GPU by its policy.")

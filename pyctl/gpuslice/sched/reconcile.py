@@ -186,7 +186,7 @@ def environ_slices(gpus: Iterable[int] = (0,)) -> Callable[[], list[Slice]]:
     its own, with the limit of its GPUSLICE_MEM_LIMIT (the library enforces it per
     process). Read from /proc/PID/environ, which the process itself can rewrite: the
     user-space build is a test bed of the core against the real driver, not a boundary."""
-    from gpuslice.units import parse_memory
+    from gpuslice.units import parse_env_memory
 
     gset = frozenset(gpus)
 
@@ -203,7 +203,7 @@ def environ_slices(gpus: Iterable[int] = (0,)) -> Callable[[], list[Slice]]:
             if b"libgpuslice" not in env.get(b"LD_PRELOAD", b"") or b"GPUSLICE_MEM_LIMIT" not in env:
                 continue
             try:
-                size, per = parse_memory(env[b"GPUSLICE_MEM_LIMIT"].decode())
+                size, per = parse_env_memory(env[b"GPUSLICE_MEM_LIMIT"].decode())
             except (ValueError, UnicodeDecodeError):
                 continue
             # the library limits each GPU: the process may hold that on each GPU looked at
