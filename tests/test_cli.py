@@ -55,7 +55,7 @@ def test_create_list_show_delete(run) -> None:
 
 def test_set_and_policy(run) -> None:
     ok(run("instance", "create", "a", "--memory", "1GiB", "--share", "30%"))
-    ok(run("instance", "create", "b", "--memory", "1GiB", "--share", "0.5"))
+    ok(run("instance", "create", "b", "--memory", "1GiB", "--share", "50%"))
     out = ok(run("policy", "set", "fixed", "--period", "20ms"))
     assert out.strip() == "gpu 0: fixed, period 20ms"
     st = S.load(run.path)
@@ -100,7 +100,7 @@ def test_create_with_policy(run) -> None:
         (["instance", "set", "nope", "--weight", "2"], "no instance"),
         (["instance", "set", "nope"], "nothing to change"),
         (["policy", "set", "roundrobin"], "roundrobin"),
-        (["policy", "set", "equal", "--period", "5min"], "unknown duration unit"),
+        (["policy", "set", "equal", "--period", "5min"], "unknown unit 'min'"),
         (["policy", "set", "equal", "--period", "100us"], "period"),
         (["bogus"], "No such command"),
         (["instance", "create", "x", "--memory", "1GiB", "--bogus"], "--bogus"),

@@ -89,3 +89,41 @@ def test_an_unknown_unit_lists_every_unit(run) -> None:
     for unit in ("B", "Ki", "Mi", "Gi", "Ti", "KiB", "MiB", "GiB", "TiB", "k", "K", "M", "G", "T",
                  "kB", "KB", "MB", "GB", "TB"):
         assert f" {unit}," in res.stderr or f" {unit} " in res.stderr or f" {unit})" in res.stderr, (unit, res.stderr)
+
+
+# ---- 2: shares are percent; durations have a human range and exit 2 ------------------------
+
+@pytest.mark.parametrize("opt", ["--share", "--ceiling"])
+def test_a_bare_share_is_percent(run, opt: str) -> None:
+    ok(run("instance", "create", "a", "--memory", "1Gi", opt, "30"))
+    got = S.load(run.path).instances["a"]
+    assert (got.share if opt == "--share" else got.ceiling) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("opt", ["--share", "--ceiling", "--min-share"])
+def test_a_bare_fraction_is_refused(run, opt: str) -> None:
+    usage_error(run("instance", "create", "a", "--memory", "1Gi", "--priority", "offline", opt, "0.3"),
+                f"{opt} 0.3: ambiguous; write 30% (or 0.3%)")
+
+
+def test_min_share_is_percent_too(run) -> None:
+    ok(run("instance", "create", "a", "--memory", "1Gi", "--priority", "offline", "--min-share", "5"))
+    assert S.load(run.path).instances["a"].min_share == pytest.approx(0.05)
+
+
+def test_period_out_of_range_is_a_usage_error_in_words(run) -> None:
+    usage_error(run("policy", "set", "fixed", "--period", "20s"), "--period 20s: must be between 1ms and 10s")
+    usage_error(run("policy", "set", "fixed", "--period", "500us"), "--period 500us: must be between 1ms and 10s")
+    ok(run("policy", "set", "fixed", "--period", "50"))
+    assert S.load(run.path).policy_of(0).period_ns == 50_000_000  # a bare number is ms ...
+    assert "bare number is milliseconds" in " ".join(ok(run("policy", "set", "--help")).split())  # ... and said so
+
+
+def test_duration_errors_name_the_option_and_exit_2(run, tmp_path) -> None:
+    usage_error(run("top", "--interval", "0"), "--interval 0: must be more than 0")
+    usage_error(run("top", "--interval", "5min"), "--interval 5min: unknown unit 'min'; write ns, us, ms or s "
+                "(a bare number is ms)")
+    base = ["daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
+            "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s")]
+    res = run(*base, "--online-sample", "3ms", "--online-hold", "5ms")
+    assert res.exit_code == 2 and res.stderr.startswith("gpuctl: --online-sample 3ms: "), res.stderr

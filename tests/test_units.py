@@ -27,12 +27,12 @@ def test_size_format_round_trips_when_exact(n: int) -> None:
         assert units.parse_size(text) == n
 
 
-@pytest.mark.parametrize("text,expected", [("30%", 0.3), ("0.25", 0.25), ("100%", 1.0), ("1", 1.0), (" 5 %", 0.05)])
+@pytest.mark.parametrize("text,expected", [("30%", 0.3), ("25", 0.25), ("100%", 1.0), ("1", 0.01), (" 5 %", 0.05)])
 def test_parse_share(text: str, expected: float) -> None:
     assert units.parse_share(text) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["0", "0%", "101%", "1.5", "abc", "-3%", "nan", "inf"])
+@pytest.mark.parametrize("text", ["0", "0%", "101%", "0.5", "abc", "-3%", "nan", "inf", "1e2"])
 def test_parse_share_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         units.parse_share(text)
@@ -132,3 +132,23 @@ def test_the_preload_librarys_limit_keeps_its_own_units(text: str, expected: int
     """GPUSLICE_MEM_LIMIT is parsed by preload/preload.c: bytes, or K/M/G/T binary. The
     guard (--source environ) reads it the same way, whatever gpuctl's --memory takes."""
     assert units.parse_env_memory(text)[0] == expected
+
+
+# ---- shares: a bare number is percent; a bare fraction is ambiguous -----------------------------
+
+@pytest.mark.parametrize("text,expected", [("30", 0.3), ("30%", 0.3), ("0.3%", 0.003), ("1", 0.01), ("100", 1.0),
+                                           ("12.5", 0.125)])
+def test_a_bare_share_is_percent(text: str, expected: float) -> None:
+    assert units.parse_share(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["0.3", "0.5", ".25"])
+def test_a_bare_fraction_is_ambiguous(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^ambiguous; write \S+% \(or \S+%\)$"):
+        units.parse_share(text)
+
+
+@given(st.integers(10, 10000))  # format_share has one decimal: 0.1% and up
+def test_share_percent_round_trips(ppt: int) -> None:
+    f = ppt / 10000
+    assert units.share_to_ppt(units.parse_share(units.format_share(f))) == pytest.approx(ppt, abs=5)

@@ -5,7 +5,7 @@ TiB`` are powers of 1024, ``k K M G T`` and ``kB KB MB GB TB`` powers of 1000, `
 bytes (``8Gi``, ``8GiB``, ``8GB``, ``4096B``); a bare number is refused (``--memory 8``
 was once an 8-byte instance), as is a unit of another case (``8gib``, ``8m``: in
 Kubernetes ``m`` is milli). Shares are percent of one GPU in (0, 100]: ``30%`` or
-``30``; a bare number below 1 (``0.3``) is refused as ambiguous. Durations are
+``30`` (``0.5%``); a bare number below 1 (``0.3``) is refused as ambiguous. Durations are
 ``50ms``, ``500us``, ``2s`` or ``100000ns``; a bare number is milliseconds. Every
 parser raises ValueError with a one-line message that does not repeat the text (the
 caller names the option and the value).
@@ -16,7 +16,6 @@ or K/M/G/T binary): :func:`parse_env_memory`.
 
 from __future__ import annotations
 
-import math
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Callable
@@ -48,7 +47,8 @@ _DURATION_NS: dict[str, int] = {
 
 _NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _SIZE_RE = re.compile(_NUM + r"\s*([a-zA-Z]*)")
-_DUR_RE = re.compile(_NUM + r"\s*([a-zµ]*)")
+_DUR_RE = re.compile(_NUM + r"\s*([a-zA-Zµ]*)")
+_SHARE_RE = re.compile(_NUM + r"\s*(%?)")
 
 U64_MAX = (1 << 64) - 1
 
@@ -136,15 +136,17 @@ def format_size(n: int) -> str:
 
 
 def parse_share(text: str) -> float:
-    """A share of one GPU as a fraction in (0, 1]: ``30%`` -> 0.3, ``0.25`` -> 0.25."""
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
-    except ValueError:
-        raise ValueError(f"not a share: {text!r} (use e.g. 30% or 0.3)") from None
-    if not math.isfinite(value) or value <= 0 or value > 1:
-        raise ValueError(f"share must be in (0%, 100%]: {text!r}")
-    return value
+    """A share of one GPU, in percent, as a fraction in (0, 1]: ``30%`` or ``30`` -> 0.3,
+    ``0.5%`` -> 0.005. A bare number below 1 (``0.3``) is refused: 0.3 or 30%?"""
+    m = _SHARE_RE.fullmatch(text.strip())
+    if not m:
+        raise ValueError("not a share (write e.g. 30%)")
+    pct = Decimal(m.group(1))
+    if not m.group(2) and 0 < pct < 1:
+        raise ValueError(f"ambiguous; write {(pct * 100).normalize():f}% (or {m.group(1)}%)")
+    if not 0 < pct <= 100:
+        raise ValueError("share must be in (0%, 100%]")
+    return float(pct) / 100.0
 
 
 def format_share(f: float) -> str:
@@ -160,13 +162,15 @@ def parse_duration_ns(text: str) -> int:
     """Nanoseconds in ``text`` (``50ms``, ``500us``, ``1s``, ``2000000ns``; bare = ms). > 0."""
     m = _DUR_RE.fullmatch(text.strip())
     if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 50ms, 500us, 1s)")
+        raise ValueError("not a duration (write e.g. 50ms, 500us, 1s)")
     unit = m.group(2).lower()
     if unit not in _DURATION_NS:
-        raise ValueError(f"unknown duration unit {m.group(2)!r} in {text!r} (ns, us, ms, s)")
-    value = float(m.group(1)) * _DURATION_NS[unit]
-    if not math.isfinite(value) or value < 1:
-        raise ValueError(f"duration must be positive: {text!r}")
+        raise ValueError(f"unknown unit {m.group(2)!r}; write ns, us, ms or s (a bare number is ms)")
+    value = Decimal(m.group(1)) * _DURATION_NS[unit]
+    if value == 0:
+        raise ValueError("must be more than 0")
+    if value < 1:
+        raise ValueError("must be at least 1ns")
     return int(value)
 
 

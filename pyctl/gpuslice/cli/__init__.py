@@ -2,8 +2,8 @@
 
 Units accepted everywhere: sizes as Kubernetes quantities, always with a unit (Ki, Mi,
 Gi, Ti or KiB, MiB, GiB, TiB: powers of 1024; k, M, G, T or kB, MB, GB, TB: powers of
-1000; B: bytes); shares as a percentage (30%) or a fraction (0.3) of one
-GPU; durations with ns/us/ms/s (a bare number is ms). Every command prints a table, or
+1000; B: bytes); shares in percent of one GPU (30% or 30; a bare 0.3 is refused as
+ambiguous); durations with ns/us/ms/s (a bare number is ms). Every command prints a table, or
 JSON with --json. Errors are one line on stderr and a non-zero exit status.
 
 A module per command group: common (errors, parameter types, output, :func:`kernel`),

@@ -61,10 +61,41 @@ MEMORY_HELP = ("Video memory limit of each GPU, e.g. 8Gi, or per GPU, e.g. 0=8Gi
                "always with a unit (Ki Mi Gi Ti or KiB MiB GiB TiB: powers of 1024; k M G T or kB MB GB TB: "
                "powers of 1000; B: bytes).")
 SHARE = _Unit("share", units.parse_share)
-DURATION = _Unit("duration", units.parse_duration_ns)
-# a duration where 0 (0, 0ms, 0.0s, ...) means "off"
-DURATION_OR_0 = _Unit("duration", lambda t: 0 if re.fullmatch(r"\s*0*\.?0*\s*(ns|us|ms|s)?\s*", t, re.I)
-                      and re.search(r"0", t) else units.parse_duration_ns(t))
+SHARE_HELP = "Percent of the GPU: 30% or 30 (0.5% for half a percent; a bare 0.3 is refused)."
+
+
+def _is_zero(t: str) -> bool:
+    """0, 0ms, 0.0s, ...: a duration that means "off"."""
+    return bool(re.fullmatch(r"\s*0*\.?0*\s*(ns|us|ms|s)?\s*", t, re.I) and re.search(r"0", t))
+
+
+def duration(lo_ns: int = 1, hi_ns: int | None = None, zero: bool = False) -> _Unit:
+    """A duration option type (a bare number is ms) within [lo_ns, hi_ns]; ``zero``: 0 is
+    also taken (it means "off"). Out of range: ``--period 20s: must be between 1ms and 10s``."""
+    fmt = units.format_duration_ns
+
+    def parse(t: str) -> int:
+        if zero and _is_zero(t):
+            return 0
+        ns = units.parse_duration_ns(t)
+        if ns < lo_ns or (hi_ns is not None and ns > hi_ns):
+            rng = f"between {fmt(lo_ns)} and {fmt(hi_ns)}" if hi_ns is not None else f"at least {fmt(lo_ns)}"
+            raise ValueError(f"must be {'0 (off) or ' if zero else ''}{rng}")
+        return ns
+
+    return _Unit("duration", parse)
+
+
+DURATION = duration()
+DURATION_OR_0 = duration(zero=True)  # a duration where 0 (0, 0ms, 0.0s, ...) means "off"
+PERIOD = duration(S.PERIOD_MIN_NS, S.PERIOD_MAX_NS)
+
+
+def bad_option(ctx: click.Context, name: str, value: str, message: str) -> OptionValueError:
+    """The usage error of option ``name`` (its Python name) of ``ctx``'s command, for a
+    check the option's type cannot make alone (it involves another option)."""
+    param = next((p for p in ctx.command.params if p.name == name), None)
+    return OptionValueError(message, value, ctx, param)
 
 
 def _gpu_list(text: str) -> list[int]:

@@ -15,9 +15,11 @@ from typing import Any, Callable
 
 import click
 
+from gpuslice import units
+
 from .common import (DURATION, DURATION_OR_0, GPUS, GUARD_STATUS, PRELOAD_DIR, PRELOAD_SOCK, PROBE, SOURCE,
-                     STATUS_PATH, GpuctlError, _read_status, _write_json, construct, emit, json_option, kernel,
-                     table)
+                     STATUS_PATH, GpuctlError, _read_status, _write_json, bad_option, construct, duration, emit,
+                     json_option, kernel, table)
 
 
 def _remove_own_report(path: str) -> None:
@@ -50,7 +52,7 @@ def _remove_own_report(path: str) -> None:
 @click.option("--switch-order", type=click.Choice(["disable-first", "enable-first"]), default="enable-first",
               show_default=True, metavar="ORDER",
               help="enable-first (no idle gap) or disable-first (exclusive slots).")
-@click.option("--preempt-poll", type=DURATION, default="1ms", show_default=True,
+@click.option("--preempt-poll", type=duration(100_000), default="1ms", show_default=True,
               help="How often to look for online work while offline instances run.")
 @click.option("--online-hold", type=DURATION, default="5ms", show_default=True,
               help="An online instance counts as busy this long after its last submission.")
@@ -74,8 +76,10 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
     from gpuslice.sched.scheduler import Scheduler
 
     if online_sample and not 50_000 <= online_sample <= online_hold // 2:
-        raise GpuctlError("--online-sample must be 0 or from 50us to half the --online-hold "
-                          "(busy online work must be seen within the hold)")
+        half = units.format_duration_ns(online_hold // 2)
+        raise bad_option(ctx, "online_sample", units.format_duration_ns(online_sample),
+                         f"must be 0 or between 50us and half the --online-hold ({half}): busy online work "
+                         "must be seen within the hold")
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="gpuctl daemon: %(message)s")
     rfd, wfd = os.pipe()

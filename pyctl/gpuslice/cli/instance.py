@@ -13,7 +13,8 @@ from gpuslice.netlink import lock_summary
 from gpuslice.policy import POLICIES, compute_shares
 
 from .cdi import _cdi_failed, _regenerate_cdi
-from .common import GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, GpuctlError, emit, json_option, kernel, table
+from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, SHARE_HELP, GpuctlError, emit, json_option, kernel,
+                     table)
 
 
 def inst_row(i: S.Instance) -> dict[str, Any]:
@@ -47,7 +48,7 @@ def instance() -> None:
 @click.option("--memory", type=MEMORY, required=True, help=MEMORY_HELP)
 @click.option("--policy", type=click.Choice(POLICIES), help="Also set the policy of the instance's GPU(s).")
 @click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000 (weight, burst; default 1).")
-@click.option("--share", type=SHARE, help="Fixed share of the GPU, e.g. 30% (fixed policy).")
+@click.option("--share", type=SHARE, help="Fixed share of the GPU (fixed policy), e.g. 30%. " + SHARE_HELP)
 @click.option("--ceiling", type=SHARE, help="At most this share (equal, burst), e.g. 50%.")
 @click.option("--priority", type=PRIORITY, default="online", show_default=True, help=PRIORITY_HELP)
 @click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs, e.g. 5%.")

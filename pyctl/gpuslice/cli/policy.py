@@ -8,7 +8,7 @@ from gpuslice import state as S
 from gpuslice import units
 from gpuslice.policy import POLICIES, compute_shares, validate
 
-from .common import DURATION, GPUS, GpuctlError, emit, json_option, table
+from .common import GPUS, PERIOD, GpuctlError, emit, json_option, table
 
 
 @click.group()
@@ -18,7 +18,8 @@ def policy() -> None:
 
 @policy.command("set")
 @click.argument("kind", type=click.Choice(POLICIES))
-@click.option("--period", type=DURATION, help="Scheduling period, e.g. 50ms (default 50ms; 1ms..10s).")
+@click.option("--period", type=PERIOD, help="Scheduling period, 1ms to 10s, e.g. 50ms (a bare number is "
+              "milliseconds; default 50ms).")
 @click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s).")
 @json_option
 @click.pass_context
