@@ -127,3 +127,44 @@ def test_duration_errors_name_the_option_and_exit_2(run, tmp_path) -> None:
             "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s")]
     res = run(*base, "--online-sample", "3ms", "--online-hold", "5ms")
     assert res.exit_code == 2 and res.stderr.startswith("gpuctl: --online-sample 3ms: "), res.stderr
+
+
+# ---- 3: node owner, group and mode ------------------------------------------------------------
+
+def test_uid_gid_mode_survive_a_restore(run) -> None:
+    nl = FakeNetlink()
+    ok(run("instance", "create", "a", "--memory", "1Gi", "--uid", "1000", "--gid", "44", "--mode", "0640",
+           kernel="yes", nl=nl))
+    assert {k: nl.made["a"][k] for k in ("uid", "gid", "mode")} == {"uid": 1000, "gid": 44, "mode": 0o640}
+    a = S.load(run.path).instances["a"]
+    assert (a.uid, a.gid, a.mode) == (1000, 44, 0o640)
+    after_reboot = FakeNetlink()
+    ok(run("instance", "restore", kernel="yes", nl=after_reboot))
+    assert {k: after_reboot.made["a"][k] for k in ("uid", "gid", "mode")} == {"uid": 1000, "gid": 44, "mode": 0o640}
+    assert "0640" in ok(run("instance", "show", "a"))
+
+
+def test_the_schedulers_recreate_applies_them_too() -> None:
+    from gpuslice import instances
+
+    nl = FakeNetlink()
+    instances.create_in_module(nl, S.Instance("a", [0], 1 << 30, uid=7, gid=8, mode=0o600), weight=1, share=None,
+                               timeslice_us=0)
+    assert {k: nl.made["a"][k] for k in ("uid", "gid", "mode")} == {"uid": 7, "gid": 8, "mode": 0o600}
+
+
+@pytest.mark.parametrize("mode", ["0777", "0666", "0661", "0604", "7"])
+def test_a_mode_that_gives_others_the_gpu_is_refused(run, mode: str) -> None:
+    usage_error(run("instance", "create", "a", "--memory", "1Gi", "--mode", mode),
+                f"--mode {mode}: gives other users (o+rwx) the GPU: its device nodes are the GPU, and no "
+                "device cgroup confines a host process (use the owner and group, e.g. 0660)")
+
+
+@pytest.mark.parametrize("mode", ["0o660", "rw", "8", "0x1b0", "+660", "6_60", "", "01660", "4660"])
+def test_a_mode_that_is_not_octal_0_to_0777_is_refused(run, mode: str) -> None:
+    res = run("instance", "create", "a", "--memory", "1Gi", "--mode", mode)
+    assert res.exit_code == 2 and res.stderr.startswith(f"gpuctl: --mode {mode}: "), res.stderr
+
+
+def test_mode_help_says_why(run) -> None:
+    assert "cgroup" in ok(run("instance", "create", "--help"))

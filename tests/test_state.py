@@ -113,3 +113,35 @@ def test_per_gpu_memory_names_each_gpu(tmp_path) -> None:
         with pytest.raises(S.StateError):
             S.save(S.State(instances={"a": S.Instance("a", [0, 1], 8 << 30, gpu_memory=bad)}), p)
     assert S.load(p).instances["a"] == good  # a refused save leaves the file alone
+
+
+# ---- node owner, group and mode are kept (instance restore after a reboot applies them) ----
+
+def test_node_owner_group_and_mode_are_kept(tmp_path) -> None:
+    p = str(tmp_path / "state.json")
+    st_ = S.State()
+    st_.instances["a"] = S.Instance("a", [0], 1 << 30, uid=1000, gid=44, mode=0o660)
+    st_.instances["b"] = S.Instance("b", [0], 1 << 30)
+    S.save(st_, p)
+    back = S.load(p)
+    assert (back.instances["a"].uid, back.instances["a"].gid, back.instances["a"].mode) == (1000, 44, 0o660)
+    doc = json.load(open(p))
+    assert doc["instances"]["a"]["mode"] == "0660"  # octal, as chmod and --mode write it
+    assert not {"uid", "gid", "mode"} & set(doc["instances"]["b"])  # files without them read as before
+
+
+def test_a_state_file_of_before_reads_without_them(tmp_path) -> None:
+    p = tmp_path / "state.json"
+    p.write_text('{"version": 1, "gpus": {}, "instances": {"a": {"gpus": [0], "memory": 1073741824, '
+                 '"weight": 1, "share": null, "ceiling": null, "priority": "online", "min_share": null}}}')
+    a = S.load(str(p)).instances["a"]
+    assert (a.uid, a.gid, a.mode) == (None, None, None)
+
+
+@pytest.mark.parametrize("field,value", [("uid", -1), ("uid", 1 << 32), ("gid", "44"), ("mode", "0999"),
+                                         ("mode", "01777"), ("mode", 432)])
+def test_bad_node_attributes_are_refused(tmp_path, field: str, value) -> None:
+    p = tmp_path / "state.json"
+    p.write_text(json.dumps({"version": 1, "instances": {"a": {"gpus": [0], "memory": 1 << 30, field: value}}}))
+    with pytest.raises(S.StateError):
+        S.load(str(p))

@@ -34,7 +34,8 @@ def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, ui
     try:
         st.check()
         if nl is not None:
-            create_in_module(nl, inst, uid=uid, gid=gid, mode=mode)
+            create_in_module(nl, inst, **{k: v for k, v in (("uid", uid), ("gid", gid), ("mode", mode))
+                                          if v is not None})
     except BaseException:
         del st.instances[inst.name]
         for g, p in old_policies.items():
@@ -46,13 +47,18 @@ def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, ui
 
 
 def create_in_module(nl: Any, inst: S.Instance, **attrs: Any) -> None:
-    """INSTANCE_NEW of ``inst`` as the state file has it: GPUs, memory limits, weight and
-    share; the nodes of an instance a Kubernetes plugin owns get S.OWNED_NODE_MODE unless
-    ``attrs`` names a mode. ``attrs`` adds to or overrides the attributes (None: left out)."""
+    """INSTANCE_NEW of ``inst`` as the state file has it: GPUs, memory limits, weight,
+    share, and its nodes' uid, gid and mode (`instance restore` and the daemon's re-create
+    after a reboot or a module reload make them as they were made); the nodes of an
+    instance a Kubernetes plugin owns get S.OWNED_NODE_MODE unless it or ``attrs`` names a
+    mode. ``attrs`` adds to or overrides the attributes (None: left out)."""
     from gpuslice.netlink import gpu_mem_limits, mask_of
 
     attrs = {"weight": inst.weight, "share": units.share_to_ppt(inst.share) if inst.share else None,
              **attrs}
+    for k in ("uid", "gid", "mode"):
+        if attrs.get(k) is None and getattr(inst, k) is not None:
+            attrs[k] = getattr(inst, k)
     if inst.owner is not None and attrs.get("mode") is None:
         attrs["mode"] = S.OWNED_NODE_MODE
     nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory, gpu_mem_limit=gpu_mem_limits(inst.gpu_memory),

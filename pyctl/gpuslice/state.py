@@ -10,7 +10,11 @@ Layout (version 1)::
     {"version": 1,
      "gpus": {"0": {"policy": "burst", "period_ns": 50000000}},
      "instances": {"web": {"gpus": [0], "memory": 8589934592, "weight": 1,
-                            "share": null, "ceiling": null}}}
+                            "share": null, "ceiling": null,
+                            "uid": 1000, "gid": 44, "mode": "0660"}}}
+
+uid, gid and mode (the device nodes', octal) are there only when given; a file without
+them reads as before.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ OWNERS = ("kubelet-plugin", "device-plugin")
 # device's nodes only) and, in the module, by require_device_cgroup (a process that may
 # open the real nodes gets no instance node).
 OWNED_NODE_MODE = 0o666
+ID_MAX = 2**32 - 2  # a node's uid/gid: the kernel's u32, (u32)-1 is no id
 
 
 def valid_name(name: str) -> bool:
@@ -70,6 +75,11 @@ class Instance:
     min_share: float | None = None  # offline: floor while online work runs, fraction
     gpu_memory: dict[int, int] | None = None  # per-GPU limits, one per GPU; None: memory on each
     owner: str | None = None  # who manages it (OWNERS); None: made by hand (`gpuctl instance create`)
+    # its device nodes' owner, group and mode (None: the module's default), applied again by
+    # `gpuctl instance restore` and the daemon's re-create after a reboot or a module reload
+    uid: int | None = None
+    gid: int | None = None
+    mode: int | None = None  # in the file as an octal string, "0660"
 
     def memory_of(self, gpu: int) -> int:
         """The video memory limit on ``gpu`` (bytes)."""
@@ -154,6 +164,11 @@ class State:
                 if not all(isinstance(k, str) and k.isdigit() for k in gm):
                     raise StateError(f"instance {name!r}: gpu_memory keys must be GPU numbers")
                 val = {**val, "gpu_memory": {int(k): v for k, v in gm.items()}}
+            if "mode" in val:
+                m = val["mode"]
+                if not isinstance(m, str) or not re.fullmatch(r"[0-7]{1,4}", m):
+                    raise StateError(f"instance {name!r}: mode must be an octal string such as \"0660\"")
+                val = {**val, "mode": int(m, 8)}
             try:
                 inst = Instance(name=name, **val)
             except TypeError as e:
@@ -168,6 +183,11 @@ def _inst_json(i: Instance) -> dict[str, Any]:
     d = {k: v for k, v in asdict(i).items() if k != "name"}
     if i.owner is None:
         del d["owner"]  # instances made by hand read as before
+    for k in ("uid", "gid", "mode"):
+        if d[k] is None:
+            del d[k]  # files written before node attributes were kept read the same
+    if i.mode is not None:
+        d["mode"] = f"{i.mode:04o}"
     if i.gpu_memory is None:
         del d["gpu_memory"]  # files written before per-GPU limits read the same
     else:
@@ -186,6 +206,7 @@ def _check_types(inst: Instance) -> None:
         and isinstance(inst.priority, str)
         and (inst.min_share is None or isinstance(inst.min_share, (int, float)))
         and (inst.owner is None or inst.owner in OWNERS)
+        and all(v is None or type(v) is int for v in (inst.uid, inst.gid, inst.mode))
         and (inst.gpu_memory is None or (isinstance(inst.gpu_memory, dict)
                                          and all(type(g) is int and type(v) is int
                                                  for g, v in inst.gpu_memory.items())))
@@ -217,6 +238,11 @@ def _check_instance(name: str, inst: Instance) -> None:
         raise StateError(f"instance {name}: priority {inst.priority!r} is not one of {', '.join(PRIORITIES)}")
     if inst.min_share is not None and inst.priority != "offline":
         raise StateError(f"instance {name}: a min_share is for offline instances only")
+    for what, v in (("uid", inst.uid), ("gid", inst.gid)):
+        if v is not None and not 0 <= v <= ID_MAX:
+            raise StateError(f"instance {name}: {what} {v} outside 0..{ID_MAX}")
+    if inst.mode is not None and not 0 <= inst.mode <= 0o777:
+        raise StateError(f"instance {name}: mode {inst.mode:o} outside 0..0777")
 
 
 def state_path(path: str | None = None) -> str:

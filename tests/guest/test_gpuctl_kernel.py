@@ -73,7 +73,7 @@ def test_cli_drives_the_module_and_every_policy_through_netlink(tmp_path: Path) 
     state = tmp_path / "state.json"
     a, b, c = (f"{x}{uuid.uuid4().hex[:6]}" for x in "abc")
     for name, w in ((a, "1"), (b, "3"), (c, "2")):
-        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "666")
+        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "660")
         assert r.returncode == 0, r.stderr
         assert os.path.exists(f"/dev/gpuslice/{name}/nvidiactl")
     r = gpuctl(state, "policy", "set", "weight", "--period", "50ms")
@@ -141,9 +141,9 @@ def test_priority_through_the_module(nl, tmp_path: Path) -> None:
     probe: test_scheduler.py::test_online_work_preempts_offline_work, in the main boot.)"""
     state = tmp_path / "state.json"
     svc, batch = f"s{uuid.uuid4().hex[:6]}", f"o{uuid.uuid4().hex[:6]}"
-    r = gpuctl(state, "instance", "create", svc, "--memory", "1GiB", "--mode", "666")
+    r = gpuctl(state, "instance", "create", svc, "--memory", "1GiB", "--mode", "660")
     assert r.returncode == 0, r.stderr
-    r = gpuctl(state, "instance", "create", batch, "--memory", "1GiB", "--mode", "666", "--priority", "offline")
+    r = gpuctl(state, "instance", "create", batch, "--memory", "1GiB", "--mode", "660", "--priority", "offline")
     assert r.returncode == 0, r.stderr
     assert gpuctl(state, "policy", "set", "burst", "--period", "500ms").returncode == 0
     loads: list[Workload] = []
@@ -216,7 +216,7 @@ def test_activity_policies_through_the_module_with_its_own_signal(tmp_path: Path
     state = tmp_path / "state.json"
     a, b, c = (f"{x}{uuid.uuid4().hex[:6]}" for x in "abc")
     for name, w in ((a, "1"), (b, "3"), (c, "2")):
-        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "666")
+        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "660")
         assert r.returncode == 0, r.stderr
     # long periods: under TCG a switch costs milliseconds, which the smallest slot would feel most
     assert gpuctl(state, "policy", "set", policy, "--period", "300ms").returncode == 0
@@ -284,7 +284,7 @@ def test_a_restarted_daemon_gates_every_running_workload_again(tmp_path: Path) -
     state = tmp_path / "state.json"
     a, b = (f"{x}{uuid.uuid4().hex[:6]}" for x in "ab")
     for name in (a, b):
-        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--share", "30%", "--mode", "666")
+        r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--share", "30%", "--mode", "660")
         assert r.returncode == 0, r.stderr
     assert gpuctl(state, "policy", "set", "fixed", "--period", "100ms").returncode == 0
     loads: list[Workload] = []

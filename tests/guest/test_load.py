@@ -395,7 +395,7 @@ def test_load_64_processes_8_instances(nl: GpusliceNetlink, tmp_path: Path, say:
     log_dir.mkdir()
     # the first instance through gpuctl (its figures are read back through it below), the rest by netlink
     first = gsinst.unique("ld")
-    rc, out = gpuctl(state, "instance", "create", first, "--memory", f"{LIMIT // MIB}MiB", "--mode", "666")
+    rc, out = gpuctl(state, "instance", "create", first, "--memory", f"{LIMIT // MIB}MiB", "--mode", "660")
     assert rc == 0, out
     with contextlib.ExitStack() as stack:
         stack.callback(nl.instance_del, first)

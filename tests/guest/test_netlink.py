@@ -103,7 +103,7 @@ def test_instance_get_lists_more_pids_than_one_message_holds(nl, tmp_path: Path)
     (and a dump ended early, so gpuctl showed no kernel data at all)."""
     state = tmp_path / "state.json"
     name = unique("big")
-    r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--mode", "666")
+    r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--mode", "660")
     assert r.returncode == 0, r.stderr
     holder = subprocess.Popen([PY, "-I", "-c", HOLDERS, str(N_HOLDERS), node(name, "nvidiactl"),
                                str(abi.IOCTL_RM_ALLOC), str(abi.NV01_ROOT_CLIENT), abi.NVOS64.format],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -13,8 +14,8 @@ from gpuslice.netlink import lock_summary
 from gpuslice.policy import POLICIES, compute_shares
 
 from .cdi import _cdi_failed, _regenerate_cdi
-from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, SHARE_HELP, GpuctlError, emit, json_option, kernel,
-                     table)
+from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, SHARE_HELP, GpuctlError, _Unit, emit, json_option,
+                     kernel, table)
 
 
 def inst_row(i: S.Instance) -> dict[str, Any]:
@@ -28,13 +29,33 @@ def inst_row(i: S.Instance) -> dict[str, Any]:
 def inst_json(i: S.Instance) -> dict[str, Any]:
     return {"name": i.name, "gpus": i.gpus, "memory": i.memory,
             "gpu_memory": {str(g): i.memory_of(g) for g in i.gpus}, "weight": i.weight, "share": i.share,
-            "ceiling": i.ceiling, "priority": i.priority, "min_share": i.min_share}
+            "ceiling": i.ceiling, "priority": i.priority, "min_share": i.min_share,
+            "uid": i.uid, "gid": i.gid, "mode": None if i.mode is None else f"{i.mode:04o}"}
 
 
 PRIORITY = click.Choice(["online", "offline"])
 PRIORITY_HELP = ("online (default) or offline: while any online instance of the GPU has work, offline ones get "
                  "nothing (or their --min-share) and are preempted as soon as online work appears; with no "
                  "online work they share the GPU by its policy.")
+
+
+def _parse_mode(text: str) -> int:
+    """--mode: octal, 0..0777, no bit for others: the nodes are the GPU, and a device
+    cgroup confines who opens them only inside a container, never a host process."""
+    if not re.fullmatch(r"[0-7]{1,4}", text):
+        raise ValueError("not an octal mode (write e.g. 0660)")
+    v = int(text, 8)
+    if v > 0o777:
+        raise ValueError("outside 0..0777 (no setuid, setgid or sticky bit on a device node)")
+    if v & 0o007:
+        raise ValueError("gives other users (o+rwx) the GPU: its device nodes are the GPU, and no device cgroup "
+                         "confines a host process (use the owner and group, e.g. 0660)")
+    return v
+
+
+MODE = _Unit("mode", _parse_mode)
+MODE_HELP = ("Permission bits of the device nodes, octal (default 0660). None for others: the nodes are the "
+             "GPU, and a device cgroup confines who opens them only in a container, never on the host.")
 
 
 @click.group()
@@ -54,25 +75,24 @@ def instance() -> None:
 @click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs, e.g. 5%.")
 @click.option("--uid", type=ID_RANGE, help="Owner of the device nodes.")
 @click.option("--gid", type=ID_RANGE, help="Group of the device nodes.")
-@click.option("--mode", type=str, help="Permission bits of the device nodes, octal (default 0660).")
+@click.option("--mode", type=MODE, help=MODE_HELP)
 @json_option
 @click.pass_context
 def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tuple[int, dict[int, int]],
                     policy: str | None,
                     weight: int | None, share: float | None, ceiling: float | None, priority: str,
-                    min_share: float | None, uid: int | None, gid: int | None, mode: str | None) -> None:
+                    min_share: float | None, uid: int | None, gid: int | None, mode: int | None) -> None:
     """Create instance NAME on --gpu with a --memory limit."""
     if weight is not None and share is not None:
         raise click.UsageError("--weight and --share are mutually exclusive")
     if min_share is not None and priority != "offline":
         raise click.UsageError("--min-share is for --priority offline")
-    mode_bits = _mode(mode)
     size, per_gpu = _memory(memory, gpus)
     with S.locked(ctx.obj["state"]) as st:
         inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
-                          min_share=min_share, gpu_memory=per_gpu)
+                          min_share=min_share, gpu_memory=per_gpu, uid=uid, gid=gid, mode=mode)
         try:
-            instances.add(st, inst, kernel(ctx), policy=policy, uid=uid, gid=gid, mode=mode_bits)
+            instances.add(st, inst, kernel(ctx), policy=policy)
         except instances.InstanceError as e:
             raise GpuctlError(str(e)) from None
         cdi_err = _regenerate_cdi(ctx, st)
@@ -87,18 +107,6 @@ def _memory(memory: tuple[int, dict[int, int]], gpus: list[int]) -> tuple[int, d
         raise click.BadParameter(f"names GPUs {','.join(map(str, sorted(per_gpu)))} but the instance has "
                                  f"{','.join(map(str, sorted(gpus)))}", param_hint="--memory")
     return size, per_gpu or None
-
-
-def _mode(mode: str | None) -> int | None:
-    if mode is None:
-        return None
-    try:
-        v = int(mode, 8)
-    except ValueError:
-        raise click.BadParameter(f"not an octal mode: {mode!r}", param_hint="--mode") from None
-    if not 0 <= v <= 0o777:
-        raise click.BadParameter(f"mode {mode} outside 0..0777", param_hint="--mode")
-    return v
 
 
 INST_COLS = [("name", "NAME"), ("gpus", "GPUS"), ("memory", "MEMORY"), ("weight", "WEIGHT"), ("share", "SHARE"),
@@ -163,6 +171,9 @@ def instance_show(ctx: click.Context, name: str) -> None:
         r = inst_row(i)
         lines = [("name", i.name), ("gpus", r["gpus"]), ("memory", r["memory"]), ("weight", str(i.weight)),
                  ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-")]
+        if (i.uid, i.gid, i.mode) != (None, None, None):
+            lines.append(("nodes", ", ".join(f"{k} {v}" for k, v in (("uid", i.uid), ("gid", i.gid),
+                                                                     ("mode", data["mode"])) if v is not None)))
         for g in i.gpus:
             m = gm.get(g)
             lines.append((f"gpu{g} memory", f"{units.format_size(m['used'])} used of {units.format_size(m['limit'])}"
@@ -266,9 +277,9 @@ def instance_delete(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def instance_restore(ctx: click.Context) -> None:
     """Create in the module every instance of the state file it does not have (after a
-    boot or a module reload; the gpuslice-daemon unit runs it before the daemon).
-    Node owner, group and mode are not kept in the state file: the module's defaults,
-    except the Kubernetes plugins' instances (0666, as they made them)."""
+    boot or a module reload; the gpuslice-daemon unit runs it before the daemon), with
+    the node owner, group and mode it was created with (the Kubernetes plugins'
+    instances: 0666, as they made them)."""
     nl = kernel(ctx)
     if nl is None:
         raise GpuctlError("the gpuslice module is not loaded (modprobe gpuslice)")
