@@ -168,3 +168,52 @@ def test_a_mode_that_is_not_octal_0_to_0777_is_refused(run, mode: str) -> None:
 
 def test_mode_help_says_why(run) -> None:
     assert "cgroup" in ok(run("instance", "create", "--help"))
+
+
+# ---- 4: contradictory settings are warned about ---------------------------------------------
+
+def test_min_share_above_the_ceiling_is_refused(run) -> None:
+    usage_error(run("instance", "create", "a", "--memory", "1Gi", "--priority", "offline", "--ceiling", "50%",
+                    "--min-share", "60%"),
+                "--min-share 60% is above --ceiling 50%: the floor is given in full beside online work, "
+                "the ceiling caps it without")
+    ok(run("instance", "create", "a", "--memory", "1Gi", "--priority", "offline", "--ceiling", "50%"))
+    usage_error(run("instance", "set", "a", "--min-share", "60%"),
+                "--min-share 60% is above --ceiling 50%: the floor is given in full beside online work, "
+                "the ceiling caps it without")
+
+
+def test_a_share_ignored_by_the_policy_is_warned(run) -> None:
+    res = run("instance", "create", "a", "--memory", "1Gi", "--share", "30%")
+    assert res.exit_code == 0
+    assert warnings(res) == ["gpu 0: a: share 30.0% is ignored under burst (only the fixed policy uses it)"]
+    res = run("instance", "create", "b", "--memory", "1Gi", "--policy", "fixed", "--ceiling", "50%")
+    assert res.exit_code == 0
+    assert warnings(res) == ["gpu 0: b: ceiling 50.0% is ignored under fixed (only equal and burst cap)"]
+
+
+def test_fixed_without_a_share_left_nothing_is_warned(run) -> None:
+    ok(run("policy", "set", "fixed"))
+    ok(run("instance", "create", "a", "--memory", "1Gi", "--share", "100%"))
+    res = run("instance", "create", "b", "--memory", "1Gi")
+    assert res.exit_code == 0
+    assert warnings(res) == ["gpu 0: b: gets 0% under fixed: the fixed shares of the online instances take the "
+                             "whole GPU (give it a --share)"]
+    res = run("instance", "set", "a", "--share", "60%")  # b gets 40% now: no warning
+    assert res.exit_code == 0 and res.stderr == ""
+
+
+def test_policy_set_warns_for_the_instances_of_its_gpu(run) -> None:
+    ok(run("policy", "set", "fixed", "--gpu", "0,1"))
+    ok(run("instance", "create", "a", "--memory", "1Gi", "--share", "30%"))
+    ok(run("instance", "create", "c", "--gpu", "1", "--memory", "1Gi", "--share", "30%"))
+    res = run("policy", "set", "weight")
+    assert res.exit_code == 0
+    assert warnings(res) == ["gpu 0: a: share 30.0% is ignored under weight (only the fixed policy uses it)"]
+
+
+def test_priority_online_dropping_the_floor_is_warned(run) -> None:
+    ok(run("instance", "create", "a", "--memory", "1Gi", "--priority", "offline", "--min-share", "5%"))
+    res = run("instance", "set", "a", "--priority", "online")
+    assert res.exit_code == 0
+    assert warnings(res) == ["a: min-share 5.0% dropped: a floor is for offline instances only"]

@@ -287,3 +287,61 @@ def test_gang_order(specs, perm) -> None:
         assert set(group[:k]) == multi & set(group) and group[:k] == sorted(group[:k])
     other = [claims[i] for i in perm if i < len(claims)]  # another GPU: same claims, another order
     assert [n for n in gang_order(other, multi) if n in multi] == [n for n in order if n in multi]
+
+
+# ---- conflicts: settings a policy ignores or cannot honour (gpuctl warns) --------------------
+
+@st.composite
+def any_claims(draw: st.DrawFn) -> tuple[str, list[Claim]]:
+    pol = draw(st.sampled_from(POLICIES))
+    claims = []
+    budget = 1.0
+    for n in draw(names):
+        share = draw(st.one_of(st.none(), st.sampled_from([0.1, 0.25, 0.5, 1.0])))
+        if share is not None:
+            if share > budget:
+                share = None
+            else:
+                budget -= share
+        prio = draw(st.sampled_from(["online", "offline"]))
+        floor = draw(st.one_of(st.none(), st.sampled_from([0.05, 0.2]))) if prio == "offline" else None
+        ceiling = draw(st.one_of(st.none(), st.sampled_from([0.1, 0.5, 1.0])))
+        claims.append(Claim(n, draw(st.sampled_from([1, 1, 3])), share, ceiling, prio, floor))
+    assume(not validate(pol, claims))
+    return pol, claims
+
+
+def _about(msgs: list[str], name: str, kind: str) -> bool:
+    return any(m.startswith(f"{name}: {kind}") for m in msgs)
+
+
+@given(any_claims())
+def test_conflicts_name_each_ignored_setting(sc: tuple[str, list[Claim]]) -> None:
+    from gpuslice.policy import conflicts
+
+    pol, claims = sc
+    msgs = conflicts(pol, claims)
+    for c in claims:
+        assert _about(msgs, c.name, "share ") == (c.share is not None and pol != "fixed")  # stored, never used
+        assert _about(msgs, c.name, "ceiling ") == (c.ceiling is not None and pol in ("fixed", "weight"))
+        assert _about(msgs, c.name, "weight ") == (c.weight != 1 and pol in ("fixed", "equal"))
+        zero = compute_shares(pol, claims, {d.name for d in claims if d.priority == c.priority})[c.name] <= TOL
+        assert _about(msgs, c.name, "gets 0%") == (pol == "fixed" and c.share is None and zero)  # for ever
+        # the floor beside online work, the ceiling without: one of them is broken
+        assert _about(msgs, c.name, "min-share ") == (pol in WORK_CONSERVING and c.min_share is not None
+                                                      and c.ceiling is not None and c.min_share > c.ceiling)
+    assert len(msgs) == len(set(msgs))
+
+
+def test_conflicts_examples() -> None:
+    from gpuslice.policy import conflicts
+
+    assert conflicts("burst", [Claim("a", 3, ceiling=0.5), Claim("b")]) == []
+    assert conflicts("fixed", [Claim("a", share=0.3), Claim("b")]) == []  # b gets the 70% a leaves
+    assert conflicts("fixed", [Claim("a", share=1.0), Claim("b")]) == [
+        "b: gets 0% under fixed: the fixed shares of the online instances take the whole GPU (give it a --share)"]
+    assert conflicts("burst", [Claim("a", share=0.3)]) == [
+        "a: share 30.0% is ignored under burst (only the fixed policy uses it)"]
+    assert conflicts("equal", [Claim("a", priority="offline", ceiling=0.5, min_share=0.6)]) == [
+        "a: min-share 60.0% is above its ceiling 50.0%: it gets 60.0% beside online work but at most "
+        "50.0% without it"]

@@ -81,6 +81,41 @@ def validate(policy: str, claims: Sequence[Claim]) -> list[str]:
     return errors
 
 
+def conflicts(policy: str, claims: Sequence[Claim]) -> list[str]:
+    """Settings of valid ``claims`` that ``policy`` ignores or cannot honour, one line
+    each, starting with the instance's name (gpuctl prints them as warnings):
+
+    - a share under weight, equal or burst (only fixed uses it), a ceiling under fixed or
+      weight (only equal and burst cap), a weight other than 1 under fixed or equal;
+    - under fixed, an instance without a share whose fixed peers of the same priority
+      take the whole GPU: it gets 0% for ever (the rest is split among those without);
+    - under equal or burst, an offline floor above the instance's ceiling: it gets the
+      floor beside online work but at most the ceiling without it.
+    """
+    out: list[str] = []
+    for c in claims:
+        if c.share is not None and policy != "fixed":
+            out.append(f"{c.name}: share {_pct(c.share)} is ignored under {policy} (only the fixed policy uses it)")
+        if c.ceiling is not None and policy in ("fixed", "weight"):
+            out.append(f"{c.name}: ceiling {_pct(c.ceiling)} is ignored under {policy} (only equal and burst cap)")
+        if c.weight != 1 and policy in ("fixed", "equal"):
+            out.append(f"{c.name}: weight {c.weight} is ignored under {policy} (only weight and burst use it)")
+        if policy == "fixed" and c.share is None:
+            fixed = sum(d.share for d in claims if d.priority == c.priority and d.share is not None)
+            if fixed >= 1 - EPS:
+                out.append(f"{c.name}: gets 0% under fixed: the fixed shares of the {c.priority} instances take "
+                           "the whole GPU (give it a --share)")
+        if (policy in WORK_CONSERVING and c.offline and c.min_share is not None and c.ceiling is not None
+                and c.min_share > c.ceiling + EPS):
+            out.append(f"{c.name}: min-share {_pct(c.min_share)} is above its ceiling {_pct(c.ceiling)}: it gets "
+                       f"{_pct(c.min_share)} beside online work but at most {_pct(c.ceiling)} without it")
+    return out
+
+
+def _pct(f: float) -> str:
+    return f"{f * 100:.1f}%"
+
+
 def _water_fill(weights: Mapping[str, float], ceilings: Mapping[str, float | None], total: float) -> dict[str, float]:
     """Split ``total`` in proportion to ``weights``; nobody above its ceiling; the excess
     of capped ones goes to the others in proportion to their weights."""

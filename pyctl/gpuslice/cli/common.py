@@ -9,7 +9,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import click
 
@@ -216,6 +216,25 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
     return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=cb, is_eager=True,
                         help="Print JSON instead of a table.")(f)
+
+
+def warn(msgs: Iterable[str]) -> None:
+    """``gpuctl: warning: ...`` on stderr, a line each (the command still succeeds)."""
+    for m in msgs:
+        click.echo(f"gpuctl: warning: {m}", err=True)
+
+
+def gpu_conflicts(st: S.State, gpus: Iterable[int]) -> list[str]:
+    """policy.conflicts of each of ``gpus``, as ``gpu N: instance: ...``."""
+    from gpuslice.policy import conflicts
+
+    return [f"gpu {g}: {m}" for g in sorted(set(gpus)) for m in conflicts(st.policy_of(g).policy, st.claims(g))]
+
+
+def new_conflicts(before: Sequence[str], after: Sequence[str], name: str) -> list[str]:
+    """What a change to instance ``name`` should warn about: the conflicts it made, and
+    every one that names the instance."""
+    return [m for m in after if m not in before or m.split(": ", 2)[1] == name]
 
 
 def kernel(ctx: click.Context) -> Any:

@@ -14,8 +14,8 @@ from gpuslice.netlink import lock_summary
 from gpuslice.policy import POLICIES, compute_shares
 
 from .cdi import _cdi_failed, _regenerate_cdi
-from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, SHARE_HELP, GpuctlError, _Unit, emit, json_option,
-                     kernel, table)
+from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, SHARE_HELP, GpuctlError, _Unit, emit, gpu_conflicts,
+                     json_option, kernel, new_conflicts, table, warn)
 
 
 def inst_row(i: S.Instance) -> dict[str, Any]:
@@ -87,17 +87,31 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tupl
         raise click.UsageError("--weight and --share are mutually exclusive")
     if min_share is not None and priority != "offline":
         raise click.UsageError("--min-share is for --priority offline")
+    _floor_within_ceiling(min_share, ceiling)
     size, per_gpu = _memory(memory, gpus)
     with S.locked(ctx.obj["state"]) as st:
+        before = gpu_conflicts(st, gpus)
         inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
                           min_share=min_share, gpu_memory=per_gpu, uid=uid, gid=gid, mode=mode)
         try:
             instances.add(st, inst, kernel(ctx), policy=policy)
         except instances.InstanceError as e:
             raise GpuctlError(str(e)) from None
+        warnings = new_conflicts(before, gpu_conflicts(st, gpus), name)
         cdi_err = _regenerate_cdi(ctx, st)
+    warn(warnings)
     _cdi_failed(f"created {name}", cdi_err)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
+
+
+def _floor_within_ceiling(min_share: float | None, ceiling: float | None) -> None:
+    """An offline floor above the ceiling cannot be honoured where the ceiling counts
+    (equal, burst): the floor is given in full beside online work (policy.compute_shares),
+    the ceiling caps the instance without it. Refused whatever the policy of the day."""
+    if min_share is not None and ceiling is not None and min_share > ceiling + 1e-9:
+        raise click.UsageError(f"--min-share {units.format_share(min_share).replace('.0%', '%')} is above "
+                               f"--ceiling {units.format_share(ceiling).replace('.0%', '%')}: the floor is given in "
+                               "full beside online work, the ceiling caps it without")
 
 
 def _memory(memory: tuple[int, dict[int, int]], gpus: list[int]) -> tuple[int, dict[int, int] | None]:
@@ -226,8 +240,10 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
             not (no_share or no_ceiling or no_min_share):
         raise click.UsageError("nothing to change (give --memory, --weight, --share, --ceiling, --priority "
                                "or --min-share)")
+    dropped: list[str] = []
     with S.locked(ctx.obj["state"]) as st:
         i = _get(st, name)
+        before = gpu_conflicts(st, i.gpus)
         size = per_gpu = None
         if memory is not None:
             size, per_gpu = _memory(memory, i.gpus)
@@ -240,11 +256,18 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
             i.ceiling = ceiling
         if priority is not None:
             i.priority = priority
-            if priority == "online" and min_share is None:
+            if priority == "online" and min_share is None and i.min_share is not None:
+                dropped.append(f"{name}: min-share {units.format_share(i.min_share)} dropped: a floor is for "
+                               "offline instances only")
                 i.min_share = None  # a floor means nothing online
         if min_share is not None or no_min_share:
             i.min_share = min_share
+        if i.min_share is not None and i.priority != "offline":
+            raise click.UsageError(f"--min-share is for offline instances ({name} is {i.priority}; "
+                                   "add --priority offline)")
+        _floor_within_ceiling(i.min_share, i.ceiling)
         st.check()
+        warnings = dropped + new_conflicts(before, gpu_conflicts(st, i.gpus), name)
         nl = kernel(ctx)
         if nl is not None:
             from gpuslice.netlink import MAX_GPUS, gpu_mem_limits
@@ -252,6 +275,7 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
             nl.instance_set(name, mem_limit=size, weight=weight,
                             gpu_mem_limit=None if memory is None else gpu_mem_limits(per_gpu) or [0] * MAX_GPUS,
                             share=units.share_to_ppt(i.share) if i.share else None)
+    warn(warnings)
     emit(ctx, inst_json(i), lambda: table([inst_row(i)], INST_COLS))
 
 

@@ -8,7 +8,7 @@ from gpuslice import state as S
 from gpuslice import units
 from gpuslice.policy import POLICIES, compute_shares, validate
 
-from .common import GPUS, PERIOD, GpuctlError, emit, json_option, table
+from .common import GPUS, PERIOD, GpuctlError, emit, gpu_conflicts, json_option, table, warn
 
 
 @click.group()
@@ -35,6 +35,8 @@ def policy_set(ctx: click.Context, kind: str, period: int | None, gpus: list[int
             if errs:
                 raise GpuctlError(f"gpu {g}: {errs[0]}")
         st.check()
+        warnings = gpu_conflicts(st, gpus)
+    warn(warnings)
     data = {str(g): {"policy": kind, "period_ns": st.policy_of(g).period_ns} for g in gpus}
     emit(ctx, data, lambda: "\n".join(
         f"gpu {g}: {kind}, period {units.format_duration_ns(st.policy_of(g).period_ns)}" for g in gpus))
