@@ -217,3 +217,22 @@ def test_priority_online_dropping_the_floor_is_warned(run) -> None:
     res = run("instance", "set", "a", "--priority", "online")
     assert res.exit_code == 0
     assert warnings(res) == ["a: min-share 5.0% dropped: a floor is for offline instances only"]
+
+
+# ---- 5: priority is shown, and why an offline share is 0 -------------------------------------
+
+def test_show_has_the_priority_and_why_an_offline_share_is_0(run) -> None:
+    ok(run("instance", "create", "web", "--memory", "1Gi"))
+    ok(run("instance", "create", "batch", "--memory", "1Gi", "--priority", "offline"))
+    text = ok(run("policy", "show"))
+    head = text.splitlines()[0].split()
+    assert "PRIORITY" in head
+    row = [ln for ln in text.splitlines() if " batch " in f" {ln} "][0]
+    assert "offline" in row and "0.0% (offline: 100.0% while online is idle)" in row
+    js = json.loads(ok(run("policy", "show", "--json")))
+    assert js["0"]["priorities"] == {"batch": "offline", "web": "online"}
+    assert js["0"]["shares_online_idle"] == {"batch": pytest.approx(1.0), "web": 0.0}
+    show = ok(run("instance", "show", "batch"))
+    assert "priority" in show and "offline" in show
+    assert "0.0% (offline: 100.0% while online is idle)" in show
+    assert json.loads(ok(run("instance", "show", "batch", "--json")))["share_when_online_idle"] == {"0": 1.0}

@@ -170,6 +170,15 @@ def compute_shares(policy: str, claims: Sequence[Claim], active: Collection[str]
     return _normalise(out)
 
 
+def shares_online_idle(policy: str, claims: Sequence[Claim]) -> dict[str, float] | None:
+    """What each instance of a GPU with online and offline instances gets while every
+    offline one is busy and no online one is: the offline instances' share of the GPU
+    (while online work runs they get their floor, often 0). None on a GPU without both."""
+    if not any(c.offline for c in claims) or all(c.offline for c in claims):
+        return None
+    return compute_shares(policy, claims, {c.name for c in claims if c.offline})
+
+
 def online_busy(claims: Sequence[Claim], active: Collection[str]) -> bool:
     """Does any online instance of a GPU with offline instances have work? (Then the
     offline ones are preempted.) False where no instance is offline."""

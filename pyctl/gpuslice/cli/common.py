@@ -218,6 +218,13 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         help="Print JSON instead of a table.")(f)
 
 
+def share_text(share: float, idle: float | None) -> str:
+    """A share (all busy) for a table; an offline instance's (``idle``: its share while
+    online work is idle) says why it is so low: ``0.0% (offline: 100.0% while online is idle)``."""
+    text = units.format_share(share)
+    return text if idle is None else f"{text} (offline: {units.format_share(idle)} while online is idle)"
+
+
 def warn(msgs: Iterable[str]) -> None:
     """``gpuctl: warning: ...`` on stderr, a line each (the command still succeeds)."""
     for m in msgs:

@@ -11,11 +11,11 @@ from gpuslice import instances
 from gpuslice import state as S
 from gpuslice import units
 from gpuslice.netlink import lock_summary
-from gpuslice.policy import POLICIES, compute_shares
+from gpuslice.policy import POLICIES, compute_shares, shares_online_idle
 
 from .cdi import _cdi_failed, _regenerate_cdi
 from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, SHARE_HELP, GpuctlError, _Unit, emit, gpu_conflicts,
-                     json_option, kernel, new_conflicts, table, warn)
+                     json_option, kernel, new_conflicts, share_text, table, warn)
 
 
 def inst_row(i: S.Instance) -> dict[str, Any]:
@@ -174,17 +174,20 @@ def instance_show(ctx: click.Context, name: str) -> None:
     k = _kernel_info(ctx).get(name, {})
     shares = {g: compute_shares(st.policy_of(g).policy, st.claims(g), {c.name for c in st.claims(g)}).get(name, 0.0)
               for g in i.gpus}
+    idle = {g: s[name] for g in i.gpus if i.priority == "offline"
+            and (s := shares_online_idle(st.policy_of(g).policy, st.claims(g))) is not None}
     lock = lock_summary(k)
     gm = gpu_mem(k)
     data = {**inst_json(i), "policy": {str(g): st.policy_of(g).policy for g in i.gpus},
             "gpu_mem": {str(g): v for g, v in gm.items()} if k else None,
-            "share_when_all_busy": {str(g): s for g, s in shares.items()}, "kernel": k or None,
+            "share_when_all_busy": {str(g): s for g, s in shares.items()},
+            "share_when_online_idle": {str(g): s for g, s in idle.items()} or None, "kernel": k or None,
             "lock": lock or None}
 
     def text() -> str:
         r = inst_row(i)
         lines = [("name", i.name), ("gpus", r["gpus"]), ("memory", r["memory"]), ("weight", str(i.weight)),
-                 ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-")]
+                 ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-"), ("priority", r["priority"])]
         if (i.uid, i.gid, i.mode) != (None, None, None):
             lines.append(("nodes", ", ".join(f"{k} {v}" for k, v in (("uid", i.uid), ("gid", i.gid),
                                                                      ("mode", data["mode"])) if v is not None)))
@@ -194,7 +197,7 @@ def instance_show(ctx: click.Context, name: str) -> None:
                           f" (peak {units.format_size(m['peak'])})" if m else units.format_size(i.memory_of(g))))
             lines.append((f"gpu{g} policy", f"{st.policy_of(g).policy}, "
                           f"period {units.format_duration_ns(st.policy_of(g).period_ns)}"))
-            lines.append((f"gpu{g} share (all busy)", units.format_share(shares[g])))
+            lines.append((f"gpu{g} share (all busy)", share_text(shares[g], idle.get(g))))
         for key in ("mem_used", "mem_peak", "nr_ioctls", "nr_refused_quota", "nr_refused_filter",
                     "nr_events_suppressed", "pids"):
             if key in k:

@@ -6,9 +6,9 @@ import click
 
 from gpuslice import state as S
 from gpuslice import units
-from gpuslice.policy import POLICIES, compute_shares, validate
+from gpuslice.policy import POLICIES, compute_shares, shares_online_idle, validate
 
-from .common import GPUS, PERIOD, GpuctlError, emit, gpu_conflicts, json_option, table, warn
+from .common import GPUS, PERIOD, GpuctlError, emit, gpu_conflicts, json_option, share_text, table, warn
 
 
 @click.group()
@@ -55,13 +55,15 @@ def policy_show(ctx: click.Context, gpus: list[int] | None) -> None:
         gp = st.policy_of(g)
         claims = st.claims(g)
         shares = compute_shares(gp.policy, claims, {c.name for c in claims})
-        data[str(g)] = {"policy": gp.policy, "period_ns": gp.period_ns, "shares_all_busy": shares}
+        idle = shares_online_idle(gp.policy, claims)
+        data[str(g)] = {"policy": gp.policy, "period_ns": gp.period_ns, "shares_all_busy": shares,
+                        "priorities": {c.name: c.priority for c in claims}, "shares_online_idle": idle}
         if not claims:
             rows.append({"gpu": g, "policy": gp.policy, "period": units.format_duration_ns(gp.period_ns)})
         for c in claims:
             rows.append({"gpu": g, "policy": gp.policy, "period": units.format_duration_ns(gp.period_ns),
-                         "instance": c.name, "weight": c.weight,
-                         "share": units.format_share(shares[c.name])})
+                         "instance": c.name, "priority": c.priority, "weight": c.weight,
+                         "share": share_text(shares[c.name], idle[c.name] if idle and c.offline else None)})
     emit(ctx, data, lambda: table(rows, [("gpu", "GPU"), ("policy", "POLICY"), ("period", "PERIOD"),
-                                         ("instance", "INSTANCE"), ("weight", "WEIGHT"),
+                                         ("instance", "INSTANCE"), ("priority", "PRIORITY"), ("weight", "WEIGHT"),
                                          ("share", "SHARE(ALL BUSY)")]))
