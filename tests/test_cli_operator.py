@@ -236,3 +236,32 @@ def test_show_has_the_priority_and_why_an_offline_share_is_0(run) -> None:
     assert "priority" in show and "offline" in show
     assert "0.0% (offline: 100.0% while online is idle)" in show
     assert json.loads(ok(run("instance", "show", "batch", "--json")))["share_when_online_idle"] == {"0": 1.0}
+
+
+# ---- 6: no module, no instance (unless --kernel no) -------------------------------------------
+
+@pytest.fixture()
+def no_module(monkeypatch):
+    from gpuslice import netlink
+
+    monkeypatch.setattr(netlink, "module_loaded", lambda *a: False)
+
+
+@pytest.mark.parametrize("kernel", ["auto", "yes"])
+def test_create_without_the_module_fails_and_records_nothing(run, no_module, kernel: str) -> None:
+    res = run("instance", "create", "a", "--memory", "1Gi", kernel=kernel)
+    assert res.exit_code == 1
+    assert res.stderr == ("gpuctl: gpuslice module not loaded (modprobe gpuslice), or pass --kernel no to only "
+                          "record the instance\n")
+    assert not S.load(run.path).instances
+
+
+def test_set_and_delete_without_the_module_fail(run, no_module) -> None:
+    ok(run("instance", "create", "a", "--memory", "1Gi"))  # --kernel no: only recorded
+    before = open(run.path).read()
+    for args in (["instance", "set", "a", "--weight", "2"], ["instance", "delete", "a"]):
+        res = run(*args, kernel="auto")
+        assert res.exit_code == 1 and "gpuslice module not loaded (modprobe gpuslice)" in res.stderr, res.stderr
+    assert open(run.path).read() == before
+    ok(run("instance", "list", kernel="auto"))  # reading needs no module
+    ok(run("instance", "delete", "a"))

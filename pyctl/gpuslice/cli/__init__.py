@@ -34,7 +34,9 @@ __all__ = ["main", "GpuctlError", "kernel", "_make_probe", "_make_source", "_spa
 @click.option("--state", "state_path", envvar="GPUSLICE_STATE", default=S.DEFAULT_PATH, show_default=True,
               callback=_non_empty, help="State file (env GPUSLICE_STATE).")
 @click.option("--kernel", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
-              help="Apply changes to the gpuslice kernel module too: auto = when it is loaded.")
+              help="The gpuslice module: auto = use it where it is loaded, but instance create, set and delete "
+              "fail without it; yes = every command needs it; no = never (create, set and delete only change "
+              "the state file).")
 @click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
               help="CDI spec that `instance create`, `delete` and `restore` regenerate, e.g. "
               "/etc/cdi/gpuslice.yaml (env GPUSLICE_CDI_SPEC; default: none).")

@@ -244,8 +244,12 @@ def new_conflicts(before: Sequence[str], after: Sequence[str], name: str) -> lis
     return [m for m in after if m not in before or m.split(": ", 2)[1] == name]
 
 
-def kernel(ctx: click.Context) -> Any:
-    """The module's netlink client, or None when not wanted / not loaded (mode auto)."""
+def kernel(ctx: click.Context, change: str | None = None) -> Any:
+    """The module's netlink client, or None: with --kernel no, or (--kernel auto) when
+    the module is not loaded. ``change``: the command changes instances (create, set,
+    delete), which without the module would only be recorded in the state file: then
+    only --kernel no gives None, and a missing module is an error whose fix says what
+    --kernel no would do instead, e.g. "record the instance"."""
     mode = ctx.obj["kernel"]
     if mode == "no":
         return None
@@ -254,15 +258,18 @@ def kernel(ctx: click.Context) -> Any:
 
         if mode == "auto" and not module_loaded():
             ctx.obj["nl"] = None
-            return None
-        try:
-            ctx.obj["nl"] = GpusliceNetlink()
-        except VersionMismatch as e:  # refused whatever the mode: never talk to another ABI
-            raise GpuctlError(str(e)) from None
-        except (NetlinkError, OSError, ImportError) as e:
-            if mode == "yes":
+        else:
+            try:
+                ctx.obj["nl"] = GpusliceNetlink()
+            except VersionMismatch as e:  # refused whatever the mode: never talk to another ABI
                 raise GpuctlError(str(e)) from None
-            ctx.obj["nl"] = None
+            except (NetlinkError, OSError, ImportError) as e:
+                if (mode == "yes" or change) and module_loaded():
+                    raise GpuctlError(str(e)) from None
+                ctx.obj["nl"] = None
+    if ctx.obj["nl"] is None and (mode == "yes" or change):
+        raise GpuctlError(f"gpuslice module not loaded (modprobe gpuslice)"
+                          + (f", or pass --kernel no to only {change}" if change else ""))
     return ctx.obj["nl"]
 
 

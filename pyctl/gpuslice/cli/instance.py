@@ -89,12 +89,13 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tupl
         raise click.UsageError("--min-share is for --priority offline")
     _floor_within_ceiling(min_share, ceiling)
     size, per_gpu = _memory(memory, gpus)
+    nl = kernel(ctx, "record the instance")
     with S.locked(ctx.obj["state"]) as st:
         before = gpu_conflicts(st, gpus)
         inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
                           min_share=min_share, gpu_memory=per_gpu, uid=uid, gid=gid, mode=mode)
         try:
-            instances.add(st, inst, kernel(ctx), policy=policy)
+            instances.add(st, inst, nl, policy=policy)
         except instances.InstanceError as e:
             raise GpuctlError(str(e)) from None
         warnings = new_conflicts(before, gpu_conflicts(st, gpus), name)
@@ -244,6 +245,7 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
         raise click.UsageError("nothing to change (give --memory, --weight, --share, --ceiling, --priority "
                                "or --min-share)")
     dropped: list[str] = []
+    nl = kernel(ctx, "record the change")
     with S.locked(ctx.obj["state"]) as st:
         i = _get(st, name)
         before = gpu_conflicts(st, i.gpus)
@@ -271,7 +273,6 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
         _floor_within_ceiling(i.min_share, i.ceiling)
         st.check()
         warnings = dropped + new_conflicts(before, gpu_conflicts(st, i.gpus), name)
-        nl = kernel(ctx)
         if nl is not None:
             from gpuslice.netlink import MAX_GPUS, gpu_mem_limits
 
@@ -288,10 +289,11 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
 @click.pass_context
 def instance_delete(ctx: click.Context, name: str) -> None:
     """Delete an instance (the module refuses while its device nodes are open)."""
+    nl = kernel(ctx, "remove it from the state file")
     with S.locked(ctx.obj["state"]) as st:
         _get(st, name)
         try:
-            instances.remove(st, name, kernel(ctx))
+            instances.remove(st, name, nl)
         except instances.InstanceError as e:
             raise GpuctlError(str(e)) from None
         cdi_err = _regenerate_cdi(ctx, st)
