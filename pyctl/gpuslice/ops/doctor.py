@@ -30,7 +30,7 @@ STATUSES = (OK, WARN, FAIL, SKIP)
 # The NVIDIA driver versions gpuslice is tested against: the same list as
 # NVRM_TESTED_VERSIONS in kmod/core/nvrm_abi.h, where gpuslice.ko refuses to load on any
 # other unless passthrough_only=1 (tests/test_doctor.py checks that the two agree).
-# 580.159.04 is the H100's driver, where everything in ../shared/FINDINGS.md (and the
+# 580.159.04 is the H100's driver, where everything in docs/h100-findings.md (and the
 # README's "What was measured on the H100") was measured; 580.142 is the
 # open-gpu-kernel-modules release the ABI was copied from.
 TESTED_DRIVER_VERSIONS: tuple[str, ...] = ("580.159.04", "580.142")
@@ -137,8 +137,8 @@ def check_module(sys_module: str = SYS_MODULE, connect: Callable[[], Any] = conn
     try:
         nl = connect()
     except VersionMismatch as e:  # one line naming both versions (netlink.check_version)
-        return Check(name, FAIL, str(e), "install gpuctl and gpuslice.ko from the same checkout (README, "
-                     "\"Running it as a service\"), then reload the module")
+        return Check(name, FAIL, str(e), "install gpuctl and gpuslice.ko from the same checkout (docs/operations.md, "
+                     "\"Upgrade\"), then reload the module")
     except (OSError, ImportError) as e:
         return Check(name, FAIL, f"gpuslice.ko is loaded but its netlink family does not answer: {e}",
                      "dmesg | grep gpuslice says why; reload it (rmmod gpuslice && modprobe gpuslice)")
