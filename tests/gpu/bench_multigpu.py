@@ -1,4 +1,4 @@
-"""Issue 15 on a machine with two GPUs, through the user-space build (docs/h200-multigpu.md):
+"""Instances of two GPUs on a machine with two GPUs, through the user-space build (docs/multigpu.md):
 PyTorch DDP (2 processes, NCCL all-reduce) and a model-parallel matmul under per-GPU
 limits (GPUSLICE_MEM_LIMIT=0=8GiB,1=4GiB), OutOfMemoryError at each GPU's limit, the
 limits nvidia-smi shows, CUDA IPC within and across instances, shareable VMM handles
