@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Raw output of GPU runs (docs/runs/) is kept as the machines printed it.
 RAW = ("docs/runs/",)
-OUTSIDE = re.compile(r"\.\./shared|/work/shared|\bFINDINGS\.md\b")
+OUTSIDE = re.compile(r"\.\./shared|/work/shared|\bFINDINGS(\.md)?\b")
 
 
 def _tracked() -> list[str]:

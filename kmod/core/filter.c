@@ -219,7 +219,7 @@ static const struct gs_control_row gs_allowed_controls[] = {
 	{ 0x90960107, GS_CAP_GRAPHICS, "g: NV9096_GET_ZBC_CLEAR_TABLE_ENTRY: one ZBC table entry; read-only (as GET_ZBC_CLEAR_TABLE)", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x90e60102, GS_CAP_COMPUTE, "dt: NV90E6_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK: VF error interrupt mask; read-only", GS_REFUSE_NONE, NV_OK, NULL },
 	{ 0x90e70113, GS_CAP_UTILITY, "s: NV90E7_BBX_GET_LAST_FLUSH_TIME: InfoROM BBX last flush time; read-only (RM answers 0x55 here)", GS_REFUSE_NONE, NV_OK, NULL },
-	{ 0xa06c0101, GS_CAP_COMPUTE, "dt: NVA06C_GPFIFO_SCHEDULE: puts the caller's own TSG on the runlist (bEnable=0 has no effect, FINDINGS); gating uses DISABLE_CHANNELS, which is refused", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
+	{ 0xa06c0101, GS_CAP_COMPUTE, "dt: NVA06C_GPFIFO_SCHEDULE: puts the caller's own TSG on the runlist (bEnable=0 has no effect, docs/h100-findings.md); gating uses DISABLE_CHANNELS, which is refused", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
 	{ 0xa06c0103, GS_CAP_COMPUTE, "dt: NVA06C_SET_TIMESLICE: CUDA's own 2048 us at every context; a TSG's timeslice is the operator's (the instance's TIMESLICE_US): answered NV_OK, not passed", GS_REFUSE_NONE, NV_OK, &gs_timeslice_handler },
 	{ 0xa06c0105, GS_CAP_VIDEO, "v: NVA06C_PREEMPT: preempts the caller's own TSG off its engine (it gives time back; gating is unaffected: a disabled TSG stays disabled); its wait capped (engines.c)", GS_REFUSE_NONE, NV_OK, &gs_preempt_handler },
 	{ 0xa06f0103, GS_CAP_GRAPHICS | GS_CAP_VIDEO, "gv: NVA06F_GPFIFO_SCHEDULE: puts the caller's own channel on the runlist, as NVA06C_GPFIFO_SCHEDULE for a TSG", GS_REFUSE_NONE, NV_OK, &gs_schedule_handler },
