@@ -253,7 +253,7 @@ def test_restore_recreates_what_the_module_lacks(gpuctl, tmp_path) -> None:
     assert [d["name"] for d in yaml.safe_load(out.read_text())["devices"]] == ["a", "b"]
     assert gpuctl("instance", "restore").stdout.strip() == "nothing to restore"
     no_module = CliRunner().invoke(main, ["--state", path, "--kernel", "no", "instance", "restore"])
-    assert no_module.exit_code == 1 and "not loaded" in no_module.stderr
+    assert no_module.exit_code == 2 and "needs the gpuslice module whatever --kernel says" in no_module.stderr
 
 
 def test_a_failed_regeneration_keeps_the_change(gpuctl, tmp_path) -> None:

@@ -273,7 +273,7 @@ def test_memory_per_gpu(run) -> None:
     assert "gpu0 memory" in text and "gpu1 memory" in text and "4GiB" in text
     ok(run("instance", "create", "even", "--gpu", "0,1", "--memory", "2GiB"))
     assert json.loads(ok(run("instance", "show", "even", "--json")))["gpu_memory"] == {"0": 2 << 30, "1": 2 << 30}
-    one_line_error(run("instance", "create", "bad", "--gpu", "0,1", "--memory", "0=8GiB"), "names GPUs 0")
+    one_line_error(run("instance", "create", "bad", "--gpu", "0,1", "--memory", "0=8GiB"), "names GPU 0 but")
     one_line_error(run("instance", "create", "bad", "--gpu", "0", "--memory", "0=1GiB,0=2GiB"), "twice")
     one_line_error(run("instance", "set", "tp", "--memory", "0=1GiB,2=1GiB"), "names GPUs 0,2")
     assert S.load(run.path).instances["tp"].gpu_memory == {0: 8 << 30, 1: 4 << 30}  # nothing lost

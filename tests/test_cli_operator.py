@@ -70,7 +70,7 @@ def test_memory_without_a_unit_is_refused(run) -> None:
 
 
 @pytest.mark.parametrize("memory,size", [("8Gi", 8 << 30), ("8GiB", 8 << 30), ("8G", 8 * 10**9), ("8GB", 8 * 10**9),
-                                         ("512Mi", 512 << 20), ("4096B", 4096)])
+                                         ("512Mi", 512 << 20), ("1048576B", 1 << 20)])
 def test_memory_is_a_kubernetes_quantity(run, memory: str, size: int) -> None:
     ok(run("instance", "create", "a", "--memory", memory))
     assert S.load(run.path).instances["a"].memory == size
@@ -153,11 +153,20 @@ def test_the_schedulers_recreate_applies_them_too() -> None:
     assert {k: nl.made["a"][k] for k in ("uid", "gid", "mode")} == {"uid": 7, "gid": 8, "mode": 0o600}
 
 
-@pytest.mark.parametrize("mode", ["0777", "0666", "0661", "0604", "7"])
-def test_a_mode_that_gives_others_the_gpu_is_refused(run, mode: str) -> None:
+@pytest.mark.parametrize("mode", ["0777", "0661", "7"])
+def test_a_mode_with_execute_bits_is_refused(run, mode: str) -> None:
     usage_error(run("instance", "create", "a", "--memory", "1Gi", "--mode", mode),
-                f"--mode {mode}: gives other users (o+rwx) the GPU: its device nodes are the GPU, and no "
-                "device cgroup confines a host process (use the owner and group, e.g. 0660)")
+                f"--mode {mode}: has execute bits: a device node is opened, never run (write e.g. 0660)")
+
+
+@pytest.mark.parametrize("mode", ["0666", "0604"])
+def test_a_mode_that_gives_others_the_gpu_is_warned(run, mode: str) -> None:
+    """As the Kubernetes plugins' nodes (S.OWNED_NODE_MODE): the module's
+    require_device_cgroup keeps host processes out, nothing else does."""
+    res = run("instance", "create", "a", "--memory", "1Gi", "--mode", mode)
+    assert res.exit_code == 0, res.stderr
+    assert [w for w in warnings(res) if w.startswith(f"--mode {mode} lets other users open the nodes: only the "
+                                                     "module's require_device_cgroup=Y")], res.stderr
 
 
 @pytest.mark.parametrize("mode", ["0o660", "rw", "8", "0x1b0", "+660", "6_60", "", "01660", "4660"])
@@ -189,7 +198,8 @@ def test_a_share_ignored_by_the_policy_is_warned(run) -> None:
     assert warnings(res) == ["gpu 0: a: share 30.0% is ignored under burst (only the fixed policy uses it)"]
     res = run("instance", "create", "b", "--memory", "1Gi", "--policy", "fixed", "--ceiling", "50%")
     assert res.exit_code == 0
-    assert warnings(res) == ["gpu 0: b: ceiling 50.0% is ignored under fixed (only equal and burst cap)"]
+    assert warnings(res) == ["gpu 0: --policy fixed replaces burst for every instance of the GPU, also a",
+                             "gpu 0: b: ceiling 50.0% is ignored under fixed (only equal and burst cap)"]
 
 
 def test_fixed_without_a_share_left_nothing_is_warned(run) -> None:

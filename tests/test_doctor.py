@@ -493,7 +493,10 @@ def test_cli_a_failure_exits_non_zero_with_its_fix(doctor, exporter_server: str,
     assert lines[i + 1].split()[0] == "fix:" and "sysctl -w vm.mmap_min_addr=65536" in lines[i + 1]
 
 
-def test_cli_json_and_the_cdi_spec_of_cdi_generate(doctor, exporter_server: str) -> None:
+def test_cli_json_and_the_cdi_spec_of_cdi_generate(doctor, exporter_server: str, monkeypatch) -> None:
+    # driver files as on a GPU host (a spec without them is a warning: no libcuda in containers)
+    monkeypatch.setattr(cdi, "scan_host", lambda *a, **k: list(FILES))
+    monkeypatch.setattr(cdi, "driver_files", lambda listing: list(listing))
     """The CDI check compares with what `gpuctl cdi generate` writes."""
     def cdi_check() -> tuple[int, dict[str, str]]:
         res = doctor("--exporter", exporter_server, "--json")

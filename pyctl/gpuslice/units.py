@@ -80,10 +80,24 @@ def _bytes(value: Decimal | int) -> int:
     return int(value)
 
 
+MEMORY_MIN = 1 << 20  # a video memory limit: a CUDA context alone takes hundreds of MiB
+MEMORY_MAX = 1 << 50  # 1PiB: a typo (99999Ti), not a GPU
+
+
 def parse_memory(text: str) -> tuple[int, dict[int, int]]:
     """A memory limit: one size for each GPU (``8Gi`` -> (8GiB, {})), or sizes per GPU
-    (``0=8Gi,1=4Gi`` -> (8GiB, {0: 8GiB, 1: 4GiB}): the first is then the largest)."""
-    return _memory(text, parse_size)
+    (``0=8Gi,1=4Gi`` -> (8GiB, {0: 8GiB, 1: 4GiB}): the first is then the largest).
+    Each within [1MiB, 1PiB]."""
+    return _memory(text, _limit)
+
+
+def _limit(text: str) -> int:
+    n = parse_size(text)
+    if n < MEMORY_MIN:
+        raise ValueError("below 1MiB: a CUDA context alone needs more")
+    if n > MEMORY_MAX:
+        raise ValueError("above 1PiB: no GPU has that much video memory")
+    return n
 
 
 def parse_env_memory(text: str) -> tuple[int, dict[int, int]]:
@@ -126,12 +140,19 @@ def format_memory(memory: int, per_gpu: dict[int, int] | None) -> str:
 
 
 def format_size(n: int) -> str:
-    """Shortest exact binary form of ``n`` bytes (``8GiB``), else one decimal."""
-    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    """``n`` bytes in the largest binary unit it reaches: exact (``8GiB``) where it
+    divides; else in the largest decimal unit that divides it, as a user wrote it
+    (``--memory 16G`` shows as ``16GB``, not ``14.9GiB``); else with one decimal. The
+    one formatter of sizes for every table."""
+    for p, e in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):
+        mult = 1 << (10 * e)
         if n >= mult:
             if n % mult == 0:
-                return f"{n // mult}{unit}"
-            return f"{n / mult:.1f}{unit}"
+                return f"{n // mult}{p}iB"
+            for dp, de in (("T", 4), ("G", 3), ("M", 2), ("k", 1)):
+                if n >= 1000**de and n % 1000**de == 0:
+                    return f"{n // 1000**de}{dp}B"
+            return f"{n / mult:.1f}{p}iB"
     return f"{n}B"
 
 

@@ -10,7 +10,10 @@ import click
 
 from gpuslice import state as S
 
-from .common import GpuctlError, emit, json_option, kernel, table
+from .common import GpuctlError, emit, json_option, kernel, table, warn
+
+NO_DRIVER_FILES = ("no NVIDIA driver files found on this host: containers will get no libcuda "
+                   "(is the driver installed?)")
 
 
 def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
@@ -62,21 +65,22 @@ def _cdi_failed(done: str, err: str | None) -> None:
         raise GpuctlError(f"{done}, but {err}")
 
 
-def _write_or_remove(path: str, spec: dict[str, Any]) -> bool:
+def _write_or_remove(path: str, spec: dict[str, Any]) -> str:
     """Write the spec, or remove it when there is no instance: CDI refuses a spec
-    without devices, and older runtimes then ignore every spec in the directory."""
+    without devices, and older runtimes then ignore every spec in the directory.
+    What was done: "written", "removed" (an old spec), or "nothing" (none was there)."""
     from gpuslice.ops import cdi
 
     if not cdi.is_ours(path):
         raise GpuctlError(f"{path} is not a CDI spec of kind {cdi.KIND}: left as it is")
     if spec["devices"]:
         cdi.write_spec(path, cdi.render(spec))
-        return True
+        return "written"
     try:
         os.unlink(path)
     except FileNotFoundError:
-        pass
-    return False
+        return "nothing"
+    return "removed"
 
 
 @click.group("cdi")
@@ -93,24 +97,29 @@ def cdi_generate(ctx: click.Context, output: str | None) -> None:
     """A CDI spec with one device per instance (kind gpuslice.dev/gpu): the instance's
     nodes at /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-uvm, and the host's NVIDIA
     driver files (libcuda, libnvidia-ml, nvidia-smi, ...) mounted read-only. Printed as
-    YAML (JSON with --json), or written to --output with a summary (no instance: the
-    file is removed, as CDI refuses a spec without devices)."""
+    YAML (JSON with --json), or written to --output with a summary (no instance: nothing
+    is written, and an old spec there is removed, as CDI refuses a spec without devices)."""
     from gpuslice.ops import cdi
 
     spec = _cdi_spec(ctx)
+    no_driver = [NO_DRIVER_FILES] if spec["devices"] and not spec["containerEdits"].get("mounts") else []
     if output is None:
         emit(ctx, spec, lambda: cdi.render(spec).rstrip("\n"))
+        warn(no_driver)
         return
     try:
         written = _write_or_remove(output, spec)
     except OSError as e:
         raise GpuctlError(f"cannot write the CDI spec {output}: {e.strerror or e}") from None
-    if not written:
-        emit(ctx, {"output": output, "devices": [], "mounts": 0, "removed": True},
-             lambda: f"no instances: {output} removed (a CDI spec needs a device)")
+    if written != "written":
+        removed = written == "removed"
+        emit(ctx, {"output": output, "devices": [], "mounts": 0, "removed": removed},
+             lambda: "no instances: nothing written"
+             + (f"; {output} removed (a CDI spec needs a device)" if removed else ""))
         return
     rows = [{"device": f"{cdi.KIND}={d['name']}",
              "nodes": ",".join(n["path"] for n in d["containerEdits"]["deviceNodes"])} for d in spec["devices"]]
+    warn(no_driver)
     mounts = len(spec["containerEdits"].get("mounts", []))
     emit(ctx, {"output": output, "devices": [d["name"] for d in spec["devices"]], "mounts": mounts},
          lambda: f"wrote {output}: {len(rows)} devices, {mounts} driver files\n"

@@ -1,6 +1,23 @@
 """What gpuctl's commands share: the one-line error, the click parameter types
 (sizes, shares, durations, GPU lists, MODULE:CLASS), table/JSON output, the module's
-netlink client (:func:`kernel`) and the daemon's and guard's report files."""
+netlink client (:func:`kernel`) and the daemon's and guard's report files.
+
+Errors are one line on stderr, ``gpuctl: ...``, and the exit status says whose fault:
+
+- exit 2, a usage error (click.UsageError, click.BadParameter, :class:`OptionValueError`):
+  the command line alone is wrong, whatever the state file holds: a bad value (a name,
+  a size, a share, a mode, a floor of 100%), contradictory options, or a new value that
+  contradicts the same instance's own settings (``--min-share`` above its ``--ceiling``).
+  Checked before anything is read or changed, so a script can tell a typo from a
+  refusal.
+- exit 1, a runtime error (:class:`GpuctlError`, StateError, OSError): the state, the
+  module or I/O: no such instance, a name that exists, the module not loaded or
+  refusing, a file that cannot be written, and a state conflict: a valid value that
+  the settings of OTHER instances stored in the state file make impossible (fixed shares
+  or offline floors summing over 100% across the instances of a GPU, `policy set fixed`
+  on a GPU whose instances' shares sum over 100%). The same command succeeds once
+  those other instances change.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +66,8 @@ class _Unit(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
             return value
+        if ctx is not None and param is not None and param.name:
+            ctx.meta[f"gpuslice.given.{param.name}"] = value  # for errors that involve other options: given()
         try:
             return self.fn(value)
         except ValueError as e:
@@ -61,6 +80,16 @@ MEMORY_HELP = ("Video memory limit of each GPU, e.g. 8Gi, or per GPU, e.g. 0=8Gi
                "always with a unit (Ki Mi Gi Ti or KiB MiB GiB TiB: powers of 1024; k M G T or kB MB GB TB: "
                "powers of 1000; B: bytes).")
 SHARE = _Unit("share", units.parse_share)
+
+
+def _min_share(text: str) -> float:
+    f = units.parse_share(text)
+    if f > 1 - 0.01 + 1e-9:  # policy.validate: the floors of a GPU leave online work 1%
+        raise ValueError("must leave online work at least 1% (at most 99%)")
+    return f
+
+
+MIN_SHARE = _Unit("share", _min_share)
 SHARE_HELP = "Percent of the GPU: 30% or 30 (0.5% for half a percent; a bare 0.3 is refused)."
 
 
@@ -74,10 +103,19 @@ def duration(lo_ns: int = 1, hi_ns: int | None = None, zero: bool = False) -> _U
     also taken (it means "off"). Out of range: ``--period 20s: must be between 1ms and 10s``."""
     fmt = units.format_duration_ns
 
+    examples = [e for e in ("50ms", "20ms", "1s", "2000us", "500us", "100ns")
+                if lo_ns <= units.parse_duration_ns(e) and (hi_ns is None or units.parse_duration_ns(e) <= hi_ns)]
+
     def parse(t: str) -> int:
         if zero and _is_zero(t):
             return 0
-        ns = units.parse_duration_ns(t)
+        try:
+            ns = units.parse_duration_ns(t)
+        except ValueError as e:
+            if str(e).startswith("not a duration"):  # its examples may be out of this option's range
+                raise ValueError(f"not a duration (write e.g. {', '.join(examples[:3])}; a bare number is ms)") \
+                    from None
+            raise
         if ns < lo_ns or (hi_ns is not None and ns > hi_ns):
             rng = f"between {fmt(lo_ns)} and {fmt(hi_ns)}" if hi_ns is not None else f"at least {fmt(lo_ns)}"
             raise ValueError(f"must be {'0 (off) or ' if zero else ''}{rng}")
@@ -89,6 +127,12 @@ def duration(lo_ns: int = 1, hi_ns: int | None = None, zero: bool = False) -> _U
 DURATION = duration()
 DURATION_OR_0 = duration(zero=True)  # a duration where 0 (0, 0ms, 0.0s, ...) means "off"
 PERIOD = duration(S.PERIOD_MIN_NS, S.PERIOD_MAX_NS)
+
+
+def given(ctx: click.Context, name: str) -> str | None:
+    """The text given for option ``name`` (its Python name) of a unit type, as typed."""
+    v = ctx.meta.get(f"gpuslice.given.{name}")
+    return v if isinstance(v, str) else None
 
 
 def bad_option(ctx: click.Context, name: str, value: str, message: str) -> OptionValueError:
@@ -216,6 +260,11 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
     return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=cb, is_eager=True,
                         help="Print JSON instead of a table.")(f)
+
+
+def share_json(share: float | None) -> float | None:
+    """A share (a fraction) for JSON: 6 decimals (0.01, not 0.010000000000000009)."""
+    return None if share is None else round(share, 6)
 
 
 def share_text(share: float, idle: float | None) -> str:

@@ -14,8 +14,8 @@ from gpuslice.netlink import lock_summary
 from gpuslice.policy import POLICIES, compute_shares, shares_online_idle
 
 from .cdi import _cdi_failed, _regenerate_cdi
-from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, SHARE, SHARE_HELP, GpuctlError, _Unit, emit, gpu_conflicts,
-                     json_option, kernel, new_conflicts, share_text, table, warn)
+from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, MIN_SHARE, SHARE, SHARE_HELP, GpuctlError, _Unit, bad_option,
+                     emit, given, gpu_conflicts, json_option, kernel, new_conflicts, share_json, share_text, table, warn)
 
 
 def inst_row(i: S.Instance) -> dict[str, Any]:
@@ -27,9 +27,14 @@ def inst_row(i: S.Instance) -> dict[str, Any]:
 
 
 def inst_json(i: S.Instance) -> dict[str, Any]:
+    """memory: the largest limit (as before per-GPU limits); gpu_memory: the limit on
+    each GPU; memory_per_gpu: the per-GPU limits as given (--memory 0=8Gi,1=4Gi), null
+    where one limit applies to every GPU."""
     return {"name": i.name, "gpus": i.gpus, "memory": i.memory,
-            "gpu_memory": {str(g): i.memory_of(g) for g in i.gpus}, "weight": i.weight, "share": i.share,
-            "ceiling": i.ceiling, "priority": i.priority, "min_share": i.min_share,
+            "gpu_memory": {str(g): i.memory_of(g) for g in i.gpus},
+            "memory_per_gpu": {str(g): v for g, v in sorted(i.gpu_memory.items())} if i.gpu_memory else None,
+            "weight": i.weight, "share": share_json(i.share),
+            "ceiling": share_json(i.ceiling), "priority": i.priority, "min_share": share_json(i.min_share),
             "uid": i.uid, "gid": i.gid, "mode": None if i.mode is None else f"{i.mode:04o}"}
 
 
@@ -40,22 +45,33 @@ PRIORITY_HELP = ("online (default) or offline: while any online instance of the 
 
 
 def _parse_mode(text: str) -> int:
-    """--mode: octal, 0..0777, no bit for others: the nodes are the GPU, and a device
-    cgroup confines who opens them only inside a container, never a host process."""
+    """--mode: octal, 0..0777, the owner's read and write, no execute bit. Bits for
+    others are taken with a warning (:func:`_mode_warning`): the Kubernetes plugins make
+    their nodes 0666 (S.OWNED_NODE_MODE) and rely on the module's require_device_cgroup."""
     if not re.fullmatch(r"[0-7]{1,4}", text):
         raise ValueError("not an octal mode (write e.g. 0660)")
     v = int(text, 8)
     if v > 0o777:
         raise ValueError("outside 0..0777 (no setuid, setgid or sticky bit on a device node)")
-    if v & 0o007:
-        raise ValueError("gives other users (o+rwx) the GPU: its device nodes are the GPU, and no device cgroup "
-                         "confines a host process (use the owner and group, e.g. 0660)")
+    if v & 0o111:
+        raise ValueError("has execute bits: a device node is opened, never run (write e.g. 0660)")
+    if v & 0o600 != 0o600:
+        raise ValueError("gives the owner no read and write: the nodes are opened read-write (write e.g. 0660)")
     return v
 
 
+def _mode_warning(mode: int | None) -> list[str]:
+    if mode is None or not mode & 0o007:
+        return []
+    return [f"--mode {mode:04o} lets other users open the nodes: only the module's require_device_cgroup=Y then "
+            "keeps host processes out (a process whose device cgroup lets it open the real nodes gets EPERM); "
+            "without it every local user gets the GPU"]
+
+
 MODE = _Unit("mode", _parse_mode)
-MODE_HELP = ("Permission bits of the device nodes, octal (default 0660). None for others: the nodes are the "
-             "GPU, and a device cgroup confines who opens them only in a container, never on the host.")
+MODE_HELP = ("Permission bits of the device nodes, octal (default 0660): the owner reads and writes, no execute "
+             "bit. Bits for others (0666, as the Kubernetes plugins make their nodes) are taken with a warning: "
+             "then only the module's require_device_cgroup=Y keeps host processes out.")
 
 
 @click.group()
@@ -63,8 +79,15 @@ def instance() -> None:
     """Create, change, inspect and delete instances."""
 
 
+def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A new instance's name, by the module's rule: a usage error, not the state's."""
+    if not S.valid_name(value):
+        raise click.UsageError(f"bad instance name {value!r} ({S.NAME_RULE})")
+    return value
+
+
 @instance.command("create")
-@click.argument("name")
+@click.argument("name", callback=_name)
 @click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s), e.g. 0 or 0,1.")
 @click.option("--memory", type=MEMORY, required=True, help=MEMORY_HELP)
 @click.option("--policy", type=click.Choice(POLICIES), help="Also set the policy of the instance's GPU(s).")
@@ -72,7 +95,7 @@ def instance() -> None:
 @click.option("--share", type=SHARE, help="Fixed share of the GPU (fixed policy), e.g. 30%. " + SHARE_HELP)
 @click.option("--ceiling", type=SHARE, help="At most this share (equal, burst), e.g. 50%.")
 @click.option("--priority", type=PRIORITY, default="online", show_default=True, help=PRIORITY_HELP)
-@click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs, e.g. 5%.")
+@click.option("--min-share", type=MIN_SHARE, help="Offline only: the share it keeps while online work runs, e.g. 5%.")
 @click.option("--uid", type=ID_RANGE, help="Owner of the device nodes.")
 @click.option("--gid", type=ID_RANGE, help="Group of the device nodes.")
 @click.option("--mode", type=MODE, help=MODE_HELP)
@@ -88,10 +111,14 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tupl
     if min_share is not None and priority != "offline":
         raise click.UsageError("--min-share is for --priority offline")
     _floor_within_ceiling(min_share, ceiling)
-    size, per_gpu = _memory(memory, gpus)
+    size, per_gpu = _memory(ctx, memory, gpus)
     nl = kernel(ctx, "record the instance")
     with S.locked(ctx.obj["state"]) as st:
         before = gpu_conflicts(st, gpus)
+        # --policy is the GPU's: say so where it changes what other instances run under
+        replaced = [f"gpu {g}: --policy {policy} replaces {st.policy_of(g).policy} for every instance of the GPU, "
+                    f"also {', '.join(i.name for i in st.instances_on(g))}"
+                    for g in gpus if policy and policy != st.policy_of(g).policy and st.instances_on(g)]
         inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
                           min_share=min_share, gpu_memory=per_gpu, uid=uid, gid=gid, mode=mode)
         try:
@@ -100,7 +127,7 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tupl
             raise GpuctlError(str(e)) from None
         warnings = new_conflicts(before, gpu_conflicts(st, gpus), name)
         cdi_err = _regenerate_cdi(ctx, st)
-    warn(warnings)
+    warn(_mode_warning(mode) + replaced + warnings)
     _cdi_failed(f"created {name}", cdi_err)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
 
@@ -115,12 +142,15 @@ def _floor_within_ceiling(min_share: float | None, ceiling: float | None) -> Non
                                "full beside online work, the ceiling caps it without")
 
 
-def _memory(memory: tuple[int, dict[int, int]], gpus: list[int]) -> tuple[int, dict[int, int] | None]:
+def _memory(ctx: click.Context, memory: tuple[int, dict[int, int]], gpus: list[int],
+            where: str = "the instance", how: str = " (--gpu)") -> tuple[int, dict[int, int] | None]:
     """--memory for an instance of ``gpus``: a per-GPU form names each of them."""
     size, per_gpu = memory
     if per_gpu and sorted(per_gpu) != sorted(gpus):
-        raise click.BadParameter(f"names GPUs {','.join(map(str, sorted(per_gpu)))} but the instance has "
-                                 f"{','.join(map(str, sorted(gpus)))}", param_hint="--memory")
+        named = ",".join(map(str, sorted(per_gpu)))
+        on = (f"GPU {gpus[0]} only" if len(gpus) == 1 else f"GPUs {','.join(map(str, sorted(gpus)))}")
+        raise bad_option(ctx, "memory", given(ctx, "memory") or units.format_memory(size, per_gpu),
+                         f"names GPU{'s' if len(per_gpu) > 1 else ''} {named} but {where} is on {on}{how}")
     return size, per_gpu or None
 
 
@@ -181,8 +211,8 @@ def instance_show(ctx: click.Context, name: str) -> None:
     gm = gpu_mem(k)
     data = {**inst_json(i), "policy": {str(g): st.policy_of(g).policy for g in i.gpus},
             "gpu_mem": {str(g): v for g, v in gm.items()} if k else None,
-            "share_when_all_busy": {str(g): s for g, s in shares.items()},
-            "share_when_online_idle": {str(g): s for g, s in idle.items()} or None, "kernel": k or None,
+            "share_when_all_busy": {str(g): share_json(s) for g, s in shares.items()},
+            "share_when_online_idle": {str(g): share_json(s) for g, s in idle.items()} or None, "kernel": k or None,
             "lock": lock or None}
 
     def text() -> str:
@@ -225,7 +255,7 @@ def instance_show(ctx: click.Context, name: str) -> None:
 @click.option("--ceiling", type=SHARE, help="Ceiling, e.g. 50%.")
 @click.option("--no-ceiling", is_flag=True, help="Remove the ceiling.")
 @click.option("--priority", type=PRIORITY, help=PRIORITY_HELP)
-@click.option("--min-share", type=SHARE, help="Offline only: the share it keeps while online work runs.")
+@click.option("--min-share", type=MIN_SHARE, help="Offline only: the share it keeps while online work runs.")
 @click.option("--no-min-share", is_flag=True, help="Remove the offline floor.")
 @json_option
 @click.pass_context
@@ -251,7 +281,7 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
         before = gpu_conflicts(st, i.gpus)
         size = per_gpu = None
         if memory is not None:
-            size, per_gpu = _memory(memory, i.gpus)
+            size, per_gpu = _memory(ctx, memory, i.gpus, name, "")
             i.memory, i.gpu_memory = size, per_gpu
         if weight is not None:
             i.weight = weight
@@ -280,7 +310,7 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
                             gpu_mem_limit=None if memory is None else gpu_mem_limits(per_gpu) or [0] * MAX_GPUS,
                             share=units.share_to_ppt(i.share) if i.share else None)
     warn(warnings)
-    emit(ctx, inst_json(i), lambda: table([inst_row(i)], INST_COLS))
+    emit(ctx, inst_json(i), lambda: f"updated {name}\n" + table([inst_row(i)], INST_COLS))
 
 
 @instance.command("delete")
@@ -311,7 +341,11 @@ def instance_restore(ctx: click.Context) -> None:
     instances: 0666, as they made them)."""
     nl = kernel(ctx)
     if nl is None:
-        raise GpuctlError("the gpuslice module is not loaded (modprobe gpuslice)")
+        if ctx.obj["kernel"] == "no":
+            raise click.UsageError("instance restore needs the gpuslice module whatever --kernel says: it creates "
+                                   "the instances there (drop --kernel no)")
+        raise GpuctlError("instance restore needs the gpuslice module whatever --kernel says: it creates the "
+                          "instances there (modprobe gpuslice)")
     with S.locked(ctx.obj["state"]) as st:
         have = {d["name"] for d in nl.instances() if "name" in d}
         made = []

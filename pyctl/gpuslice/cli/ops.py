@@ -87,7 +87,13 @@ def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str,
 
     src = E.Sources(instances=instances, status=lambda: _read_status(status_file),
                     guard=lambda: _read_status(guard_file), gpus=E.nvml_gpus if nvml else (lambda: []))
-    srv = E.make_server(listen, E.registry_for(src))
+    try:
+        srv = E.make_server(listen, E.registry_for(src))
+    except OSError as e:
+        host, port = parse_listen(listen)
+        addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise GpuctlError(f"cannot listen on {addr}: {e.strerror or e} (another exporter? pass --listen "
+                          "HOST:PORT, e.g. 127.0.0.1:9411, or 127.0.0.1:0 for any free port)") from None
     stop = threading.Event()
 
     def on_signal(_n: int, _f: Any) -> None:

@@ -8,7 +8,7 @@ from gpuslice import state as S
 from gpuslice import units
 from gpuslice.policy import POLICIES, compute_shares, shares_online_idle, validate
 
-from .common import GPUS, PERIOD, GpuctlError, emit, gpu_conflicts, json_option, share_text, table, warn
+from .common import GPUS, PERIOD, GpuctlError, emit, gpu_conflicts, json_option, share_json, share_text, table, warn
 
 
 @click.group()
@@ -19,7 +19,7 @@ def policy() -> None:
 @policy.command("set")
 @click.argument("kind", type=click.Choice(POLICIES))
 @click.option("--period", type=PERIOD, help="Scheduling period, 1ms to 10s, e.g. 50ms (a bare number is "
-              "milliseconds; default 50ms).")
+              "milliseconds; default: keep the GPU's period (50ms for a new GPU)).")
 @click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s).")
 @json_option
 @click.pass_context
@@ -56,8 +56,10 @@ def policy_show(ctx: click.Context, gpus: list[int] | None) -> None:
         claims = st.claims(g)
         shares = compute_shares(gp.policy, claims, {c.name for c in claims})
         idle = shares_online_idle(gp.policy, claims)
-        data[str(g)] = {"policy": gp.policy, "period_ns": gp.period_ns, "shares_all_busy": shares,
-                        "priorities": {c.name: c.priority for c in claims}, "shares_online_idle": idle}
+        data[str(g)] = {"policy": gp.policy, "period_ns": gp.period_ns,
+                        "shares_all_busy": {n: share_json(s) for n, s in shares.items()},
+                        "priorities": {c.name: c.priority for c in claims},
+                        "shares_online_idle": None if idle is None else {n: share_json(s) for n, s in idle.items()}}
         if not claims:
             rows.append({"gpu": g, "policy": gp.policy, "period": units.format_duration_ns(gp.period_ns)})
         for c in claims:

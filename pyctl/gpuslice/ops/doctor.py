@@ -379,8 +379,12 @@ def check_cdi(path: str, generate: Callable[[], Mapping[str, Any]], read: Reader
     except OSError as e:
         return Check(name, WARN, f"cannot read {path}: {_reason(e)}")
     if text == cdi.render(spec):
-        return Check(name, OK, f"{path} current: {len(want)} device(s) ({', '.join(want)}), "
-                     f"{len(spec.get('containerEdits', {}).get('mounts', []))} driver files")
+        n_files = len(spec.get("containerEdits", {}).get("mounts", []))
+        if want and not n_files:
+            return Check(name, WARN, f"{path} current: {len(want)} device(s) ({', '.join(want)}), but no NVIDIA "
+                         "driver files found on this host: containers will get no libcuda",
+                         f"install the NVIDIA driver, then {regen}")
+        return Check(name, OK, f"{path} current: {len(want)} device(s) ({', '.join(want)}), {n_files} driver files")
     import yaml
 
     try:
@@ -391,6 +395,10 @@ def check_cdi(path: str, generate: Callable[[], Mapping[str, Any]], read: Reader
         return Check(name, FAIL, f"{path} is not a CDI spec (no YAML mapping)", regen)
     if not want:
         return Check(name, FAIL, f"{path} still lists devices but there are no instances", regen + " (removes it)")
+    if have == dict(spec) and not spec.get("containerEdits", {}).get("mounts"):
+        return Check(name, WARN, f"{path} current: {len(want)} device(s) ({', '.join(want)}), but no NVIDIA "
+                     "driver files found on this host: containers will get no libcuda",
+                     f"install the NVIDIA driver, then {regen}")
     if have == dict(spec):  # written otherwise (formatting), same content
         return Check(name, OK, f"{path} current: {len(want)} device(s) ({', '.join(want)})")
     return Check(name, FAIL, f"{path} differs from `gpuctl cdi generate`: {describe_spec_diff(have, spec)}", regen)
