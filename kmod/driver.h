@@ -15,7 +15,6 @@
 #define GS_TEST_ESCAPE		0xF0
 
 extern bool gs_passthrough_only;
-extern bool gs_allow_test_escapes;
 
 int gs_driver_init(void);
 void gs_driver_exit(void);

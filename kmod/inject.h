@@ -1,10 +1,22 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * inject.h - allocation failures and a race window on demand (module
- * parameters fail_alloc_every and race_delay_fd_us, TEST ONLY): the module's
- * allocations on its open, ioctl and mmap paths, and the core's, go through
- * these, so a test can make every Nth one fail and check that each failure
- * unwinds cleanly (tests/guest/test_faults.py).
+ * inject.h - the test build's hooks (kmod/Kbuild with GPUSLICE_TEST=1, which
+ * links inject.c and defines GPUSLICE_TEST; scripts/build-modules.sh builds it
+ * into build/test-kmod/ for the guest suite). Its module parameters:
+ *
+ *   fail_alloc_every    make every Nth allocation of the module fail: its
+ *                       allocations on the open, ioctl and mmap paths, and the
+ *                       core's (core/port.h), go through gs_inject_fail(), so a
+ *                       test can check that each failure unwinds cleanly
+ *                       (tests/guest/test_faults.py)
+ *   race_delay_fd_us    widen the window between the check of a control's fd
+ *                       and the call's private fd table, where another thread
+ *                       may dup2() another file over it (tests/guest/test_export.py)
+ *   allow_test_escapes  let the stand-in driver's test escape 0xF0 through
+ *                       instances (GS_INST_ALLOW_TEST_ESCAPES on each new one)
+ *
+ * The shipped module (what DKMS builds) has none of them: there the hooks are
+ * the no-op stubs below and compile to nothing.
  */
 #ifndef GPUSLICE_INJECT_H
 #define GPUSLICE_INJECT_H
@@ -12,13 +24,25 @@
 #include <linux/slab.h>
 #include <linux/types.h>
 
+#ifdef GPUSLICE_TEST
 bool gs_inject_fail(void);
-/*
- * TEST ONLY (module parameter race_delay_fd_us): widens the window between the
- * check of a control's fd and the call's private fd table, where another
- * thread may dup2() another file over it (tests/guest/test_export.py).
- */
 void gs_inject_fd_delay(void);
+bool gs_inject_test_escapes(void);
+#else
+static inline bool gs_inject_fail(void)
+{
+	return false;
+}
+
+static inline void gs_inject_fd_delay(void)
+{
+}
+
+static inline bool gs_inject_test_escapes(void)
+{
+	return false;
+}
+#endif /* GPUSLICE_TEST */
 
 static inline void *gs_kmalloc(size_t n, gfp_t gfp)
 {

@@ -373,7 +373,7 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	err = gs_activity_new(inst);
 	if (err)
 		goto err_free;
-	if (gs_allow_test_escapes)
+	if (gs_inject_test_escapes())
 		gs_inst_set_flags(inst->core, GS_INST_ALLOW_TEST_ESCAPES);
 	/* RM's device instances taken as the minors (kmod/uapi/gpuslice.h, GPU_MEM_LIMIT) */
 	gs_inst_set_gpus(inst->core, cfg->gpu_mask);

@@ -454,7 +454,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 			goto out_free;
 		if (gs_call_fd(&c, &io, &fd)) {
 			fd_file = gs_fd_file(inst, fd, &c.fd_file_id);
-			gs_inject_fd_delay();	/* TEST ONLY */
+			gs_inject_fd_delay();	/* the test build's race window */
 		}
 	}
 	uvm_locked = c.kind == GS_FILE_UVM && c.arg_size;

@@ -19,11 +19,6 @@ module_param_named(passthrough_only, gs_passthrough_only, bool, 0444);
 MODULE_PARM_DESC(passthrough_only,
 		 "Pass every call through without decoding (for untested driver versions)");
 
-bool gs_allow_test_escapes;
-module_param_named(allow_test_escapes, gs_allow_test_escapes, bool, 0444);
-MODULE_PARM_DESC(allow_test_escapes,
-		 "Let the stand-in driver's test escape 0xF0 through instances (tests only)");
-
 static int __init gs_init(void)
 {
 	int err;

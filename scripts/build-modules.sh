@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Build the kernel modules against the kernel that scripts/vm.sh boots (not uname -r):
 #   tests/standin  -> tests/standin/nvstub.ko   (skipped if tests/standin has no Kbuild/Makefile)
-#   Kbuild (repo)  -> kmod/gpuslice.ko          (skipped if kmod/Kbuild is absent)
+#   Kbuild (repo)  -> kmod/gpuslice.ko          the shipped module, as DKMS builds it (the
+#                                               demo loads it); skipped if kmod/Kbuild is absent
+#   kmod/Kbuild GPUSLICE_TEST=1 -> build/test-kmod/gpuslice.ko
+#                                               the test build: the same module plus the test
+#                                               hooks and their parameters (kmod/inject.h);
+#                                               the guest suite loads it
 #   dkms.conf      -> build/dkms/gpuslice-*.dkms.tar.gz (scripts/dkms.sh tarball; needs dkms, root)
 # Usage: scripts/build-modules.sh [clean]
 set -euo pipefail
@@ -13,10 +18,11 @@ KDIR="/lib/modules/$KVER/build"
 TARGET="${1:-modules}"
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
-build() {  # build DIR NAME
+build() {  # build DIR NAME [MAKE VARIABLES...]
     local dir="$1" name="$2" log
+    shift 2
     log="$(mktemp /tmp/gpuslice-build.XXXXXX)"
-    if make -C "$KDIR" M="$dir" -j"$JOBS" "$TARGET" >"$log" 2>&1; then
+    if make -C "$KDIR" M="$dir" -j"$JOBS" "$@" "$TARGET" >"$log" 2>&1; then
         # Show warnings (they matter in kernel code) but not the make chatter.
         grep -E 'warning:|error:' "$log" >&2 || true
         echo "build-modules: $name ok ($KVER)" >&2
@@ -29,6 +35,21 @@ build() {  # build DIR NAME
     fi
 }
 
+# The test build's tree: kmod/'s sources, linked file by file into build/test-kmod/ (so
+# its objects never mix with the shipped module's and neither build undoes the other's),
+# with kmod/Kbuild as its top level. Links to sources gone from kmod/ are dropped.
+TEST_DIR="$REPO/build/test-kmod"
+test_tree() {
+    local f
+    mkdir -p "$TEST_DIR"
+    find "$TEST_DIR" -xtype l -delete
+    (cd "$REPO/kmod" && find . \( -name '*.c' -o -name '*.h' -o -name Kbuild \) ! -name '*.mod.c' -print) |
+        while read -r f; do
+            mkdir -p "$TEST_DIR/$(dirname "$f")"
+            ln -sfn "$REPO/kmod/${f#./}" "$TEST_DIR/$f"
+        done
+}
+
 rc=0
 if [[ -f "$REPO/tests/standin/Kbuild" || -f "$REPO/tests/standin/Makefile" ]]; then
     build "$REPO/tests/standin" nvstub || rc=1
@@ -37,6 +58,8 @@ else
 fi
 if [[ -f "$REPO/kmod/Kbuild" || -f "$REPO/kmod/Makefile" ]]; then
     build "$REPO" gpuslice || rc=1
+    test_tree
+    build "$TEST_DIR" "gpuslice (test build)" GPUSLICE_TEST=1 || rc=1
 else
     echo "build-modules: kmod/Kbuild absent, skipped" >&2
 fi

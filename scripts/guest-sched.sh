@@ -14,7 +14,8 @@ echo "== bench"
   [[ -n "${SCHED_BENCH_ORDERS:-}" ]] && timeout 100 .venv/bin/python scripts/bench-scheduler.py --windows 2 \
     --only weight --daemon-arg=--switch-order=disable-first | grep -v '^#'; } | tee docs/scheduler-bench.txt
 echo "== with the interposer"
-if [[ -f kmod/gpuslice.ko ]] && insmod kmod/gpuslice.ko allow_test_escapes=1 require_device_cgroup=0; then
+# the test build: allow_test_escapes is one of its parameters (kmod/inject.h)
+if [[ -f build/test-kmod/gpuslice.ko ]] && insmod build/test-kmod/gpuslice.ko allow_test_escapes=1 require_device_cgroup=0; then
     timeout 300 .venv/bin/python -m pytest -q -p no:cacheprovider tests/guest/test_gpuctl_kernel.py -rfE 2>&1 | tail -60
     rmmod gpuslice || rc=1
 fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs INSIDE the QEMU guest (scripts/vm.sh -- bash scripts/guest-tests.sh [pytest args]):
-# loads the stand-in driver (tests/standin/nvstub.ko) and gpuslice.ko when they are built,
+# loads the stand-in driver (tests/standin/nvstub.ko) and gpuslice.ko's test build
+# (build/test-kmod/gpuslice.ko: the shipped module plus its test hooks, kmod/inject.h) when
+# they are built (scripts/build-modules.sh),
 # runs the guest test suite, unloads the modules, and exits with pytest's code
 # (or 1 if pytest passed but a module would not unload or the kernel logged an oops/BUG/WARNING).
 # Extra module parameters: NVSTUB_ARGS="..." GPUSLICE_ARGS="...". The stand-in gets
@@ -18,10 +20,9 @@ if [[ "$(cat /proc/sys/kernel/osrelease)" != "$("$REPO/scripts/guest-kver.sh")" 
 fi
 
 STANDIN_KO="$REPO/tests/standin/nvstub.ko"
-GPUSLICE_KO=""
-for c in "$REPO/kmod/gpuslice.ko" "$REPO/gpuslice.ko"; do
-    [[ -f "$c" ]] && { GPUSLICE_KO="$c"; break; }
-done
+# The test build: the suite sets its test parameters (fail_alloc_every, race_delay_fd_us,
+# allow_test_escapes), which the shipped kmod/gpuslice.ko does not have.
+GPUSLICE_KO="$REPO/build/test-kmod/gpuslice.ko"
 
 dmesg -C 2>/dev/null || true
 loaded=()
@@ -46,11 +47,11 @@ if [[ -f "$STANDIN_KO" ]]; then
 else
     echo "guest-tests: $STANDIN_KO not built: stand-in tests will skip" >&2
 fi
-if [[ -n "$GPUSLICE_KO" ]]; then
+if [[ -f "$GPUSLICE_KO" ]]; then
     # shellcheck disable=SC2086
     load "$GPUSLICE_KO" ${GPUSLICE_ARGS:-}
 else
-    echo "guest-tests: gpuslice.ko not built: interposer tests will skip" >&2
+    echo "guest-tests: $GPUSLICE_KO not built (scripts/build-modules.sh): interposer tests will skip" >&2
 fi
 
 "$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider tests/guest "$@"

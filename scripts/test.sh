@@ -20,8 +20,9 @@ bash scripts/vm.sh --timeout 3000 -- bash scripts/guest-tests.sh -rfE --duration
 
 # The daemon through the module (netlink source): its workloads submit through their
 # instances with the stand-in's test escape, which the module lets through only when
-# loaded with allow_test_escapes=1 (never in the main run, whose isolation tests
-# check that instances refuse it): a second boot for those tests alone.
+# loaded with allow_test_escapes=1 (a parameter of the test build, build/test-kmod/, which
+# both boots load; never set in the main run, whose isolation tests check that instances
+# refuse it): a second boot for those tests alone.
 echo "== guest tests, scheduler through the module (allow_test_escapes=1)"
 bash scripts/vm.sh --timeout 1800 -- env GPUSLICE_ARGS="require_device_cgroup=0 allow_test_escapes=1" \
     bash scripts/guest-tests.sh -rfE --durations=10 -k test_gpuctl_kernel || guest_rc=$?

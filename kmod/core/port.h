@@ -24,12 +24,12 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 
+#include "../inject.h"	/* gs_inject_fail(): the test build's failures, else none */
+
 /* the instance lock; the glue's gs_io serves kernel copies, so nothing under it waits on user memory */
 struct gs_os_mutex {
 	struct mutex m;
 };
-
-bool gs_inject_fail(void);	/* kmod/inject.c, TEST ONLY */
 
 static inline void *gs_zalloc(size_t n)
 {

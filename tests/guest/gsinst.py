@@ -163,7 +163,12 @@ def release_module() -> None:
 
 REPO = Path(__file__).resolve().parents[2]
 NVSTUB_KO = REPO / "tests/standin/nvstub.ko"
-GPUSLICE_KO = REPO / "kmod/gpuslice.ko"
+# The test build (scripts/build-modules.sh): the shipped module plus its test parameters
+# (kmod/inject.h), as scripts/guest-tests.sh loads it.
+GPUSLICE_KO = REPO / "build/test-kmod/gpuslice.ko"
+# The shipped module, as DKMS builds it: none of the test parameters.
+GPUSLICE_SHIPPED_KO = REPO / "kmod/gpuslice.ko"
+TEST_PARAMS = ("fail_alloc_every", "race_delay_fd_us", "allow_test_escapes")
 
 
 def sh(*args: str) -> subprocess.CompletedProcess:

@@ -16,7 +16,8 @@ The guest's root file system is the host's, read-only. Everything dkms writes
 are on a tmpfs, in a private mount namespace (`scripts/dkms.sh sandbox`, unshare -m) that
 only the dkms commands and modprobe see; nothing outside it changes. The module modprobe
 loads is the kernel's, so this process then checks it through netlink and an instance,
-and restores the test bed's kmod/gpuslice.ko at the end.
+and restores the test bed's module (the test build, build/test-kmod/gpuslice.ko) at the end.
+The module DKMS built is the shipped one: none of the test build's parameters.
 """
 
 from __future__ import annotations
@@ -32,10 +33,9 @@ import pytest
 from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
-from gsinst import Instance, loaded, needs_modules, release_module, session
+from gsinst import GPUSLICE_KO, TEST_PARAMS, Instance, loaded, needs_modules, release_module, session
 
 REPO = Path(__file__).resolve().parents[2]
-GPUSLICE_KO = REPO / "kmod/gpuslice.ko"
 DKMS_SH = REPO / "scripts/dkms.sh"
 KVER = os.uname().release
 MIB = 1 << 20
@@ -61,6 +61,7 @@ else
 fi
 dkms status -m gpuslice -k "$KVER" > "$OUT/status"
 modinfo -n gpuslice > "$OUT/path"
+modinfo -p gpuslice > "$OUT/params"
 find /var/lib/dkms/gpuslice -name make.log -exec cat {} + > "$OUT/make.log"
 step rmmod
 rmmod gpuslice
@@ -109,6 +110,8 @@ def test_dkms_install_and_load(tmp_path: Path) -> None:
         assert (out / "status").read_text().strip().endswith(": installed")
         dest = f"/lib/modules/{KVER}/updates/dkms/gpuslice.ko"
         assert (out / "path").read_text().strip() == dest
+        params = {line.split(":", 1)[0] for line in (out / "params").read_text().splitlines()}
+        assert "require_device_cgroup" in params and not params & set(TEST_PARAMS), params
         # dkms compiled it from the staged sources (no objects of the checkout): its make.log,
         # written here or, in the tarball, on the host
         log = (out / "make.log").read_text()
@@ -116,6 +119,8 @@ def test_dkms_install_and_load(tmp_path: Path) -> None:
         # modprobe loaded the file dkms installed (found through depmod's modules.dep)
         assert f"insmod {dest}" in (out / "modprobe").read_text()
         assert loaded()
+        for p in TEST_PARAMS:
+            assert not os.path.exists(f"/sys/module/gpuslice/parameters/{p}")
 
         with GpusliceNetlink() as nl, Instance(nl, 4 * MIB) as inst:
             assert Path(inst.path("nvidiactl")).exists()
