@@ -1,5 +1,6 @@
 """Loading gpuslice.ko: only next to a present NVIDIA driver of a tested
-version, unless passthrough_only=1. These tests reload both modules and leave
+version, unless passthrough_only=1; the suite's module is the test build, the
+shipped one has none of its test hooks. These tests reload both modules and leave
 them loaded as scripts/guest-tests.sh loaded them (NVSTUB_ARGS, GPUSLICE_ARGS)."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from gpuslice import abi
 from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
-from gsinst import GPUSLICE_KO, NVSTUB_KO, Instance, insmod, load_as_the_suite, session, sh, unload_all
+from gsinst import (GPUSLICE_KO, GPUSLICE_SHIPPED_KO, NVSTUB_KO, TEST_PARAMS, Instance, insmod,
+                    load_as_the_suite, real_session, session, sh, unload_all)
 
 MIB = 1 << 20
 
@@ -70,3 +72,43 @@ def test_tested_version_loads_and_decodes(reload):
             assert s.alloc_vidmem(8 * MIB)[0] == abi.NV_ERR_NO_MEMORY
         finally:
             s.close()
+
+
+PARAMS = "/sys/module/gpuslice/parameters/"
+
+
+def test_the_suite_runs_the_test_build():
+    """scripts/guest-tests.sh loads build/test-kmod/gpuslice.ko, whose test parameters the
+    fault, race and escape tests set."""
+    for p in TEST_PARAMS:
+        assert os.path.exists(PARAMS + p), p
+
+
+def test_the_shipped_module_has_no_test_hooks(reload):
+    """kmod/gpuslice.ko (what DKMS builds): asked for the test parameters, the kernel
+    ignores them as unknown; the stand-in's test escape stays refused through an instance."""
+    assert insmod(NVSTUB_KO).returncode == 0
+    sh("udevadm", "settle")
+    r = insmod(GPUSLICE_SHIPPED_KO, "require_device_cgroup=0", "allow_test_escapes=1", "fail_alloc_every=1")
+    assert r.returncode == 0, r.stderr
+    log = sh("dmesg").stdout
+    assert "unknown parameter 'allow_test_escapes' ignored" in log
+    assert "unknown parameter 'fail_alloc_every' ignored" in log
+    assert os.path.exists(PARAMS + "require_device_cgroup")
+    for p in TEST_PARAMS:
+        assert not os.path.exists(PARAMS + p), p
+    with GpusliceNetlink() as nl, Instance(nl, 64 * MIB) as inst:
+        s = session(inst)
+        real = real_session()
+        try:
+            _tsg, ch = s.tsg_channel()  # allocations work: fail_alloc_every=1 did nothing
+            _rtsg, rch = real.tsg_channel()
+            assert nvstub.submit(real.ctl, real.client, rch, 1000) == abi.NV_OK
+            try:
+                st = nvstub.submit(s.ctl, s.client, ch, 1000)
+            except OSError as e:
+                st = -e.errno
+            assert st != abi.NV_OK
+        finally:
+            s.close()
+            real.close()
