@@ -5,26 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from gpuslice import state as S
 from gpuslice.cli import main
+from gpuctl_cli import ok, runner
 
 
 @pytest.fixture()
 def run(tmp_path):
-    path = str(tmp_path / "state.json")
-
-    def _run(*args: str):
-        return CliRunner().invoke(main, ["--state", path, "--kernel", "no", *args])
-
-    _run.path = path  # type: ignore[attr-defined]
-    return _run
-
-
-def ok(res) -> str:
-    assert res.exit_code == 0, res.stderr
-    return res.stdout
+    return runner(tmp_path)
 
 
 def one_line_error(res, needle: str) -> None:
