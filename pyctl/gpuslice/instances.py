@@ -34,8 +34,7 @@ def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, ui
     try:
         st.check()
         if nl is not None:
-            create_in_module(nl, inst, **{k: v for k, v in (("uid", uid), ("gid", gid), ("mode", mode))
-                                          if v is not None})
+            create_in_module(nl, inst, uid=uid, gid=gid, mode=mode)
     except BaseException:
         del st.instances[inst.name]
         for g, p in old_policies.items():

@@ -11,7 +11,7 @@ from gpuslice import instances
 from gpuslice import state as S
 from gpuslice import units
 from gpuslice.netlink import lock_summary
-from gpuslice.policy import POLICIES, compute_shares, shares_online_idle
+from gpuslice.policy import EPS, POLICIES, compute_shares, shares_online_idle
 
 from .cdi import _cdi_failed, _regenerate_cdi
 from .common import (GPUS, ID_RANGE, MEMORY, MEMORY_HELP, MIN_SHARE, SHARE, SHARE_HELP, GpuctlError, _Unit, bad_option,
@@ -136,7 +136,7 @@ def _floor_within_ceiling(min_share: float | None, ceiling: float | None) -> Non
     """An offline floor above the ceiling cannot be honoured where the ceiling counts
     (equal, burst): the floor is given in full beside online work (policy.compute_shares),
     the ceiling caps the instance without it. Refused whatever the policy of the day."""
-    if min_share is not None and ceiling is not None and min_share > ceiling + 1e-9:
+    if min_share is not None and ceiling is not None and min_share > ceiling + EPS:
         raise click.UsageError(f"--min-share {units.format_share(min_share).replace('.0%', '%')} is above "
                                f"--ceiling {units.format_share(ceiling).replace('.0%', '%')}: the floor is given in "
                                "full beside online work, the ceiling caps it without")
