@@ -26,8 +26,6 @@
 #include "instance.h"
 #include "uscratch.h"
 
-static const char *const gs_tested_versions[] = { NVRM_TESTED_VERSIONS };
-
 static DEFINE_MUTEX(gs_driver_lock);
 static struct path gs_ctl_path;
 static struct path gs_uvm_path;
@@ -148,16 +146,6 @@ bool gs_driver_is_real_file(struct file *f)
 	return gs_uvm_major && imajor(inode) == gs_uvm_major;
 }
 
-static bool gs_version_tested(const char *v)
-{
-	size_t i;
-
-	for (i = 0; i < ARRAY_SIZE(gs_tested_versions); i++)
-		if (!strcmp(v, gs_tested_versions[i]))
-			return true;
-	return false;
-}
-
 /*
  * The reply was read back from the caller's memory, so it is the caller's
  * text as much as the driver's: only a version string (digits and dots) is
@@ -207,9 +195,12 @@ static void gs_read_gpu_ids(struct file *ctl)
 	kfree(ci);
 }
 
+#define GS_SUPPORTED_LEN	512
+
 static int gs_check_version(void)
 {
 	struct file *ctl;
+	char *supported;
 	int err;
 
 	ctl = dentry_open(&gs_ctl_path, O_RDWR, current_cred());
@@ -225,19 +216,22 @@ static int gs_check_version(void)
 		strscpy(gs_version, "unknown", sizeof(gs_version));
 		pr_warn("gpuslice: the driver did not answer a version query (%d)\n", err);
 	}
-	if (gs_version_tested(gs_version)) {
-		pr_info("gpuslice: NVIDIA driver %s%s\n", gs_version,
-			gs_passthrough_only ? " (passthrough_only)" : "");
+	if (!gs_abi_select(gs_version)) {
+		pr_info("gpuslice: NVIDIA driver %s, ABI table of branch %s%s\n", gs_version,
+			gs_abi()->branch, gs_passthrough_only ? " (passthrough_only)" : "");
 		return 0;
 	}
 	if (gs_passthrough_only) {
-		pr_warn("gpuslice: NVIDIA driver %s is not a tested version: pass-through only, no decoding\n",
+		pr_warn("gpuslice: NVIDIA driver %s has no ABI table: pass-through only, no decoding\n",
 			gs_version);
 		return 0;
 	}
-	pr_err("gpuslice: NVIDIA driver %s is not a tested version (tested: %s, %s); load with passthrough_only=1 to pass calls through undecoded\n",
-	       gs_version, gs_tested_versions[0],
-	       gs_tested_versions[ARRAY_SIZE(gs_tested_versions) - 1]);
+	supported = kmalloc(GS_SUPPORTED_LEN, GFP_KERNEL);
+	if (supported)
+		gs_abi_supported(supported, GS_SUPPORTED_LEN);
+	pr_err("gpuslice: NVIDIA driver %s has no ABI table (supported: %s); load with passthrough_only=1 to pass calls through undecoded\n",
+	       gs_version, supported ? supported : "see docs/driver-versions.md");
+	kfree(supported);
 	return -EPROTO;
 }
 

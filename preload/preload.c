@@ -63,6 +63,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -717,6 +718,54 @@ out:
 	return ret;
 }
 
+/*
+ * The driver's ABI table (kmod/core/nvrm_tables.c), chosen from its version at
+ * the first call on one of its files: the version query the module makes at
+ * load (NV_ESC_CHECK_VERSION_STR, cmd QUERY), on that file or, for a first call
+ * on nvidia-uvm, on a nvidiactl of our own. A driver with no table gets one
+ * line on stderr and every call on its files refused with EPERM: decoding with
+ * another release's layouts would misread, and write past, its blocks.
+ */
+static pthread_mutex_t gs_abi_lock = PTHREAD_MUTEX_INITIALIZER;
+static int gs_abi_state;	/* 0: not yet, 1: selected, -1: no table */
+
+static int gs_abi_ready(int fd)
+{
+	struct nv_ioctl_rm_api_version v;
+	char supported[512];
+	int st = __atomic_load_n(&gs_abi_state, __ATOMIC_ACQUIRE);
+	int own = -1;
+
+	if (st)
+		return st > 0;
+	pthread_mutex_lock(&gs_abi_lock);
+	if (!gs_abi_state) {
+		if (fd < 0)
+			fd = own = (int)syscall(SYS_openat, AT_FDCWD, "/dev/nvidiactl", O_RDWR | O_CLOEXEC);
+		memset(&v, 0, sizeof(v));
+		v.cmd = NV_RM_API_VERSION_CMD_QUERY;
+		if (fd < 0 || real_ioctl(fd, _IOWR(NV_IOCTL_MAGIC, NV_ESC_CHECK_VERSION_STR,
+						   struct nv_ioctl_rm_api_version), &v))
+			strcpy(v.version_string, "unknown");
+		v.version_string[sizeof(v.version_string) - 1] = '\0';
+		if (own >= 0)
+			syscall(SYS_close, own);
+		st = gs_abi_select(v.version_string) ? -1 : 1;
+		if (st < 0) {
+			gs_abi_supported(supported, sizeof(supported));
+			fprintf(stderr, "gpuslice: NVIDIA driver %s has no ABI table (supported: %s): its calls are refused\n",
+				v.version_string, supported);
+		} else if (gs_pl.debug) {
+			fprintf(stderr, "gpuslice: NVIDIA driver %s, ABI table of branch %s\n",
+				v.version_string, gs_abi()->branch);
+		}
+		__atomic_store_n(&gs_abi_state, st, __ATOMIC_RELEASE);
+	}
+	st = gs_abi_state;
+	pthread_mutex_unlock(&gs_abi_lock);
+	return st > 0;
+}
+
 GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 {
 	va_list ap;
@@ -730,14 +779,23 @@ GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	if (!gs_mine())
 		return real_ioctl(fd, req, arg);
 	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC) {
-		if (req <= 0xffffffffu && gs_uvm_arg_size((nv_u32)req) &&
-		    ((st = gs_fd_state(fd)) & 0xff) == GS_TAG_UVM)
+		if (((st = gs_fd_state(fd)) & 0xff) != GS_TAG_UVM)
+			return real_ioctl(fd, req, arg);
+		if (!gs_abi_ready(-1)) {
+			errno = EPERM;
+			return -1;
+		}
+		if (req <= 0xffffffffu && gs_uvm_arg_size((nv_u32)req))
 			return gs_uvm_ioctl(fd, st, req, arg);
 		return real_ioctl(fd, req, arg);
 	}
 	st = gs_fd_state(fd);
 	if (!gs_is_nv(st))
 		return real_ioctl(fd, req, arg);
+	if (!gs_abi_ready(fd)) {
+		errno = EPERM;
+		return -1;
+	}
 	return gs_nv_ioctl(fd, st, req, arg);
 }
 

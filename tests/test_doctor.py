@@ -20,6 +20,8 @@ from typing import Any, Iterator
 import pytest
 from click.testing import CliRunner
 
+from gpuslice import nvrm_versions
+
 from gpuslice.ops import cdi
 from gpuslice.ops import doctor as D
 from gpuslice.ops import exporter as E
@@ -47,14 +49,12 @@ def denied(_path: str) -> str:
 
 # ---- 1. driver -----------------------------------------------------------------------
 
-def test_tested_versions_are_the_modules() -> None:
-    """One list, two languages: the module refuses to load on any other version."""
-    src = open(os.path.join(REPO, "kmod", "core", "nvrm_abi.h")).read()
-    m = re.search(r"#define NVRM_TESTED_VERSIONS (.*)", src)
-    assert m, "NVRM_TESTED_VERSIONS not in nvrm_abi.h"
-    assert tuple(re.findall(r'"([^"]+)"', m.group(1))) == D.TESTED_DRIVER_VERSIONS
-    # the H100's driver, where docs/h100-findings.md was measured
-    assert "580.159.04" in D.TESTED_DRIVER_VERSIONS
+def test_the_supported_versions_are_the_modules() -> None:
+    """One list, two languages: gpuslice.nvrm_versions and kmod/core/nvrm_tables.c are
+    generated from abi/ together (tests/test_nvrm_tables.py checks they are current)."""
+    src = open(os.path.join(REPO, "kmod", "core", "nvrm_tables.c")).read()
+    assert sorted(re.findall(r'"(\d+\.\d+(?:\.\d+)?)"', src)) == sorted(nvrm_versions.supported())
+    assert "580.159.04" in nvrm_versions.supported()  # the H100's driver
 
 
 @pytest.mark.parametrize("text, version", [(OPEN_580, "580.159.04"), (LEGACY_535, "535.104.05"),
@@ -66,6 +66,14 @@ def test_parse_driver_version(text: str, version: str | None) -> None:
 def test_driver_tested_is_ok(tmp_path) -> None:
     c = D.check_driver(write(tmp_path / "version", OPEN_580), str(tmp_path / "none"))
     assert (c.status, c.fix) == (D.OK, "") and "580.159.04" in c.message
+    assert "branch 580, ABI table: yes" in c.message
+
+
+@pytest.mark.parametrize("version, branch", [("535.104.05", "535"), ("550.163.01", "550"),
+                                             ("570.211.01", "570"), ("575.64.05", "575"), ("580.142", "580")])
+def test_driver_of_each_supported_branch_is_ok(tmp_path, version: str, branch: str) -> None:
+    c = D.check_driver(write(tmp_path / "v", version + "\n"), "/none")
+    assert c.status == D.OK and f"branch {branch}, ABI table: yes" in c.message
 
 
 def test_driver_from_sys_module_when_proc_is_absent(tmp_path) -> None:
@@ -73,10 +81,14 @@ def test_driver_from_sys_module_when_proc_is_absent(tmp_path) -> None:
     assert c.status == D.OK and "580.142" in c.message
 
 
-def test_driver_untested_fails_with_the_tested_set(tmp_path) -> None:
-    c = D.check_driver(write(tmp_path / "version", LEGACY_535), str(tmp_path / "none"))
+@pytest.mark.parametrize("version, why", [("580.999.01", "branch 580 is supported, this release has no ABI table"),
+                                          ("590.44.01", "branch 590 is not supported"),
+                                          ("525.147.05", "branch 525 is not supported")])
+def test_driver_without_a_table_fails_naming_the_supported(tmp_path, version: str, why: str) -> None:
+    c = D.check_driver(write(tmp_path / "version", version + "\n"), str(tmp_path / "none"))
     assert c.status == D.FAIL
-    assert "535.104.05" in c.message and "580.159.04" in c.message
+    assert version in c.message and why in c.message
+    assert "535.43.02..535.288.01" in c.message and "580.65.06..580.159.04" in c.message
     assert "passthrough_only=1" in c.fix and "\n" not in c.fix
 
 

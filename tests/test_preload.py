@@ -756,3 +756,34 @@ def test_preload_applies_the_operators_timeslice(built, tmp_path, us, level):
     for ctl in (f"7473 {us:x}" if us else None, f"696c {code:x}" if code is not None else None):
         if ctl:
             assert lines.index("2b a06c") < lines.index(ctl)
+
+
+def test_preload_decodes_with_the_drivers_table(built, tmp_path):
+    """The library asks the driver its version at the first call and decodes with that
+    release's table: beside a 535 driver the limit holds as beside 580."""
+    out, stats, _, err = run_client(built, tmp_path, extra_env={"MOCKRM_VERSION": "535.288.01",
+                                                                 "GPUSLICE_DEBUG": "1"})
+    assert "NVIDIA driver 535.288.01, ABI table of branch 535" in err
+    assert [out[f"alloc256_{i}"] for i in range(4)] == [0, 0, 0, 0]
+    assert out["alloc_over"] == 0x51
+    assert stats["peak"] <= GiB
+
+
+@pytest.mark.parametrize("version", ["590.44.01", "580.1.1"])
+def test_preload_refuses_a_driver_without_a_table(built, tmp_path, version):
+    """One line naming the supported releases; no call of the process reaches the driver."""
+    from gpuslice import nvrm_versions
+
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+        "GPUSLICE_MEM_LIMIT": "1GiB", "GPUSLICE_INSTANCE": "box1", "GPUSLICE_SOCKET": str(tmp_path / "nosock"),
+        "MOCKRM_LOG": str(tmp_path / "rmlog"), "MOCKRM_VERSION": version,
+    })
+    p = subprocess.run([str(built / "client"), str(built / "dev")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    lines = [x for x in p.stderr.splitlines() if "has no ABI table" in x]
+    assert lines == [f"gpuslice: NVIDIA driver {version} has no ABI table "
+                     f"(supported: {nvrm_versions.supported_summary()}): its calls are refused"]
+    rmlog = (tmp_path / "rmlog").read_text().split("\n") if (tmp_path / "rmlog").exists() else []
+    assert not [x for x in rmlog if x.startswith(("2b", "2a", "29"))], rmlog[:5]

@@ -742,9 +742,12 @@ static nv_u32 gs_count_class(const struct gs_inst *in, nv_u32 klass)
 enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 				     struct nvos64_params *p, struct gs_evq *q)
 {
-	struct nv_memory_mapper_alloc_params mp;
+	struct nv_memory_mapper_alloc_params mp = { 0 };
+	nv_u32 size = gs_abi()->memory_mapper_alloc_size;
 
-	if (!gs_alloc_params(io, p, &mp, sizeof(mp)))
+	/* before 580 the parameters end early (550: no notification memory;
+	 * 535: a placeholder byte): what the driver has not, reads as 0 */
+	if (!gs_alloc_params(io, p, &mp, size < sizeof(mp) ? size : sizeof(mp)))
 		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
 	if (mp.max_queue_size > GS_MAPPER_QUEUE_MAX || gs_count_class(in, NV_MEMORY_MAPPER) >= GS_MAPPERS_MAX)
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, 40, NV_ERR_INSUFFICIENT_RESOURCES);
@@ -894,7 +897,7 @@ int gs_nested(const struct gs_call *c, struct gs_nested *n)
 		row = gs_class_row(p->h_class);
 		if (!row || !row->params_size)
 			return 0;
-		n->size = row->params_size;
+		n->size = gs_class_params_size(row);
 		n->stage = row->stage;
 		return 1;
 	}

@@ -297,6 +297,17 @@ int gs_block_decided(const struct gs_call *c);
  * 0 for the commands decided on their number alone.
  */
 nv_u32 gs_uvm_arg_size(nv_u32 cmd);
+
+/*
+ * The driver's ABI table (nvrm_abi.h struct nvrm_table): the glue selects the
+ * running driver's row once, before any call (the module at load, the library
+ * at start); gs_abi_select() returns -1, selecting nothing, for a version with
+ * no row. Until then gs_abi() is the newest row (the host tests' driver).
+ */
+int gs_abi_select(const char *version);
+const struct nvrm_table *gs_abi(void);
+/* the supported releases in one line, each branch's oldest to newest, for a refusal */
+void gs_abi_supported(char *buf, unsigned long size);
 nv_u32 gs_uvm_status_off(nv_u32 cmd);
 /*
  * 1 for the nvidia-uvm commands whose success lets the core uncharge what UVM

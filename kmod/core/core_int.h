@@ -283,6 +283,14 @@ struct gs_control_row {
 	const struct gs_control_handler *handler;
 };
 
+/* the classes whose parameters' size differs between driver versions (struct nvrm_table) */
+enum gs_abi_size {
+	GS_ABI_SIZE_FIXED,		/* params_size on every supported version */
+	GS_ABI_SIZE_MEMORY_ALLOC,	/* nvrm_table.memory_alloc_size */
+	GS_ABI_SIZE_CHANNEL_ALLOC,	/* nvrm_table.channel_alloc_size */
+	GS_ABI_SIZE_MEMORY_MAPPER,	/* nvrm_table.memory_mapper_alloc_size */
+};
+
 /*
  * One allocation class, likewise; pre: the class's own decision once the
  * common checks passed (core.c gs_pre_alloc()); params_size: the bytes of
@@ -297,9 +305,13 @@ struct gs_class_row {
 	nv_u32 status;
 	enum gs_verdict (*pre)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			       struct nvos64_params *p, struct gs_evq *q);
-	nv_u32 params_size;
+	nv_u32 params_size;	/* the newest branch's; abi_size: the running driver's */
 	nv_u8 stage;
+	enum gs_abi_size abi_size;
 };
+
+/* the bytes of a class's parameters RM reads on the running driver */
+nv_u32 gs_class_params_size(const struct gs_class_row *row);
 
 const struct gs_control_row *gs_control_row(nv_u32 cmd);
 const struct gs_class_row *gs_class_row(nv_u32 klass);

@@ -77,7 +77,8 @@ static nv_u32 gs_export_params_size(nv_u32 cmd)
 	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD:
 		return sizeof(struct nv0000_import_object_from_fd_params);
 	case NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO:
-		return sizeof(struct nv0000_get_export_object_info_params);
+		/* 535's has no gpuInstanceId (76 bytes); the core reads only its fd */
+		return gs_abi()->export_object_info_size;
 	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD:
 		return sizeof(struct nv0000_export_objects_to_fd_params);
 	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD:

@@ -319,13 +319,15 @@ static const struct gs_class_row gs_classes[] = {
 	  .why = "a client (non-privileged root)" },
 	{ .klass = NV01_MEMORY_SYSTEM, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: pinned host memory, counted by quota.c",
-	  .pre = gs_quota_pre, .params_size = sizeof(struct nv_memory_allocation_params), .stage = 1 },
+	  .pre = gs_quota_pre, .params_size = sizeof(struct nv_memory_allocation_params), .stage = 1,
+	  .abi_size = GS_ABI_SIZE_MEMORY_ALLOC },
 	{ .klass = NV01_MEMORY_LOCAL_PRIVILEGED, .caps = GS_CAP_COMPUTE,
 	  .why = "privileged video memory",
 	  .refusal = GS_REFUSE_CLASS, .status = NV_ERR_INSUFFICIENT_PERMISSIONS },
 	{ .klass = NV01_MEMORY_LOCAL_USER, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: video memory, counted by quota.c",
-	  .pre = gs_quota_pre, .params_size = sizeof(struct nv_memory_allocation_params), .stage = 1 },
+	  .pre = gs_quota_pre, .params_size = sizeof(struct nv_memory_allocation_params), .stage = 1,
+	  .abi_size = GS_ABI_SIZE_MEMORY_ALLOC },
 	{ .klass = NV01_ROOT_CLIENT, .caps = GS_CAP_COMPUTE | GS_CAP_UTILITY,
 	  .why = "a client (CUDA's class for it)" },
 	{ .klass = NV04_DISPLAY_COMMON, .caps = GS_CAP_UTILITY,
@@ -396,7 +398,8 @@ static const struct gs_class_row gs_classes[] = {
 	  .why = "dt: the doorbell page CUDA rings to submit work" },
 	{ .klass = HOPPER_CHANNEL_GPFIFO_A, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: a channel, registered and gated",
-	  .params_size = NV_CHANNEL_ALLOC_PARAMS_SIZE, .stage = 1 },
+	  .params_size = NV_CHANNEL_ALLOC_PARAMS_SIZE, .stage = 1,
+	  .abi_size = GS_ABI_SIZE_CHANNEL_ALLOC },
 	{ .klass = HOPPER_DMA_COPY_A, .caps = GS_CAP_COMPUTE,
 	  .why = "dt: a copy engine object on the caller's own channel" },
 	{ .klass = NV_CONFIDENTIAL_COMPUTE, .caps = GS_CAP_COMPUTE,
@@ -416,7 +419,8 @@ static const struct gs_class_row gs_classes[] = {
 	  .pre = gs_pre_semaphore_surface, .params_size = sizeof(struct nv_semaphore_surface_alloc_params), .stage = 1 },
 	{ .klass = NV_MEMORY_MAPPER, .caps = GS_CAP_GRAPHICS,
 	  .why = "g: OpenGL's and Vulkan's paging-operations queue, in kernel memory RM sizes by the caller: bounded in size and number (core.c)",
-	  .pre = gs_pre_memory_mapper, .params_size = sizeof(struct nv_memory_mapper_alloc_params), .stage = 1 },
+	  .pre = gs_pre_memory_mapper, .params_size = sizeof(struct nv_memory_mapper_alloc_params), .stage = 1,
+	  .abi_size = GS_ABI_SIZE_MEMORY_MAPPER },
 	{ .klass = FERMI_TWOD_A, .caps = GS_CAP_GRAPHICS,
 	  .why = "g: the 2D engine object on the caller's own channel" },
 	{ .klass = GF100_ZBC_CLEAR, .caps = GS_CAP_GRAPHICS,
@@ -434,7 +438,8 @@ static const struct gs_class_row gs_classes[] = {
 	  .pre = gs_pre_video_engine, .params_size = sizeof(struct nv_video_engine_alloc_params), .stage = 1 },
 	{ .klass = AMPERE_CHANNEL_GPFIFO_A, .caps = GS_CAP_GRAPHICS,
 	  .why = "g: a channel (OpenGL's and Vulkan's class on the H100), registered and gated",
-	  .params_size = NV_CHANNEL_ALLOC_PARAMS_SIZE, .stage = 1 },
+	  .params_size = NV_CHANNEL_ALLOC_PARAMS_SIZE, .stage = 1,
+	  .abi_size = GS_ABI_SIZE_CHANNEL_ALLOC },
 	{ .klass = HOPPER_A, .caps = GS_CAP_GRAPHICS,
 	  .why = "g: the 3D engine object on the caller's own channel" },
 };
@@ -552,6 +557,21 @@ const struct gs_class_row *gs_class_row(nv_u32 klass)
 		if (gs_classes[i].klass == klass)
 			return &gs_classes[i];
 	return NULL;
+}
+
+nv_u32 gs_class_params_size(const struct gs_class_row *row)
+{
+	switch (row->abi_size) {
+	case GS_ABI_SIZE_MEMORY_ALLOC:
+		return gs_abi()->memory_alloc_size;
+	case GS_ABI_SIZE_CHANNEL_ALLOC:
+		return gs_abi()->channel_alloc_size;
+	case GS_ABI_SIZE_MEMORY_MAPPER:
+		return gs_abi()->memory_mapper_alloc_size;
+	case GS_ABI_SIZE_FIXED:
+		break;
+	}
+	return row->params_size;
 }
 
 /* NV_ESC_RM_ALLOC_MEMORY: only OS descriptors (pinned host memory), as traced */

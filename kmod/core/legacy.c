@@ -250,9 +250,9 @@ enum gs_verdict gs_legacy_pre(struct gs_inst *in, struct gs_call *c, struct gs_e
 	case NV_ESC_RM_ALLOC_CONTEXT_DMA2:
 		return gs_pre_client_first(in, c, NVOS39_PARAMS_SIZE, NVOS39_OFF_STATUS);
 	case NV_ESC_RM_MAP_MEMORY_DMA:
-		return gs_pre_client_first(in, c, NVOS46_PARAMS_SIZE, NVOS46_OFF_STATUS);
+		return gs_pre_client_first(in, c, gs_abi()->nvos46_size, gs_abi()->nvos46_status);
 	case NV_ESC_RM_UNMAP_MEMORY_DMA:
-		return gs_pre_client_first(in, c, NVOS47_PARAMS_SIZE, NVOS47_OFF_STATUS);
+		return gs_pre_client_first(in, c, gs_abi()->nvos47_size, gs_abi()->nvos47_status);
 	}
 	return gs_fail(c, GS_REFUSE_ESCAPE, EPERM);
 }

@@ -30,8 +30,37 @@ typedef uint64_t nv_u64;
 typedef uint32_t nv_handle;
 #define NV_ALIGN8 __attribute__((aligned(8)))
 
-/* Driver version this ABI is checked against (see docs/architecture.md). */
-#define NVRM_TESTED_VERSIONS "580.159.04", "580.142"
+/*
+ * The values below are the newest supported branch's. What differs between the
+ * supported driver versions is in struct nvrm_table: one row per layout, in
+ * nvrm_tables.c, which scripts/nvrm-abi.py generates from abi/ (the values
+ * extracted from each tagged release; docs/driver-versions.md). The running
+ * driver's version picks the row: the module's at load (kmod/driver.c), the
+ * library's at start (preload/preload.c); a version without one is refused.
+ */
+struct nvrm_table {
+	const char *branch;			/* "535" */
+	const char *const *versions;		/* the releases it serves, NULL-terminated */
+	nv_u32 wait_open_complete;		/* NV_ESC_WAIT_OPEN_COMPLETE exists (550 on) */
+	nv_u32 nvos46_size;			/* NVOS46_PARAMETERS: MAP_MEMORY_DMA */
+	nv_u32 nvos46_status;
+	nv_u32 nvos47_size;			/* NVOS47_PARAMETERS: UNMAP_MEMORY_DMA */
+	nv_u32 nvos47_status;
+	nv_u32 channel_alloc_size;		/* sizeof NV_CHANNEL_ALLOC_PARAMS */
+	nv_u32 memory_alloc_size;		/* sizeof NV_MEMORY_ALLOCATION_PARAMS */
+	nv_u32 memory_mapper_alloc_size;	/* sizeof NV_MEMORY_MAPPER_ALLOCATION_PARAMS */
+	nv_u32 export_object_info_size;		/* NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS */
+	nv_u32 uvm_gpus;			/* the per-GPU arrays' length (535: 32, then 256) */
+	nv_u32 uvm_map_external_size;		/* UVM_MAP_EXTERNAL_ALLOCATION_PARAMS */
+	nv_u32 uvm_map_external_tail;		/* offset of its gpuAttributesCount */
+	nv_u32 uvm_semaphore_pool_size;		/* UVM_ALLOC_SEMAPHORE_POOL_PARAMS */
+	nv_u32 uvm_semaphore_pool_tail;		/* offset of its gpuAttributesCount */
+};
+
+extern const struct nvrm_table nvrm_tables[];
+extern const unsigned int nvrm_nr_tables;
+/* the row serving a driver version string ("580.159.04"), NULL if none does */
+const struct nvrm_table *nvrm_table_find(const char *version);
 
 /* ---- device numbers: kernel-open/common/inc/nv-chardev-numbers.h ---- */
 #define NV_MAJOR_DEVICE_NUMBER			195
@@ -955,6 +984,25 @@ struct uvm_map_external_allocation_params {	/* 9264 */
 	nv_s32 rm_ctrl_fd;
 	nv_u32 h_client;
 	nv_u32 h_memory;
+	nv_u32 rm_status;
+};
+
+/*
+ * What follows the per-GPU array of UVM_MAP_EXTERNAL_ALLOCATION_PARAMS and
+ * UVM_ALLOC_SEMAPHORE_POOL_PARAMS: at nvrm_table.uvm_map_external_tail and
+ * .uvm_semaphore_pool_tail, since the array's length (UVM_MAX_GPUS) is 32 on
+ * 535 and 256 from 550 on.
+ */
+struct uvm_map_external_allocation_tail {
+	nv_u64 gpu_attributes_count NV_ALIGN8;
+	nv_s32 rm_ctrl_fd;
+	nv_u32 h_client;
+	nv_u32 h_memory;
+	nv_u32 rm_status;
+};
+
+struct uvm_alloc_semaphore_pool_tail {
+	nv_u64 gpu_attributes_count NV_ALIGN8;
 	nv_u32 rm_status;
 };
 

@@ -250,7 +250,10 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 	enum gs_verdict v;
 
 	memset(&r, 0, sizeof(r));
-	if (!io || io->read(io->ctx, p->p_alloc_parms, &r.mp, sizeof(r.mp))) {
+	/* 535's parameters end before numaNode, which the core does not read */
+	if (!io || io->read(io->ctx, p->p_alloc_parms, &r.mp,
+			    gs_abi()->memory_alloc_size < sizeof(r.mp) ?
+			    gs_abi()->memory_alloc_size : sizeof(r.mp))) {
 		c->refusal = GS_REFUSE_MALFORMED;
 		c->status = NV_ERR_INVALID_POINTER;
 		p->status = c->status;

@@ -79,14 +79,24 @@ static struct nv_processor_uuid *gs_uvm_gpus(struct gs_uvm_rec *r)
 	return (struct nv_processor_uuid *)(r + 1);
 }
 
+/*
+ * What follows the per-GPU array of a UVM_MAP_EXTERNAL_ALLOCATION block, whose
+ * length is the driver's (nvrm_abi.h struct nvrm_table); the glue copied in
+ * gs_uvm_arg_size() bytes.
+ */
+static const struct uvm_map_external_allocation_tail *gs_uvm_map_tail(const struct gs_call *c)
+{
+	return (const void *)((const char *)c->arg + gs_abi()->uvm_map_external_tail);
+}
+
 static nv_u32 gs_uvm_map_count(const struct gs_call *c)
 {
-	const struct uvm_map_external_allocation_params *p = c->arg;
+	const struct uvm_map_external_allocation_tail *t = gs_uvm_map_tail(c);
 
-	if (!p || c->arg_size < sizeof(*p) || !p->gpu_attributes_count ||
-	    p->gpu_attributes_count > UVM_MAX_GPUS)
+	if (!c->arg || c->arg_size < gs_abi()->uvm_map_external_size || !t->gpu_attributes_count ||
+	    t->gpu_attributes_count > gs_abi()->uvm_gpus)
 		return 0;
-	return (nv_u32)p->gpu_attributes_count;
+	return (nv_u32)t->gpu_attributes_count;
 }
 
 /* the blocks of the commands decided on here: their size and where their status is */
@@ -99,21 +109,23 @@ static const struct {
 	  __builtin_offsetof(struct uvm_register_channel_params, rm_status) },
 	{ UVM_UNREGISTER_CHANNEL, sizeof(struct uvm_unregister_channel_params),
 	  __builtin_offsetof(struct uvm_unregister_channel_params, rm_status) },
-	{ UVM_MAP_EXTERNAL_ALLOCATION, sizeof(struct uvm_map_external_allocation_params),
-	  __builtin_offsetof(struct uvm_map_external_allocation_params, rm_status) },
 	{ UVM_FREE, sizeof(struct uvm_range_params),
 	  __builtin_offsetof(struct uvm_range_params, rm_status) },
 	{ UVM_MAP_DYNAMIC_PARALLELISM_REGION, sizeof(struct uvm_map_dynamic_parallelism_region_params),
 	  __builtin_offsetof(struct uvm_map_dynamic_parallelism_region_params, rm_status) },
 	{ UVM_UNMAP_EXTERNAL, sizeof(struct uvm_unmap_external_params),
 	  __builtin_offsetof(struct uvm_unmap_external_params, rm_status) },
-	{ UVM_ALLOC_SEMAPHORE_POOL, sizeof(struct uvm_alloc_semaphore_pool_params),
-	  __builtin_offsetof(struct uvm_alloc_semaphore_pool_params, rm_status) },
 };
 
 nv_u32 gs_uvm_arg_size(nv_u32 cmd)
 {
 	unsigned int i;
+
+	/* the two with a per-GPU array: the driver's length (struct nvrm_table) */
+	if (cmd == UVM_MAP_EXTERNAL_ALLOCATION)
+		return gs_abi()->uvm_map_external_size;
+	if (cmd == UVM_ALLOC_SEMAPHORE_POOL)
+		return gs_abi()->uvm_semaphore_pool_size;
 
 	for (i = 0; i < ARRAY_SIZE(gs_uvm_blocks); i++)
 		if (gs_uvm_blocks[i].cmd == cmd)
@@ -124,6 +136,13 @@ nv_u32 gs_uvm_arg_size(nv_u32 cmd)
 nv_u32 gs_uvm_status_off(nv_u32 cmd)
 {
 	unsigned int i;
+
+	if (cmd == UVM_MAP_EXTERNAL_ALLOCATION)
+		return gs_abi()->uvm_map_external_tail +
+		       __builtin_offsetof(struct uvm_map_external_allocation_tail, rm_status);
+	if (cmd == UVM_ALLOC_SEMAPHORE_POOL)
+		return gs_abi()->uvm_semaphore_pool_tail +
+		       __builtin_offsetof(struct uvm_alloc_semaphore_pool_tail, rm_status);
 
 	for (i = 0; i < ARRAY_SIZE(gs_uvm_blocks); i++)
 		if (gs_uvm_blocks[i].cmd == cmd)
@@ -256,17 +275,18 @@ static void gs_uvm_add(struct gs_inst *in, struct gs_call *c, struct gs_uvm_rec 
  */
 static enum gs_verdict gs_uvm_pre_map(struct gs_inst *in, struct gs_call *c)
 {
-	const struct uvm_map_external_allocation_params *p = c->arg;
+	const struct uvm_map_external_allocation_params *p = c->arg;	/* head and array */
+	const struct uvm_map_external_allocation_tail *t = gs_uvm_map_tail(c);
 	struct gs_uvm_rec *r = c->spare_uvm;
 	const struct gs_obj *ob;
 	nv_u32 i;
 
 	if (!r)
 		return GS_PASS;		/* no GPU, or too many: UVM answers */
-	ob = gs_uvm_object(in, c, p->h_client, p->h_memory);
+	ob = gs_uvm_object(in, c, t->h_client, t->h_memory);
 	if (!ob || gs_uvm_full(in, c, GS_UVM_MAP))
 		return GS_REPLY;
-	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client, p->h_memory))
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, t->h_client, t->h_memory))
 		return gs_uvm_refuse(c, GS_REFUSE_MALFORMED, NV_ERR_STATE_IN_USE);
 	if (!ob->mem || gs_uvm_range_bad(p->base, p->length))
 		return GS_PASS;		/* nothing counted, or UVM refuses it: nothing to hold */
@@ -277,7 +297,7 @@ static enum gs_verdict gs_uvm_pre_map(struct gs_inst *in, struct gs_call *c)
 	if (ob->mem->uvm_maps &&
 	    gs_uvm_charge_pt(in, c, r, ob->mem->sys ? gs_first_gpu(in) : ob->mem->gpu, r->nr_gpus))
 		return GS_REPLY;
-	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client, p->h_memory);
+	gs_busy_add(in, c, GS_BUSY_SOURCE, t->h_client, t->h_memory);
 	r->mem = ob->mem;
 	r->mem->refs++;
 	r->mem->uvm_maps++;

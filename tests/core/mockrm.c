@@ -136,6 +136,18 @@ static int rm(nv_u32 nr, void *arg)
 		log_call(nr, 0);
 		((struct nvos00_params *)arg)->status = NV_OK;
 		return 0;
+	case NV_ESC_CHECK_VERSION_STR: {
+		/* RM's answer to a query (nv.c rm_perform_version_check): its version;
+		 * MOCKRM_VERSION names another driver */
+		struct nv_ioctl_rm_api_version *p = arg;
+		const char *v = getenv("MOCKRM_VERSION");
+
+		if (p->cmd == NV_RM_API_VERSION_CMD_QUERY) {
+			snprintf(p->version_string, sizeof(p->version_string), "%s", v ? v : "580.159.04");
+			p->reply = NV_RM_API_VERSION_REPLY_RECOGNIZED;
+		}
+		return 0;
+	}
 	}
 	log_call(nr, 0);
 	return 0;

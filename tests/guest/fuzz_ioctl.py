@@ -995,7 +995,7 @@ class Fuzzer:
             # UVM registrations naming B's client through our nvidiactl
             cmd = rng.choice((abi.UVM_REGISTER_GPU_VASPACE, abi.UVM_REGISTER_CHANNEL, abi.UVM_REGISTER_GPU,
                               abi.UVM_MAP_EXTERNAL_ALLOCATION))
-            size, so, fdo = abi.UVM_PARAMS[cmd]
+            size, so, fdo = nvstub.uvm_params(cmd)
             p = bytearray(size)
             struct.pack_into("<iII", p, fdo, s.ctl, fc, rng.choice(objs))
             self._uvm_init(s)
@@ -1011,7 +1011,7 @@ class Fuzzer:
                 params = abi.IMPORT_OBJECT_FROM_FD.pack(efd, rmo, 0, s.device, self.handle())
             else:
                 cmd = abi.NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO
-                params = abi.GET_EXPORT_OBJECT_INFO.pack(efd, 0, 0, 0, b"")
+                params = nvstub.export_info_params(efd)
             ret, st = self.control("foreign", s.client, s.client, cmd, params)
             viol, desc = ret == 0 and st == abi.NV_OK, f"control {cmd:#x} on B's export file (fd {efd})"
         elif k == 12 and s.mems:

@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuslice import abi
+from gpuslice import abi, nvrm_versions
 
 # ---- mirror of tests/standin/nvstub_uapi.h ----
 NVSTUB_ESC_SUBMIT = 0xF0
@@ -495,9 +495,12 @@ class Session:
 
     def export_info(self, fd: int) -> tuple[int, int, int]:
         """GET_EXPORT_OBJECT_INFO of fd; returns (status, deviceInstance, maxObjects)."""
-        p = ctypes.create_string_buffer(abi.GET_EXPORT_OBJECT_INFO.pack(fd, 0, 0, 0, b""),
-                                        abi.GET_EXPORT_OBJECT_INFO.size)
+        raw = export_info_params(fd)
+        p = ctypes.create_string_buffer(raw, len(raw))
         st = rm_control(self.ctl, self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO, p)
+        if len(raw) == EXPORT_INFO_535.size:
+            f = EXPORT_INFO_535.unpack(p.raw)
+            return st, f[1], f[2]
         f = abi.GET_EXPORT_OBJECT_INFO.unpack(p.raw)
         return st, f[1], f[3]
 
@@ -585,7 +588,40 @@ GID_FLAGS_FORMAT_BINARY = 0x2  # NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY,
 UVM_UNMAP_EXTERNAL = getattr(abi, "UVM_UNMAP_EXTERNAL", 66)
 # (size, rmStatus offset, fd offset) of commands gpuslice.abi may not list yet
 UVM_LAYOUTS = {UVM_UNMAP_EXTERNAL: (40, 32, None)}  # base, length, gpuUuid, rmStatus
-MAP_EXTERNAL_SIZE, MAP_EXTERNAL_COUNT_OFFSET = 9264, 9240  # ... gpuAttributesCount, rmCtrlFd, hClient, hMemory, rmStatus
+
+
+def standin_version() -> str:
+    """The release the loaded stand-in answers as (its version parameter; scripts/
+    guest-tests.sh passes NVSTUB_ARGS, e.g. version=535.288.01)."""
+    try:
+        return Path("/sys/module/nvstub/parameters/version").read_text().strip()
+    except OSError:
+        return "580.159.04"
+
+
+# The layouts of that release where they differ between branches (gpuslice.nvrm_versions,
+# generated from abi/ like the module's kmod/core/nvrm_tables.c)
+ABI_ROW = nvrm_versions.table(standin_version()) or nvrm_versions.table("580.159.04") or {}
+MAP_EXTERNAL_SIZE = ABI_ROW["uvm_map_external_size"]
+MAP_EXTERNAL_COUNT_OFFSET = ABI_ROW["uvm_map_external_tail"]  # gpuAttributesCount, rmCtrlFd, hClient, hMemory, rmStatus
+UVM_LAYOUTS[abi.UVM_MAP_EXTERNAL_ALLOCATION] = (MAP_EXTERNAL_SIZE, MAP_EXTERNAL_COUNT_OFFSET + 20,
+                                                MAP_EXTERNAL_COUNT_OFFSET + 8)
+UVM_LAYOUTS[abi.UVM_ALLOC_SEMAPHORE_POOL] = (ABI_ROW["uvm_semaphore_pool_size"],
+                                             ABI_ROW["uvm_semaphore_pool_tail"] + 8, None)
+# 535's GET_EXPORT_OBJECT_INFO has no gpuInstanceId: fd, deviceInstance, maxObjects, metadata
+EXPORT_INFO_535 = struct.Struct("<iIH64s2x")
+
+
+def uvm_params(cmd: int) -> tuple[int, int, int | None]:
+    """(size, rmStatus offset, rmCtrlFd offset) of an nvidia-uvm command on the stand-in's release."""
+    return UVM_LAYOUTS.get(cmd) or abi.UVM_PARAMS[cmd]
+
+
+def export_info_params(fd: int) -> bytes:
+    """GET_EXPORT_OBJECT_INFO's parameters for fd, as the stand-in's release lays them out."""
+    if ABI_ROW["export_object_info_size"] == EXPORT_INFO_535.size:
+        return EXPORT_INFO_535.pack(fd, 0, 0, b"")
+    return abi.GET_EXPORT_OBJECT_INFO.pack(fd, 0, 0, 0, b"")
 UVM_GPU_ATTRS = struct.Struct("<16sIIIII")  # UvmGpuMappingAttributes, 36 bytes
 
 
@@ -616,7 +652,7 @@ class Uvm:
 
     def call(self, cmd: int, head: bytes) -> int:
         """cmd with its params block (head, zero-padded to the command's size); returns rmStatus."""
-        size, status_off, _ = UVM_LAYOUTS.get(cmd) or abi.UVM_PARAMS[cmd]
+        size, status_off, _ = uvm_params(cmd)
         buf = ctypes.create_string_buffer(head.ljust(size, b"\0"), size)
         ret = uvm_ioctl(self.fd, cmd, buf)
         if ret != 0:

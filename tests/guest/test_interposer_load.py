@@ -1,5 +1,5 @@
-"""Loading gpuslice.ko: only next to a present NVIDIA driver of a tested
-version, unless passthrough_only=1; the suite's module is the test build, the
+"""Loading gpuslice.ko: only next to a present NVIDIA driver of a release it has an ABI
+table for (kmod/core/nvrm_tables.c), unless passthrough_only=1; the suite's module is the test build, the
 shipped one has none of its test hooks. These tests reload both modules and leave
 them loaded as scripts/guest-tests.sh loaded them (NVSTUB_ARGS, GPUSLICE_ARGS)."""
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from gpuslice import abi
+from gpuslice import abi, nvrm_versions
 from gpuslice.netlink import GpusliceNetlink
 
 import nvstub
@@ -38,13 +38,17 @@ def test_no_driver_refuses_to_load(reload):
     assert "gpuslice: no NVIDIA driver" in sh("dmesg").stdout
 
 
-def test_untested_version_refused_unless_passthrough_only(reload):
-    assert insmod(NVSTUB_KO, "version=999.1.2").returncode == 0
+@pytest.mark.parametrize("version", ["999.1.2", "580.1.1"])
+def test_version_without_a_table_refused_unless_passthrough_only(reload, version):
+    assert insmod(NVSTUB_KO, f"version={version}").returncode == 0
     sh("udevadm", "settle")
     r = insmod(GPUSLICE_KO)
     assert r.returncode != 0 and not os.path.exists("/sys/module/gpuslice")
     log = sh("dmesg").stdout
-    assert "999.1.2 is not a tested version" in log and "passthrough_only=1" in log
+    assert f"NVIDIA driver {version} has no ABI table (supported: {nvrm_versions.supported_summary()})" in log
+    assert "passthrough_only=1" in log
+    if version != "999.1.2":
+        return
 
     r = insmod(GPUSLICE_KO, "passthrough_only=1", "require_device_cgroup=0")
     assert r.returncode == 0, r.stderr
@@ -61,15 +65,23 @@ def test_untested_version_refused_unless_passthrough_only(reload):
         assert d["nr_ioctls"] == 0 and d["mem_used"] == 0
 
 
-def test_tested_version_loads_and_decodes(reload):
-    assert insmod(NVSTUB_KO).returncode == 0
+@pytest.mark.parametrize("version", ["535.43.02", "535.288.01", "550.40.07", "550.163.01", "570.211.01",
+                                     "575.64.05", "580.142", "580.159.04"])
+def test_each_supported_branch_loads_and_decodes(reload, version):
+    """Beside the stand-in answering as each branch's release (its layouts: struct
+    nvrm_table), the module loads with that branch's table and the limit holds."""
+    assert insmod(NVSTUB_KO, f"version={version}").returncode == 0
     sh("udevadm", "settle")
     assert insmod(GPUSLICE_KO, "require_device_cgroup=0").returncode == 0  # the test runs on the host side
-    assert "NVIDIA driver 580.159.04" in sh("dmesg").stdout
+    assert f"NVIDIA driver {version}, ABI table of branch {version.split('.')[0]}" in sh("dmesg").stdout
     with GpusliceNetlink() as nl, Instance(nl, 4 * MIB) as inst:
         s = session(inst)
         try:
             assert s.alloc_vidmem(8 * MIB)[0] == abi.NV_ERR_NO_MEMORY
+            st, h, _ = s.alloc_vidmem(2 * MIB)
+            assert st == abi.NV_OK
+            assert inst.get()["mem_used"] == 2 * MIB
+            assert s.free(h) == abi.NV_OK
         finally:
             s.close()
 

@@ -182,6 +182,7 @@ struct nvstub_os47 {
 extern int nvstub_num_gpus;
 extern unsigned int nvstub_fb_mib;
 extern char *nvstub_version;
+extern const struct nvrm_table *nvstub_abi;
 extern unsigned int nvstub_race_delay_us;
 extern struct mutex nvstub_lock;
 extern const struct file_operations nvstub_fops;

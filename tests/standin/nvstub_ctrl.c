@@ -666,7 +666,7 @@ int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 	struct nvstub_ctrl_ctx ctx = { .nf = nf };
 	void __user *uparams;
 	void *params;
-	u32 st;
+	u32 st, psize;
 
 	if (size != sizeof(*p) || !nvstub_is_ctl(nf))
 		return -EINVAL;
@@ -681,17 +681,20 @@ int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 		return 0;
 	}
 	uparams = u64_to_user_ptr(p->params);
-	if (p->params_size != c->params_size || !uparams) {
+	/* 535's GET_EXPORT_OBJECT_INFO is shorter (struct nvrm_table) */
+	psize = p->cmd == NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO ?
+		nvstub_abi->export_object_info_size : c->params_size;
+	if (p->params_size != psize || !uparams) {
 		p->status = NV_ERR_INVALID_ARGUMENT;
 		return 0;
 	}
-	params = kmalloc(c->params_size, GFP_KERNEL);
+	params = kzalloc(c->params_size, GFP_KERNEL);
 	if (!params) {
 		p->status = NV_ERR_INSUFFICIENT_RESOURCES;
 		return 0;
 	}
 	nvstub_race_delay();	/* TEST ONLY, see nvstub_main.c */
-	if (copy_from_user(params, uparams, c->params_size)) {
+	if (copy_from_user(params, uparams, psize)) {
 		p->status = NV_ERR_INVALID_ADDRESS;
 		goto out;
 	}
@@ -712,7 +715,7 @@ int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 	st = c->fn(&ctx, params);
 unlock:
 	mutex_unlock(&nvstub_lock);
-	if (st == NV_OK && copy_to_user(uparams, params, c->params_size))
+	if (st == NV_OK && copy_to_user(uparams, params, psize))
 		st = NV_ERR_INVALID_ADDRESS;
 	p->status = st;
 out:

@@ -340,9 +340,20 @@ out:
 	return st;
 }
 
+/* 535's NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS (ctrl0000unix.h): no
+ * gpuInstanceId, 76 bytes */
+struct nvstub_export_info_535 {
+	s32 fd;
+	u32 device_instance;
+	u16 max_objects;
+	u8 metadata[NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE];
+};
+
 u32 nvstub_ctrl_export_info(struct nvstub_file *nf, struct nvstub_client *cl, void *params)
 {
 	struct nv0000_get_export_object_info_params *p = params;
+	struct nvstub_export_info_535 *old = params;
+	bool v535 = nvstub_abi->export_object_info_size == sizeof(*old);
 	struct nvstub_file *ef;
 	struct file *filp;
 	u32 st = NV_OK;
@@ -354,6 +365,10 @@ u32 nvstub_ctrl_export_info(struct nvstub_file *nf, struct nvstub_client *cl, vo
 		return NV_ERR_INVALID_PARAMETER;
 	if (!ef->exp_handles) {
 		st = NV_ERR_INVALID_PARAMETER;
+	} else if (v535) {
+		old->max_objects = ef->exp_max;
+		old->device_instance = ef->exp_dev_inst;
+		memcpy(old->metadata, ef->exp_meta, sizeof(old->metadata));
 	} else {
 		p->max_objects = ef->exp_max;
 		p->device_instance = ef->exp_dev_inst;

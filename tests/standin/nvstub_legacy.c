@@ -369,24 +369,28 @@ int nvstub_esc_map_dma(struct nvstub_file *nf, void *arg, u32 size)
 {
 	struct nvstub_os46 *a = arg;
 	struct nvstub_client *cl;
+	/* before 580 no flags2 and kindOverride: dmaOffset and status 8 bytes earlier */
+	u32 shift = sizeof(*a) - nvstub_abi->nvos46_size;
+	u32 *status = (u32 *)((char *)arg + nvstub_abi->nvos46_status);
+	u64 *dma_offset = (u64 *)((char *)arg + offsetof(struct nvstub_os46, dma_offset) - shift);
 
-	if (size != sizeof(*a) || !nvstub_is_ctl(nf))
+	if (size != nvstub_abi->nvos46_size || !nvstub_is_ctl(nf))
 		return -EINVAL;
-	cl = nvstub_client_validate(nf, a->h_client, &a->status);
+	cl = nvstub_client_validate(nf, a->h_client, status);
 	if (!cl)
 		return 0;
 	if (!nvstub_obj_get(cl, a->h_device) || !nvstub_obj_get(cl, a->h_dma) ||
 	    !nvstub_obj_get(cl, a->h_memory)) {
-		a->status = NV_ERR_INVALID_OBJECT_HANDLE;
+		*status = NV_ERR_INVALID_OBJECT_HANDLE;
 		return 0;
 	}
 	if (a->length == 0 || a->length > U64_MAX - SZ_2M) {
-		a->status = NV_ERR_INVALID_LIMIT;
+		*status = NV_ERR_INVALID_LIMIT;
 		return 0;
 	}
-	a->dma_offset = nvstub_next_dma_offset;
+	*dma_offset = nvstub_next_dma_offset;
 	nvstub_next_dma_offset += round_up(a->length, SZ_2M);
-	a->status = NV_OK;
+	*status = NV_OK;
 	return 0;
 }
 
@@ -395,17 +399,19 @@ int nvstub_esc_unmap_dma(struct nvstub_file *nf, void *arg, u32 size)
 {
 	struct nvstub_os47 *a = arg;
 	struct nvstub_client *cl;
+	/* before 580 no size: status 8 bytes earlier */
+	u32 *status = (u32 *)((char *)arg + nvstub_abi->nvos47_status);
 
-	if (size != sizeof(*a) || !nvstub_is_ctl(nf))
+	if (size != nvstub_abi->nvos47_size || !nvstub_is_ctl(nf))
 		return -EINVAL;
-	cl = nvstub_client_validate(nf, a->h_client, &a->status);
+	cl = nvstub_client_validate(nf, a->h_client, status);
 	if (!cl)
 		return 0;
 	if (!nvstub_obj_get(cl, a->h_device) || !nvstub_obj_get(cl, a->h_dma) ||
 	    !nvstub_obj_get(cl, a->h_memory)) {
-		a->status = NV_ERR_INVALID_OBJECT_HANDLE;
+		*status = NV_ERR_INVALID_OBJECT_HANDLE;
 		return 0;
 	}
-	a->status = NV_OK;
+	*status = NV_OK;
 	return 0;
 }

@@ -33,6 +33,8 @@ module_param_named(fb_mib, nvstub_fb_mib, uint, 0444);
 MODULE_PARM_DESC(fb_mib, "video memory pool per GPU, MiB");
 
 char *nvstub_version = "580.159.04";
+/* the layouts of the release nvstub_version names (kmod/core/nvrm_tables.c) */
+const struct nvrm_table *nvstub_abi;
 module_param_named(version, nvstub_version, charp, 0444);
 MODULE_PARM_DESC(version, "driver version string reported to user space");
 
@@ -482,7 +484,8 @@ static int nvstub_dispatch(struct nvstub_file *nf, u32 nr, void *arg, u32 size)
 	case NV_ESC_WAIT_OPEN_COMPLETE: {
 		struct nv_ioctl_wait_open_complete *p = arg;
 
-		if (size != sizeof(*p))
+		/* 535 has no such escape: rm_ioctl()'s "unknown NVRM ioctl command" */
+		if (!nvstub_abi->wait_open_complete || size != sizeof(*p))
 			return -EINVAL;
 		p->rc = 0;
 		p->adapter_status = NV_OK;
@@ -640,6 +643,10 @@ static int __init nvstub_init(void)
 	if (nvstub_num_gpus < 1 || nvstub_num_gpus > NVSTUB_MAX_GPUS ||
 	    nvstub_fb_mib == 0 || strlen(nvstub_version) >= NV_RM_API_VERSION_STRING_LENGTH)
 		return -EINVAL;
+	/* a release with no table (the refusal tests' 999.1.2) answers as the newest */
+	nvstub_abi = nvrm_table_find(nvstub_version);
+	if (!nvstub_abi)
+		nvstub_abi = &nvrm_tables[nvrm_nr_tables - 1];
 	nvstub_devt = MKDEV(NV_MAJOR_DEVICE_NUMBER, 0);
 	ret = register_chrdev_region(nvstub_devt, 256, "nvidia");
 	if (ret)

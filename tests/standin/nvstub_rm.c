@@ -803,6 +803,22 @@ static u32 nvstub_obj_create(struct nvstub_client *cl, struct nvstub_obj *parent
  * (os-interface.c os_memcpy_from_user). It is written back only if the
  * allocation succeeded (serverAllocApiCopyOut, after the locks).
  */
+/*
+ * The bytes of a class's parameters the release's RM copies: the memory
+ * classes' NV_MEMORY_ALLOCATION_PARAMS ends before numaNode on 535 (nvos.h);
+ * the rest are the same on every supported release.
+ */
+static u32 nvstub_class_params_size(const struct nvstub_class_info *ci)
+{
+	switch (ci->cls) {
+	case NV01_MEMORY_SYSTEM:
+	case NV01_MEMORY_LOCAL_USER:
+	case NV01_MEMORY_LOCAL_PHYSICAL:
+		return nvstub_abi->memory_alloc_size;
+	}
+	return ci->params_size;
+}
+
 int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 {
 	struct nvos64_params *p = arg;
@@ -811,7 +827,7 @@ int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 	struct nvstub_obj *parent, *obj;
 	void __user *uparams;
 	void *params = NULL;
-	u32 h, st;
+	u32 h, st, usize;
 
 	if (size != sizeof(struct nvos64_params))
 		return -EINVAL;
@@ -836,14 +852,15 @@ int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 		return 0;
 	}
 	uparams = u64_to_user_ptr(p->p_alloc_parms);
+	usize = nvstub_class_params_size(ci);
 	if (ci->params_size && uparams) {
-		params = kmalloc(ci->params_size, GFP_KERNEL);
+		params = kzalloc(ci->params_size, GFP_KERNEL);
 		if (!params) {
 			p->status = NV_ERR_INSUFFICIENT_RESOURCES;
 			return 0;
 		}
 		nvstub_race_delay();	/* TEST ONLY, see nvstub_main.c */
-		if (copy_from_user(params, uparams, ci->params_size)) {
+		if (copy_from_user(params, uparams, usize)) {
 			kfree(params);
 			p->status = NV_ERR_INVALID_ADDRESS;
 			return 0;
@@ -864,7 +881,7 @@ int nvstub_esc_alloc(struct nvstub_file *nf, void *arg, u32 size)
 		p->h_object_new = h;
 unlock:
 	mutex_unlock(&nvstub_lock);
-	if (st == NV_OK && params && copy_to_user(uparams, params, ci->params_size))
+	if (st == NV_OK && params && copy_to_user(uparams, params, usize))
 		st = NV_ERR_INVALID_ADDRESS;
 	p->status = st;
 	kfree(params);

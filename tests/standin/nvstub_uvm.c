@@ -550,7 +550,7 @@ static u32 nvstub_uvm_map_external(struct nvstub_uvm_file *uf,
 
 	if (nvstub_uvm_range_invalid_4k(ep->base, ep->length))
 		return NV_ERR_INVALID_ADDRESS;
-	if (!ep->gpu_attributes_count || ep->gpu_attributes_count > UVM_MAX_GPUS)
+	if (!ep->gpu_attributes_count || ep->gpu_attributes_count > nvstub_abi->uvm_gpus)
 		return NV_ERR_INVALID_ARGUMENT;
 	end = ep->base + ep->length - 1;
 	r = nvstub_uvm_range_find(uf, ep->base);
@@ -799,7 +799,7 @@ static u32 nvstub_uvm_do(struct nvstub_uvm_file *uf, u32 cmd, void *p)
 	case UVM_ALLOC_SEMAPHORE_POOL: {
 		struct uvm_alloc_semaphore_pool_params *sp = p;
 
-		if (sp->gpu_attributes_count > UVM_MAX_GPUS)
+		if (sp->gpu_attributes_count > nvstub_abi->uvm_gpus)
 			return NV_ERR_INVALID_ARGUMENT;
 		return nvstub_uvm_check_range(sp->base, sp->length);
 	}
@@ -817,14 +817,27 @@ static u32 nvstub_uvm_do(struct nvstub_uvm_file *uf, u32 cmd, void *p)
 	return NV_ERR_NOT_SUPPORTED;
 }
 
+/*
+ * Moves n bytes at from to to within a block of the newest layout, zeroing what
+ * the move leaves behind of the per-GPU array (GPUs past the release's count).
+ */
+static void nvstub_uvm_move_tail(void *p, u32 to, u32 from, u32 n)
+{
+	if (to == from)
+		return;
+	memmove(p + to, p + from, n);
+	if (from < to)
+		memset(p + from, 0, to - from);
+}
+
 static long nvstub_uvm_ioctl(struct file *filp, unsigned int cmd, unsigned long uarg)
 {
 	struct nvstub_uvm_file *uf = filp->private_data;
 	void __user *uptr = (void __user *)uarg;
 	const struct nvstub_uvm_cmd *c = NULL;
+	u32 st, size, tail, ntail = 0;
 	unsigned int i;
 	void *p;
-	u32 st;
 
 	for (i = 0; i < ARRAY_SIZE(nvstub_uvm_cmds); i++)
 		if (nvstub_uvm_cmds[i].cmd == cmd)
@@ -833,18 +846,39 @@ static long nvstub_uvm_ioctl(struct file *filp, unsigned int cmd, unsigned long 
 		return -EINVAL;
 	if (cmd == UVM_DEINITIALIZE)
 		return 0;
-	p = kmalloc(c->size, GFP_KERNEL);
+	/*
+	 * The two blocks with a per-GPU array are as long as the release's
+	 * UVM_MAX_GPUS makes them (32 on 535 and early 550, 256 later: uvm_ioctl.h); what
+	 * follows the array is moved to where the newest layout, which the
+	 * handlers read, has it, and back.
+	 */
+	size = c->size;
+	tail = 0;
+	if (cmd == UVM_MAP_EXTERNAL_ALLOCATION) {
+		size = nvstub_abi->uvm_map_external_size;
+		tail = nvstub_abi->uvm_map_external_tail;
+		ntail = sizeof(struct uvm_map_external_allocation_tail);
+	} else if (cmd == UVM_ALLOC_SEMAPHORE_POOL) {
+		size = nvstub_abi->uvm_semaphore_pool_size;
+		tail = nvstub_abi->uvm_semaphore_pool_tail;
+		ntail = sizeof(struct uvm_alloc_semaphore_pool_tail);
+	}
+	p = kzalloc(c->size, GFP_KERNEL);
 	if (!p)
 		return -ENOMEM;
-	if (copy_from_user(p, uptr, c->size)) {
+	if (copy_from_user(p, uptr, size)) {
 		kfree(p);
 		return -EFAULT;
 	}
+	if (tail)
+		nvstub_uvm_move_tail(p, c->status_off + 4 - ntail, tail, ntail);
 	mutex_lock(&uf->lock);
 	st = nvstub_uvm_do(uf, cmd, p);
 	mutex_unlock(&uf->lock);
 	memcpy(p + c->status_off, &st, sizeof(st));
-	if (copy_to_user(uptr, p, c->size)) {
+	if (tail)
+		nvstub_uvm_move_tail(p, tail, c->status_off + 4 - ntail, ntail);
+	if (copy_to_user(uptr, p, size)) {
 		kfree(p);
 		return -EFAULT;
 	}

@@ -22,21 +22,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from gpuslice import nvdriver, nvrm_versions
 from gpuslice.netlink import SYS_MODULE
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
 
-# The NVIDIA driver versions gpuslice is tested against: the same list as
-# NVRM_TESTED_VERSIONS in kmod/core/nvrm_abi.h, where gpuslice.ko refuses to load on any
-# other unless passthrough_only=1 (tests/test_doctor.py checks that the two agree).
-# 580.159.04 is the H100's driver, where everything in docs/h100-findings.md (and the
-# README's "What was measured on the H100") was measured; 580.142 is the
-# open-gpu-kernel-modules release the ABI was copied from.
-TESTED_DRIVER_VERSIONS: tuple[str, ...] = ("580.159.04", "580.142")
-
-PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
-SYS_DRIVER_VERSION = "/sys/module/nvidia/version"
+PROC_DRIVER_VERSION = nvdriver.PROC_DRIVER_VERSION
+SYS_DRIVER_VERSION = nvdriver.SYS_DRIVER_VERSION
 MMAP_MIN_ADDR = "/proc/sys/vm/mmap_min_addr"
 # The module maps each process's parameter pages at 0x1000..0x10000 (15 pages, below
 # mmap_min_addr, where only CAP_SYS_RAWIO may map): docs/isolation.md, section 2.
@@ -74,24 +67,11 @@ def _reason(e: OSError) -> str:
 
 # ---- 1. the NVIDIA driver ------------------------------------------------------------
 
-_VERSION_RE = re.compile(r"(?<![\w.])(\d+\.\d+(?:\.\d+)?)(?![\w.])")
-
-
-def parse_driver_version(text: str) -> str | None:
-    """The version in /proc/driver/nvidia/version (``NVRM version: NVIDIA UNIX Open
-    Kernel Module for x86_64  580.159.04  Release Build ...``) or in
-    /sys/module/nvidia/version (``580.159.04``)."""
-    for line in text.splitlines():
-        if line.startswith("GCC"):
-            continue
-        m = _VERSION_RE.search(line.split(":", 1)[1] if line.startswith("NVRM") else line)
-        if m:
-            return m.group(1)
-    return None
+parse_driver_version = nvdriver.parse_version
 
 
 def check_driver(proc_version: str = PROC_DRIVER_VERSION, sys_version: str = SYS_DRIVER_VERSION,
-                 tested: Sequence[str] = TESTED_DRIVER_VERSIONS, read: Reader = read_text) -> Check:
+                 read: Reader = read_text) -> Check:
     name = "driver"
     found = None
     for path in (proc_version, sys_version):
@@ -108,11 +88,16 @@ def check_driver(proc_version: str = PROC_DRIVER_VERSION, sys_version: str = SYS
     path, version = found
     if version is None:
         return Check(name, WARN, f"no driver version found in {path}")
-    if version in tested:
-        return Check(name, OK, f"NVIDIA driver {version} (tested)")
-    return Check(name, FAIL, f"NVIDIA driver {version} is not a tested version (tested: {', '.join(tested)}): "
-                 "gpuslice.ko refuses to load on it",
-                 f"install driver {tested[0]}, or load gpuslice with passthrough_only=1 "
+    sup = nvdriver.support(version)
+    if sup.table:
+        measured = "; the release gpuslice was measured on" if version == nvdriver.MEASURED_VERSION else ""
+        return Check(name, OK, f"NVIDIA driver {version} (branch {sup.branch}, ABI table: yes{measured})")
+    why = (f"branch {sup.branch} is supported, this release has no ABI table" if sup.branch_known
+           else f"branch {sup.branch} is not supported")
+    return Check(name, FAIL, f"NVIDIA driver {version} ({why}; supported: {nvrm_versions.supported_summary()}): "
+                 "gpuslice.ko refuses to load on it and the library refuses its calls",
+                 "install a supported release (docs/driver-versions.md), add this one's table from its tag "
+                 "(scripts/nvrm-abi.py update --add VERSION), or load gpuslice with passthrough_only=1 "
                  "(calls pass through undecoded: no memory limit, no filtering)")
 
 

@@ -145,20 +145,10 @@ def batches(pairs: Iterable[Pair], size: int = abi.NV2080_CTRL_FIFO_DISABLE_CHAN
 
 
 def driver_version() -> str | None:
-    """The loaded driver's version from sysfs/procfs, or None."""
-    try:
-        with open("/sys/module/nvidia/version") as f:
-            return f.read().strip() or None
-    except OSError:
-        pass
-    try:
-        with open("/proc/driver/nvidia/version") as f:
-            for word in f.read().split():
-                if word.count(".") >= 1 and word.replace(".", "").isdigit():
-                    return word
-    except OSError:
-        pass
-    return None
+    """The loaded driver's version from sysfs/procfs, or None (gpuslice.nvdriver)."""
+    from gpuslice import nvdriver
+
+    return nvdriver.installed_version()
 
 
 def driver_missing(ctl: str) -> str | None:

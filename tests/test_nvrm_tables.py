@@ -1,0 +1,118 @@
+"""The per-release ABI tables (abi/, kmod/core/nvrm_tables.c, gpuslice.nvrm_versions).
+
+- abi/layouts/ against the tagged source of every supported release: only where a clone
+  of NVIDIA/open-gpu-kernel-modules is (scripts/nvrm-abi.py's default, or $NVIDIA_OGKM);
+  skipped elsewhere, CI included (the repository carries no NVIDIA source).
+- kmod/core against abi/: every value of abi/manifest.tsv, as the core's defines and each
+  release's row of nvrm_tables[] give it, equals the release's extracted value.
+- the generated files are current; the refusal of a release without a table names the
+  supported ones (the module's and the library's summary, the doctor's).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuslice import nvrm_versions
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "nvrm-abi.py"
+CORE = REPO / "kmod" / "core"
+MIRROR = Path(os.environ.get("NVIDIA_OGKM") or "/work/.mirror/NVIDIA+open-gpu-kernel-modules/repo")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=1800)
+
+
+def test_generated_files_are_current() -> None:
+    p = run("gen", "--check")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_kmod_core_agrees_with_abi() -> None:
+    """The defines hold on every supported release and each row holds its releases' values:
+    a layout that moved between branches and is read through a define fails here."""
+    p = run("ours")
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert " 0 differences" in p.stdout
+
+
+def test_a_moved_layout_fails_the_check(tmp_path) -> None:
+    """The check can fail: 535's NVOS46 (MAP_MEMORY_DMA) is 56 bytes; a core that read
+    580's 64 on every release is caught."""
+    tables = (CORE / "nvrm_tables.c").read_text()
+    assert ".nvos46_size = 56," in tables
+    env = dict(os.environ)
+    bad = tmp_path / "core"
+    bad.mkdir()
+    for f in CORE.glob("*.h"):
+        (bad / f.name).write_text(f.read_text())
+    (bad / "nvrm_tables.c").write_text(tables.replace(".nvos46_size = 56,", ".nvos46_size = 64,"))
+    p = subprocess.run([sys.executable, "-c", f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("nvrm_abi", {str(SCRIPT)!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+from pathlib import Path
+m.CORE = Path({str(bad)!r}); m.TABLES_C = m.CORE / "nvrm_tables.c"
+sys.exit(m.cmd_ours(None))
+"""], capture_output=True, text=True, env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "535.288.01: NVOS46_PARAMS_SIZE: kmod/core gives 64" in p.stdout
+
+
+@pytest.mark.skipif(not MIRROR.exists(), reason=f"no clone of open-gpu-kernel-modules at {MIRROR}")
+def test_layouts_match_each_tagged_release() -> None:
+    p = run("check", "--mirror", str(MIRROR))
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert " 0 differences" in p.stdout
+
+
+def test_every_supported_branch_has_a_table() -> None:
+    branches = {nvrm_versions.branch_of(v) for v in nvrm_versions.supported()}
+    assert branches == {"535", "550", "570", "575", "580"}
+    for v in ("535.288.01", "550.163.01", "570.211.01", "575.64.05", "580.142", "580.159.04"):
+        assert nvrm_versions.table(v) is not None, v
+    assert nvrm_versions.table("580.159.04") == nvrm_versions.table("580.142")
+    assert nvrm_versions.table("590.44.01") is None and nvrm_versions.table("580.1") is None
+
+
+def test_tables_differ_where_the_branches_do() -> None:
+    """What docs/driver-versions.md lists, as the tables hold it."""
+    old, new = nvrm_versions.table("535.288.01"), nvrm_versions.table("580.142")
+    assert old and new
+    assert (old["nvos46_size"], new["nvos46_size"]) == (56, 64)
+    assert (old["memory_alloc_size"], new["memory_alloc_size"]) == (120, 128)
+    assert (old["uvm_map_external_size"], new["uvm_map_external_size"]) == (1200, 9264)
+    assert (old["wait_open_complete"], new["wait_open_complete"]) == (0, 1)
+
+
+@pytest.fixture(scope="module")
+def abi_lib(tmp_path_factory) -> ctypes.CDLL:
+    """kmod/core/abi.c and nvrm_tables.c alone, as a shared library."""
+    out = tmp_path_factory.mktemp("abi") / "libabi.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", f"-I{CORE}", str(CORE / "abi.c"),
+                    str(CORE / "nvrm_tables.c"), "-o", str(out)], check=True)
+    lib = ctypes.CDLL(str(out))
+    lib.gs_abi_select.argtypes = [ctypes.c_char_p]
+    lib.gs_abi_supported.argtypes = [ctypes.c_char_p, ctypes.c_ulong]
+    return lib
+
+
+def test_core_selects_and_refuses(abi_lib: ctypes.CDLL) -> None:
+    assert abi_lib.gs_abi_select(b"590.44.01") == -1
+    assert abi_lib.gs_abi_select(b"535.288.01") == 0
+    assert abi_lib.gs_abi_select(b"") == -1
+    buf = ctypes.create_string_buffer(512)
+    abi_lib.gs_abi_supported(buf, 512)
+    assert buf.value.decode() == nvrm_versions.supported_summary()
+    assert buf.value.decode().startswith("535.43.02..535.288.01, 550.40.07..550.163.01")
+    small = ctypes.create_string_buffer(16)
+    abi_lib.gs_abi_supported(small, 16)
+    assert small.value.decode() == nvrm_versions.supported_summary()[:15]
