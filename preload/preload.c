@@ -59,6 +59,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -721,27 +722,52 @@ out:
 /*
  * The driver's ABI table (kmod/core/nvrm_tables.c), chosen from its version at
  * the first call on one of its files: the version query the module makes at
- * load (NV_ESC_CHECK_VERSION_STR, cmd QUERY), on that file or, for a first call
- * on nvidia-uvm, on a nvidiactl of our own. A driver with no table gets one
- * line on stderr and every call on its files refused with EPERM: decoding with
- * another release's layouts would misread, and write past, its blocks.
+ * load (NV_ESC_CHECK_VERSION_STR, cmd QUERY), which RM answers on nvidiactl
+ * only: on the call's file if it is one, else on a nvidiactl of our own, opened
+ * beside the file (or /dev/nvidiactl for nvidia-uvm's). A driver with no table
+ * gets one line on stderr and every call on its files refused with EPERM:
+ * decoding with another release's layouts would misread, and write past, its
+ * blocks.
  */
+static int gs_abi_open_ctl(int fd)
+{
+	char link[64], path[PATH_MAX];
+	ssize_t n = -1;
+	char *slash;
+
+	if (fd >= 0) {
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		n = readlink(link, path, sizeof(path) - sizeof("nvidiactl"));
+	}
+	if (n > 0) {
+		path[n] = '\0';
+		slash = strrchr(path, '/');
+		if (slash) {
+			strcpy(slash + 1, "nvidiactl");
+			fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CLOEXEC);
+			if (fd >= 0)
+				return fd;
+		}
+	}
+	return (int)syscall(SYS_openat, AT_FDCWD, "/dev/nvidiactl", O_RDWR | O_CLOEXEC);
+}
+
 static pthread_mutex_t gs_abi_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gs_abi_state;	/* 0: not yet, 1: selected, -1: no table */
 
-static int gs_abi_ready(int fd)
+static int gs_abi_ready(int fd, nv_u64 st)
 {
 	struct nv_ioctl_rm_api_version v;
 	char supported[512];
-	int st = __atomic_load_n(&gs_abi_state, __ATOMIC_ACQUIRE);
+	int ready = __atomic_load_n(&gs_abi_state, __ATOMIC_ACQUIRE);
 	int own = -1;
 
-	if (st)
-		return st > 0;
+	if (ready)
+		return ready > 0;
 	pthread_mutex_lock(&gs_abi_lock);
 	if (!gs_abi_state) {
-		if (fd < 0)
-			fd = own = (int)syscall(SYS_openat, AT_FDCWD, "/dev/nvidiactl", O_RDWR | O_CLOEXEC);
+		if ((st & 0xff) != GS_TAG_CTL)
+			fd = own = gs_abi_open_ctl((st & 0xff) == GS_TAG_UVM ? -1 : fd);
 		memset(&v, 0, sizeof(v));
 		v.cmd = NV_RM_API_VERSION_CMD_QUERY;
 		if (fd < 0 || real_ioctl(fd, _IOWR(NV_IOCTL_MAGIC, NV_ESC_CHECK_VERSION_STR,
@@ -750,8 +776,8 @@ static int gs_abi_ready(int fd)
 		v.version_string[sizeof(v.version_string) - 1] = '\0';
 		if (own >= 0)
 			syscall(SYS_close, own);
-		st = gs_abi_select(v.version_string) ? -1 : 1;
-		if (st < 0) {
+		ready = gs_abi_select(v.version_string) ? -1 : 1;
+		if (ready < 0) {
 			gs_abi_supported(supported, sizeof(supported));
 			fprintf(stderr, "gpuslice: NVIDIA driver %s has no ABI table (supported: %s): its calls are refused\n",
 				v.version_string, supported);
@@ -759,11 +785,11 @@ static int gs_abi_ready(int fd)
 			fprintf(stderr, "gpuslice: NVIDIA driver %s, ABI table of branch %s\n",
 				v.version_string, gs_abi()->branch);
 		}
-		__atomic_store_n(&gs_abi_state, st, __ATOMIC_RELEASE);
+		__atomic_store_n(&gs_abi_state, ready, __ATOMIC_RELEASE);
 	}
-	st = gs_abi_state;
+	ready = gs_abi_state;
 	pthread_mutex_unlock(&gs_abi_lock);
-	return st > 0;
+	return ready > 0;
 }
 
 GS_EXPORT int ioctl(int fd, unsigned long req, ...)
@@ -781,7 +807,7 @@ GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC) {
 		if (((st = gs_fd_state(fd)) & 0xff) != GS_TAG_UVM)
 			return real_ioctl(fd, req, arg);
-		if (!gs_abi_ready(-1)) {
+		if (!gs_abi_ready(fd, st)) {
 			errno = EPERM;
 			return -1;
 		}
@@ -792,7 +818,7 @@ GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	st = gs_fd_state(fd);
 	if (!gs_is_nv(st))
 		return real_ioctl(fd, req, arg);
-	if (!gs_abi_ready(fd)) {
+	if (!gs_abi_ready(fd, st)) {
 		errno = EPERM;
 		return -1;
 	}

@@ -9,6 +9,9 @@ the version's row of kmod/core/nvrm_tables.c). abi/versions/<version>.tsv holds 
 key's value for that version, "absent" where the version's headers lack it.
 
   extract TAG [--mirror DIR]   print a tag's values (compiles a probe against its headers)
+  extract --source DIR [--compare VERSION]
+                               the same from an unpacked tree (a driver's /usr/src/nvidia-*),
+                               or its differences from VERSION's layout
   update [--mirror DIR]        rewrite abi/versions/*.tsv for every tagged version listed
   check [--mirror DIR]         re-extract each tagged version and compare with abi/versions
   ours                         compare kmod/core (defines and each version's table row)
@@ -181,7 +184,6 @@ def mirror_dir(arg: str | None) -> Path:
 
 
 def extract(tag: str, mirror: Path) -> dict[str, str]:
-    rows = manifest()
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         arch = subprocess.run(["git", f"--git-dir={git_dir(mirror)}", "archive", tag, *TAG_PATHS],
@@ -190,15 +192,36 @@ def extract(tag: str, mirror: Path) -> dict[str, str]:
             raise SystemExit(f"git archive {tag}: {arch.stderr.decode().strip()}")
         (t / "src").mkdir()
         subprocess.run(["tar", "-x", "-C", str(t / "src")], input=arch.stdout, check=True)
-        incs = sorted((t / "src/src/common/sdk/nvidia/inc").glob("class/*.h")) + \
-            sorted((t / "src/src/common/sdk/nvidia/inc").glob("ctrl/**/*.h"))
-        have = [h for h in NV_HEADERS if any((t / "src" / d / h).exists() for d in INCLUDE_DIRS)]
-        prelude = "\n".join(["#include <stddef.h>", "#include <stdio.h>"]
-                            + [f'#include "{h}"' for h in have]
-                            + [f'#include "{p.relative_to(t / "src/src/common/sdk/nvidia/inc")}"' for p in incs])
-        flags = [f"-I{t / 'src' / d}" for d in INCLUDE_DIRS]
-        out = run_probe(rows, [r.nvidia for r in rows], prelude, flags, t)
+        return extract_tree(t / "src", [t / "src" / d for d in INCLUDE_DIRS], t)
+
+
+def extract_tree(root: Path, include_dirs: list[Path], tmp: Path) -> dict[str, str]:
+    """The manifest's values from the headers under include_dirs (the class and control
+    headers from the directory that holds class/cl0000.h)."""
+    rows = manifest()
+    sdk = next((d for d in include_dirs if (d / "class" / "cl0000.h").exists()), None)
+    incs = (sorted(sdk.glob("class/*.h")) + sorted(sdk.glob("ctrl/**/*.h"))) if sdk else []
+    have = [h for h in NV_HEADERS if any((d / h).exists() for d in include_dirs)]
+    prelude = "\n".join(["#include <stddef.h>", "#include <stdio.h>"]
+                        + [f'#include "{h}"' for h in have]
+                        + [f'#include "{p.relative_to(sdk)}"' for p in incs if sdk])
+    out = run_probe(rows, [r.nvidia for r in rows], prelude, [f"-I{d}" for d in include_dirs], tmp)
     return {r.key: v for r, v in zip(rows, out)}
+
+
+def extract_source(root: Path) -> dict[str, str]:
+    """The values from an unpacked tree: a checkout of open-gpu-kernel-modules, or the
+    kernel-open part a driver installs as /usr/src/nvidia-<version> (its ioctl, RM
+    parameter and nvidia-uvm headers, no class or control headers: those values come
+    out absent)."""
+    if (root / INCLUDE_DIRS[0]).is_dir():
+        dirs = [root / d for d in INCLUDE_DIRS]
+    else:
+        dirs = [root / d for d in ("common/inc", "nvidia-uvm", "nvidia") if (root / d).is_dir()]
+    if not dirs:
+        raise SystemExit(f"{root}: neither open-gpu-kernel-modules nor a kernel-open tree")
+    with tempfile.TemporaryDirectory() as tmp:
+        return extract_tree(root, dirs, Path(tmp))
 
 
 def git_dir(mirror: Path) -> Path:
@@ -212,7 +235,20 @@ def write_versions(rows: list[Version]) -> None:
 
 
 def cmd_extract(a: argparse.Namespace) -> int:
-    for k, v in extract(a.tag, mirror_dir(a.mirror)).items():
+    vals = extract_source(Path(a.source)) if a.source else extract(a.tag, mirror_dir(a.mirror))
+    if a.compare:
+        by = {r.version: r.layout for r in supported()}
+        if a.compare not in by:
+            raise SystemExit(f"{a.compare} is not in {VERSIONS}")
+        want = read_values(by[a.compare])
+        found = [k for k in vals if vals[k] != ABSENT]
+        bad = [k for k in found if vals[k] != want.get(k)]
+        for k in bad:
+            print(f"{k}: this source {vals[k]}, abi/layouts/{by[a.compare]}.tsv {want.get(k)}")
+        print(f"{len(found)} of {len(vals)} values in this source, {len(bad)} differ from "
+              f"{a.compare}'s (abi/layouts/{by[a.compare]}.tsv)")
+        return 1 if bad else 0
+    for k, v in vals.items():
         print(f"{k}\t{v}")
     return 0
 
@@ -463,8 +499,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("extract")
-    p.add_argument("tag")
+    p.add_argument("tag", nargs="?")
     p.add_argument("--mirror")
+    p.add_argument("--source", help="an unpacked source tree instead of a tag")
+    p.add_argument("--compare", metavar="VERSION", help="compare with the layout VERSION uses")
     p.set_defaults(fn=cmd_extract)
     p = sub.add_parser("update")
     p.add_argument("--mirror")

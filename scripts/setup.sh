@@ -7,7 +7,8 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
-# Kernel + headers for the QEMU guest, a compiler for modules, QEMU itself, bcc for
+# Kernel + headers for the QEMU guest (6.1), the headers of Debian 12's other kernel (6.12,
+# which tests/test_core_kbuild.py builds the module against), a compiler for modules, QEMU itself, bcc for
 # tracing, and what virtme-ng needs at run time in the guest (busybox for its init,
 # virtiofsd is optional: vng falls back to 9p), kmod for insmod/rmmod; PyYAML and
 # prometheus_client for `gpuctl cdi` and `gpuctl exporter`, systemd for systemd-analyze;
@@ -15,7 +16,7 @@ cd "$REPO"
 # run-args tests (tests/guest/test_podman.py: vfs storage, --network none; conmon and
 # containers-common come with podman).
 PKGS=(
-    linux-image-amd64 linux-headers-amd64 build-essential qemu-system-x86
+    linux-image-amd64 linux-headers-amd64 linux-headers-6.12-amd64 build-essential qemu-system-x86
     python3-bpfcc bpfcc-tools python3-venv python3-pip python3-dev kmod
     busybox-static udev iproute2 util-linux ca-certificates
     python3-yaml python3-prometheus-client systemd

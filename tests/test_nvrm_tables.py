@@ -116,3 +116,10 @@ def test_core_selects_and_refuses(abi_lib: ctypes.CDLL) -> None:
     small = ctypes.create_string_buffer(16)
     abi_lib.gs_abi_supported(small, 16)
     assert small.value.decode() == nvrm_versions.supported_summary()[:15]
+
+
+def test_the_docs_list_the_current_differences() -> None:
+    doc = (REPO / "docs" / "driver-versions.md").read_text()
+    start = doc.index("<!-- nvrm-abi doc")
+    body = doc[doc.index("\n", start) + 1:doc.index("<!-- end nvrm-abi doc -->")]
+    assert body == run("doc").stdout

@@ -787,3 +787,39 @@ def test_preload_refuses_a_driver_without_a_table(built, tmp_path, version):
                      f"(supported: {nvrm_versions.supported_summary()}): its calls are refused"]
     rmlog = (tmp_path / "rmlog").read_text().split("\n") if (tmp_path / "rmlog").exists() else []
     assert not [x for x in rmlog if x.startswith(("2b", "2a", "29"))], rmlog[:5]
+
+
+def test_preload_asks_the_version_on_a_nvidiactl(built, tmp_path):
+    """RM answers the version query on nvidiactl only (nv.c NV_CTL_DEVICE_ONLY), and a
+    process's first call may be on a GPU node (REGISTER_FD): the library then asks
+    through a nvidiactl of its own, beside that node."""
+    src = tmp_path / "gpufirst.c"
+    src.write_text(r'''
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
+#include "nvrm_abi.h"
+int main(int argc, char **argv)
+{
+    char p[512];
+    struct nv_ioctl_register_fd r = { .ctl_fd = -1 };
+    int g;
+
+    snprintf(p, sizeof(p), "%s/nvidia0", argv[1]);
+    g = open(p, O_RDWR);
+    printf("%d\n", ioctl(g, _IOWR(NV_IOCTL_MAGIC, NV_ESC_REGISTER_FD, struct nv_ioctl_register_fd), &r));
+    return 0;
+}
+''')
+    subprocess.run([CC, "-Wall", "-Werror", f"-I{REPO / 'kmod' / 'core'}", str(src), "-o", str(tmp_path / "gpufirst")],
+                   check=True)
+    env = dict(os.environ)
+    env.update({"LD_PRELOAD": f"{REPO / 'preload' / 'libgpuslice.so'} {built / 'libmockrm.so'}",
+                "GPUSLICE_MEM_LIMIT": "1GiB", "GPUSLICE_INSTANCE": "box1", "GPUSLICE_DEBUG": "1",
+                "GPUSLICE_SOCKET": str(tmp_path / "nosock"), "MOCKRM_LOG": str(tmp_path / "rmlog"),
+                "MOCKRM_VERSION": "550.163.01"})
+    p = subprocess.run([str(tmp_path / "gpufirst"), str(built / "dev")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert "NVIDIA driver 550.163.01, ABI table of branch 550" in p.stderr, p.stderr
+    assert "has no ABI table" not in p.stderr
+    assert p.stdout.strip() == "0"

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -164,6 +165,12 @@ int ioctl(int fd, unsigned long req, ...)
 	va_end(ap);
 	if (!real)
 		real = dlsym(RTLD_NEXT, "ioctl");
+	/* RM answers the version query on nvidiactl only (nv.c NV_CTL_DEVICE_ONLY: -EINVAL) */
+	if (NV_IOC_TYPE(req) == NV_IOCTL_MAGIC && NV_IOC_NR(req) == NV_ESC_CHECK_VERSION_STR &&
+	    fake_minor(fd) >= 0 && fake_minor(fd) != 255) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (NV_IOC_TYPE(req) == NV_IOCTL_MAGIC && fake_minor(fd) >= 0)
 		return rm(NV_IOC_NR(req), arg);
 	return real(fd, req, arg);
