@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * main.c - gpuslice.ko: kernel-space GPU sharing for containers on NVIDIA
- * GPUs. Loads only next to a present NVIDIA driver of a tested version
- * (driver.c) unless passthrough_only=1.
+ * GPUs. Loads only next to a present NVIDIA driver of a release it has an ABI
+ * table for (driver.c) unless passthrough_only=1.
  */
 #include <linux/module.h>
 

@@ -5,7 +5,7 @@
 # they are built (scripts/build-modules.sh),
 # runs the guest test suite, unloads the modules, and exits with pytest's code
 # (or 1 if pytest passed but a module would not unload or the kernel logged an oops/BUG/WARNING).
-# Extra module parameters: NVSTUB_ARGS="..." GPUSLICE_ARGS="...". The stand-in gets
+# Extra module parameters: NVSTUB_ARGS="..." GPUSLICE_ARGS="...". GUEST_FILES: below. The stand-in gets
 # the traced H100's 81559 MiB of video memory unless NVSTUB_ARGS says otherwise (the
 # trace replay needs more than the stand-in's 1 GiB default).
 set -uo pipefail
@@ -54,7 +54,9 @@ else
     echo "guest-tests: $GPUSLICE_KO not built (scripts/build-modules.sh): interposer tests will skip" >&2
 fi
 
-"$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider tests/guest "$@"
+# GUEST_FILES="tests/guest/a.py ...": those files only (default: the whole suite)
+# shellcheck disable=SC2086
+"$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider ${GUEST_FILES:-tests/guest} "$@"
 rc=$?
 
 # Unload in reverse order; a module that will not unload leaks a reference.

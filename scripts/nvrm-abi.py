@@ -105,6 +105,8 @@ def manifest() -> list[Row]:
         parts = line.split("\t")
         if len(parts) != 3:
             raise SystemExit(f"{MANIFEST}:{n}: want key<TAB>nvidia<TAB>ours, got {line!r}")
+        if any(r.key == parts[0] for r in rows):
+            raise SystemExit(f"{MANIFEST}:{n}: {parts[0]} twice")
         rows.append(Row(*parts))
     return rows
 

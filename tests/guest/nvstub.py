@@ -608,6 +608,23 @@ UVM_LAYOUTS[abi.UVM_MAP_EXTERNAL_ALLOCATION] = (MAP_EXTERNAL_SIZE, MAP_EXTERNAL_
                                                 MAP_EXTERNAL_COUNT_OFFSET + 8)
 UVM_LAYOUTS[abi.UVM_ALLOC_SEMAPHORE_POOL] = (ABI_ROW["uvm_semaphore_pool_size"],
                                              ABI_ROW["uvm_semaphore_pool_tail"] + 8, None)
+# The release the recorded traces (tests/traces) were taken on. Replayed against the
+# stand-in answering as another release, two kinds of call get that release's answer, not
+# the recording's: the version check (the trace's user space is 580.159.04's, which another
+# driver refuses) and the escapes the release lacks (WAIT_OPEN_COMPLETE before 550).
+TRACE_RELEASE = "580.159.04"
+
+
+def release_differences() -> set[str]:
+    """The names of a trace's calls the stand-in's release answers otherwise than the recording."""
+    if standin_version() == TRACE_RELEASE:
+        return set()
+    names = {"CHECK_VERSION_STR"}
+    if not ABI_ROW["wait_open_complete"]:
+        names.add("WAIT_OPEN_COMPLETE")
+    return names
+
+
 # 535's GET_EXPORT_OBJECT_INFO has no gpuInstanceId: fd, deviceInstance, maxObjects, metadata
 EXPORT_INFO_535 = struct.Struct("<iIH64s2x")
 

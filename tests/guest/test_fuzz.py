@@ -136,8 +136,9 @@ def test_repro_version_reply_log_injection(nl, kernel_log):
         try:
             seen = False
             for _attempt in range(3):  # the printk is rate-limited: wait out a burst of the fuzzers
+                branch = nvstub.standin_version().split(".")[0]
                 buf = bytearray(abi.RM_API_VERSION.pack(abi.NV_RM_API_VERSION_CMD_RELAXED, 0,
-                                                        b"580.  " + marker.encode()))
+                                                        f"{branch}.  {marker}".encode()))
                 assert nvstub.ioctl(fd, abi.IOCTL_CHECK_VERSION_STR, buf) == 0
                 if marker in subprocess.run(["dmesg"], capture_output=True, text=True).stdout:
                     seen = True

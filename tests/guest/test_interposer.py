@@ -631,6 +631,7 @@ def test_trace_replays_through_bind_mounted_instance_nodes(nl, trace):
         res = json.loads(line[len("RESULT "):])
         print(trace, res["summary"])
         assert res["summary"]["match"] > 0
-        assert not res["mismatch"], res["mismatch"][:20]
+        mism = [m for m in res["mismatch"] if m[1] not in nvstub.release_differences()]
+        assert not mism, mism[:20]
         assert inst.get()["nr_ioctls"] > 0
         assert inst.get()["mem_used"] == 0  # the replayer's files are closed
