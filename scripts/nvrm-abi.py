@@ -471,14 +471,13 @@ def doc_table() -> str:
     cols = layout_columns()
     vals = [read_values(layout) for layout, _ in cols]
     rows = manifest()
-    used = {r.key: r.ours for r in rows}
     out = ["| value | " + " | ".join(f"{vs[0]}..{vs[-1]}" if len(vs) > 1 else vs[0] for _, vs in cols)
            + " | gpuslice |", "|---" * (len(cols) + 2) + "|"]
     for r in rows:
         seen = [v[r.key] for v in vals]
         if len(set(seen)) == 1:
             continue
-        how = ("table" if "T->" in used[r.key] else "not read" if used[r.key] == "-" else "define")
+        how = "table" if r.per_version else "not read" if r.ours == "-" else "define"
         out.append(f"| `{r.key}` | " + " | ".join("-" if x == ABSENT else x for x in seen) + f" | {how} |")
     return "\n".join(out) + "\n"
 
