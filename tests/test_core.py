@@ -373,29 +373,32 @@ def test_a_device_is_on_the_gpu_rm_was_asked_for(env):
     assert core.gpu_mem()[1]["limit"] == 0  # and nothing could be charged there
 
 
-def test_a_device_remade_on_another_gpu_mid_call_charges_the_checked_gpu(env):
-    """Memory checked against GPU 0 under device D, while another thread frees D and
-    makes it again on GPU 1 before RM runs: the charge stays on GPU 0, which was
-    checked; GPU 1's count takes nothing unchecked."""
+def test_a_device_cannot_be_freed_and_remade_under_memory_in_flight(env):
+    """Memory checked against GPU 0 under device D, while another thread frees D to make it
+    again on GPU 1 before RM runs: the free of an ancestor of a creation in flight is answered
+    NV_ERR_STATE_IN_USE (registry.c gs_busy_conflict()), so the charge stays on GPU 0, which
+    was checked, and no memory is left charged under a device RM freed."""
     core, rm = env
     core.set_gpu_limits({1: 256 * MiB})
     p = two_gpus(core, rm)
     assert p.mem(256 * MiB, parent=DEV1)[0].status == 0  # GPU 1 full
     dev = 0x5C0000D7
     assert p.alloc(p.client, abi.NV01_DEVICE_0, dev)[0].status == 0  # no params: GPU 0
+    seen = []
 
     def remade(arg: bytearray) -> int:
-        assert p.free(dev, parent=p.client).status == 0
-        dp = ctypes.create_string_buffer(56)
-        struct.pack_into("<I", dp, 0, 1)
-        assert p.alloc(p.client, abi.NV01_DEVICE_0, dev, params=dp)[0].status == 0
+        seen.append(p.free(dev, parent=p.client))
         return rm.alloc(arg)
 
     mp = cs.mem_params(512 * MiB)
     arg = cs.alloc_arg(p.client, dev, 0x7A11, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp))
     assert core.call(ALLOC, arg, remade).status == 0
+    assert (seen[0].verdict, seen[0].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
     g = core.gpu_mem()
     assert g[1]["used"] == 256 * MiB and g[0]["used"] == 512 * MiB
+    # once the allocation is done, the device frees with its memory
+    assert p.free(dev, parent=p.client).status == 0
+    assert core.gpu_mem()[0]["used"] == 0
 
 
 def test_fb_info_is_the_subdevices_gpu(env):

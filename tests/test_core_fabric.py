@@ -160,9 +160,8 @@ def test_a_lost_reply_with_an_rm_chosen_handle_uncharges_nothing(env):
 
 @pytest.mark.parametrize("klass", [abi.NV_MEMORY_FABRIC, abi.NV50_MEMORY_VIRTUAL])
 def test_a_success_forged_over_a_live_handle_forgets_nothing(env, klass):
-    """RM answers INSERT_DUPLICATE_NAME for a live handle; a sibling rewrites it to NV_OK.
-    The registered object and its charge stay (before: it was taken for a stale entry and
-    freed from the registry, its memory uncharged while RM held it)."""
+    """RM answers INSERT_DUPLICATE_NAME for a live handle, which a sibling could rewrite to
+    NV_OK: the core answers it before RM runs, and the registered object and its charge stay."""
     core, rm = env
     p = Proc(core, rm)
     _, vid = p.mem(256 * MiB)
@@ -170,7 +169,8 @@ def test_a_success_forged_over_a_live_handle_forgets_nothing(env, klass):
     params = fabric_params(vid, 256 * MiB)
     arg = cs.alloc_arg(p.client, DEV, m2, klass, cs.addr(params) if klass == abi.NV_MEMORY_FABRIC else 0)
     r = core.call(ALLOC, arg, lambda a: struct.pack_into("<I", a, 40, 0) or 0, file_id=p.file_id, pid=p.pid)
-    assert r.verdict == cs.GS_PASS
+    # refused before RM runs, as RM refuses it: no reply to forge
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_INSERT_DUPLICATE_NAME)
     assert core.stats()["used"] == 768 * MiB
     p.free(m2)
     assert core.stats()["used"] == 256 * MiB

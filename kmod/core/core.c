@@ -87,6 +87,7 @@ void gs_inst_free(struct gs_inst *in)
 		gs_export_free_file(in, in->exports->file_id);
 	gs_uvm_free_all(in);
 	gs_obj_free_all(in);
+	gs_osev_gone(in, 0, 0);
 	gs_mutex_destroy(&in->lock);
 	gs_free(in);
 }
@@ -208,6 +209,7 @@ void gs_file_closed(struct gs_inst *in, nv_u64 file_id)
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
 	gs_obj_free_file(in, file_id, &q);
+	gs_osev_gone(in, 0, file_id);
 	gs_export_free_file(in, file_id);
 	gs_uvm_free_file(in, file_id);
 	gs_unlock(&in->lock);
@@ -383,9 +385,9 @@ static enum gs_verdict gs_pre_holds(struct gs_inst *in, struct gs_call *c, nv_ha
 {
 	const struct gs_obj *vid;
 
-	if (gs_busy_conflict(in, GS_BUSY_SOURCE, client, h_mem))
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, client, h_mem, 0))
 		return gs_busy_refuse(c, 40);
-	gs_busy_add(in, c, GS_BUSY_SOURCE, client, h_mem);
+	gs_busy_add(in, c, GS_BUSY_SOURCE, client, h_mem, 0);
 	vid = gs_obj_find(in, client, h_mem);
 	if (vid && vid->mem) {
 		c->src_found = 1;
@@ -427,6 +429,95 @@ enum gs_verdict gs_pre_semaphore_surface(struct gs_inst *in, struct gs_call *c, 
 }
 
 /*
+ * A new object under a handle the caller chose. RM refuses a handle that is
+ * live in the client (NV_ERR_INSERT_DUPLICATE_NAME); the core refuses a
+ * handle it has registered, whether RM still has that object or freed it
+ * without the core seeing it (a free whose reply a sibling thread rewrote to
+ * a failure): a registered record never gets a second object behind it,
+ * uncounted or ungated. Then a free in flight of the handle or of an
+ * ancestor of its parent (gs_busy_conflict()). Returns the status to answer,
+ * NV_OK to go on.
+ */
+nv_u32 gs_create_conflict(struct gs_inst *in, nv_handle client, nv_handle handle,
+			  nv_handle parent)
+{
+	if (!handle)
+		return NV_OK;
+	if (gs_obj_find(in, client, handle))
+		return NV_ERR_INSERT_DUPLICATE_NAME;
+	if (gs_busy_conflict(in, GS_BUSY_CREATE, client, handle, parent))
+		return NV_ERR_STATE_IN_USE;
+	return NV_OK;
+}
+
+/*
+ * The allocation parameters that make the new object a dependant of another
+ * object of its client (besides its parent): RM frees it with that object
+ * (registry.c struct gs_dep). Offsets in the class's parameters, which are
+ * staged (RM reads the copy checked here); a field past what the running
+ * driver's parameters have is not there.
+ */
+struct gs_dep_fields {
+	nv_u32 klass;
+	nv_u32 off[GS_CALL_DEPS];	/* 0 after the last; offset 0 is GS_DEP_AT0 */
+};
+#define GS_DEP_AT0	0xffffffffu
+
+/*
+ * Only the dependencies that free what the core counts or gates: a channel,
+ * a TSG, or an object holding a charge (a memory mapper). Virtual memory,
+ * context DMAs and P2P objects depend on their VA space, memory or
+ * subdevices too (virtual_mem.c, context_dma.c, p2p_api.c refAddDependant),
+ * but hold nothing counted, and their records are kept as RM keeps their
+ * handles (below). Lines of the 580.142 tag.
+ */
+static const struct gs_dep_fields gs_dep_fields[] = {
+	/* NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.hVASpace: kernel_channel_group_api.c:281-288 */
+	{ KEPLER_CHANNEL_GROUP_A, { 8 } },
+	/* NV_CTXSHARE_ALLOCATION_PARAMETERS.hVASpace: kernel_ctxshare.c:151-159 */
+	{ FERMI_CONTEXT_SHARE_A, { GS_DEP_AT0 } },
+	/*
+	 * NV_CHANNEL_ALLOC_PARAMS hContextShare (kernel_channel.c:1008-1014),
+	 * hVASpace (:988-1001; RM refuses it unless the parent is a device) and
+	 * hUserdMemory[0] (arch/volta/kernel_channel_gv100.c:246-254: 580 only,
+	 * OS-descriptor memory only, gs_post_deps()).
+	 */
+	{ AMPERE_CHANNEL_GPFIFO_A, { 24, 28, 32 } },
+	{ HOPPER_CHANNEL_GPFIFO_A, { 24, 28, 32 } },
+	{ BLACKWELL_CHANNEL_GPFIFO_A, { 24, 28, 32 } },
+	{ BLACKWELL_CHANNEL_GPFIFO_B, { 24, 28, 32 } },
+	/*
+	 * NV_MEMORY_MAPPER_ALLOCATION_PARAMS.hNotificationMemory (mem_mapper.c:386-391;
+	 * 580 only: 535's parameters are one placeholder byte, 550's end before it)
+	 */
+	{ NV_MEMORY_MAPPER, { 8 } },
+};
+
+/* read the handles p's new object will depend on into c->deps (0: none) */
+static void gs_pre_deps(const struct gs_class_row *row, struct gs_call *c, const struct gs_io *io,
+			const struct nvos64_params *p)
+{
+	nv_u32 size = gs_class_params_size(row);
+	unsigned int i, k;
+
+	memset(c->deps, 0, sizeof(c->deps));
+	if (!p->p_alloc_parms || !io)
+		return;
+	for (i = 0; i < ARRAY_SIZE(gs_dep_fields); i++) {
+		if (gs_dep_fields[i].klass != p->h_class)
+			continue;
+		for (k = 0; k < GS_CALL_DEPS && gs_dep_fields[i].off[k]; k++) {
+			nv_u32 off = gs_dep_fields[i].off[k];
+
+			if (off == GS_DEP_AT0)
+				off = 0;
+			if (off + sizeof(nv_handle) <= size)
+				gs_read_u32(io, p->p_alloc_parms + off, &c->deps[k]);
+		}
+	}
+}
+
+/*
  * RM_ALLOC: the class's row (filter.c) says whether it is allowed and what RM
  * answers when it is not (a class on no row: NV_ERR_INVALID_CLASS, as RM
  * answers a class it does not have, rmapi/alloc_free.c); then the checks every
@@ -438,6 +529,8 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	struct nvos64_params *p = c->arg;
 	const nv_u32 st = 40;	/* offsetof(struct nvos64_params, status) */
 	const struct gs_class_row *row;
+	unsigned int i;
+	nv_u32 status;
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
@@ -449,14 +542,20 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 		return gs_refuse_as(c, row->refusal, st, row->status);
 	if (in->nr_objects >= GS_MAX_OBJECTS ||
 	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CHANNEL &&
-	     in->nr_channels + in->nr_uvm_channels >= GS_MAX_CHANNELS))
+	     in->nr_channels + in->nr_uvm_channels >= GS_MAX_CHANNELS) ||
+	    (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_TSG && in->nr_tsgs >= GS_MAX_TSGS))
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, st, NV_ERR_INSUFFICIENT_RESOURCES);
 	if (gs_obj_kind(p->h_class) == GPUSLICE_OBJ_CLIENT)
 		return GS_PASS;
 	if (!gs_is_client(in, p->h_root))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, st);
-	if (p->h_object_new && gs_busy_conflict(in, GS_BUSY_CREATE, p->h_root, p->h_object_new))
-		return gs_busy_refuse(c, st);
+	status = gs_create_conflict(in, p->h_root, p->h_object_new, p->h_object_parent);
+	if (status != NV_OK)
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, st, status);
+	gs_pre_deps(row, c, io, p);
+	for (i = 0; i < GS_CALL_DEPS; i++)
+		if (c->deps[i] && gs_busy_conflict(in, GS_BUSY_DEP, p->h_root, c->deps[i], 0))
+			return gs_busy_refuse(c, st);
 	/*
 	 * Devices, TSGs and channels carry a handle the caller chose (CUDA
 	 * always names them: the traces). An RM-chosen one arrives in the reply,
@@ -608,9 +707,9 @@ enum gs_verdict gs_pre_free_handle(struct gs_inst *in, struct gs_call *c, nv_han
 		gs_put_status(c, st, NV_ERR_INVALID_CLIENT);
 		return GS_REPLY;
 	}
-	if (gs_busy_conflict(in, GS_BUSY_FREE, client, handle))
+	if (gs_busy_conflict(in, GS_BUSY_FREE, client, handle, 0))
 		return gs_busy_refuse(c, st);
-	gs_busy_add(in, c, GS_BUSY_FREE, client, handle);
+	gs_busy_add(in, c, GS_BUSY_FREE, client, handle, 0);
 	return GS_PASS;
 }
 
@@ -636,17 +735,20 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 {
 	const struct nvos55_params *p = c->arg;
 	const struct gs_obj *src;
+	nv_u32 status;
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 	if (!gs_is_client(in, p->h_client) ||
 	    (!gs_is_client(in, p->h_client_src) && !c->src_sibling))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, 24);
-	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src) ||
-	    (p->h_object && gs_busy_conflict(in, GS_BUSY_CREATE, p->h_client, p->h_object)))
+	status = gs_create_conflict(in, p->h_client, p->h_object, p->h_parent);
+	if (status != NV_OK)
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 24, status);
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src, 0))
 		return gs_busy_refuse(c, 24);
-	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src);
-	gs_busy_add(in, c, GS_BUSY_CREATE, p->h_client, p->h_object);
+	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src, 0);
+	gs_busy_add(in, c, GS_BUSY_CREATE, p->h_client, p->h_object, p->h_parent);
 	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
 	if (!src)
 		return GS_PASS;
@@ -728,17 +830,6 @@ static enum gs_verdict gs_pre_map_memory(struct gs_inst *in, struct gs_call *c)
 #define GS_MAPPER_QUEUE_MAX	8192
 #define GS_MAPPERS_MAX		64
 
-static nv_u32 gs_count_class(const struct gs_inst *in, nv_u32 klass)
-{
-	const struct gs_obj *ob;
-	nv_u32 i, n = 0;
-
-	for (i = 0; i < GS_HASH_SIZE; i++)
-		for (ob = in->hash[i]; ob; ob = ob->next)
-			n += ob->o.klass == klass;
-	return n;
-}
-
 enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 				     struct nvos64_params *p, struct gs_evq *q)
 {
@@ -749,7 +840,7 @@ enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, cons
 	 * 535: a placeholder byte): what the driver has not, reads as 0 */
 	if (!gs_alloc_params(io, p, &mp, size < sizeof(mp) ? size : sizeof(mp)))
 		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
-	if (mp.max_queue_size > GS_MAPPER_QUEUE_MAX || gs_count_class(in, NV_MEMORY_MAPPER) >= GS_MAPPERS_MAX)
+	if (mp.max_queue_size > GS_MAPPER_QUEUE_MAX || in->nr_mappers >= GS_MAPPERS_MAX)
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, 40, NV_ERR_INSUFFICIENT_RESOURCES);
 	return gs_pre_holds(in, c, p->h_root, mp.h_semaphore_surface);
 }
@@ -799,9 +890,9 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		v = gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), 40);
 		if (v != GS_PASS)
 			return v;
-		if (p->h_object_new &&
-		    gs_busy_conflict(in, GS_BUSY_CREATE, p->h_root, p->h_object_new))
-			return gs_busy_refuse(c, 40);
+		status = gs_create_conflict(in, p->h_root, p->h_object_new, p->h_object_parent);
+		if (status != NV_OK)
+			return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, status);
 		if (p->h_class == NV01_MEMORY_SYSTEM) {
 			v = gs_pre_alloc_memory_system(in, c, p, q);
 			if (v != GS_PASS)
@@ -813,7 +904,7 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 		if (p->h_class == NV01_MEMORY_LOCAL_PRIVILEGED &&
 		    (!p->h_object_new || gs_obj_find(in, p->h_root, p->h_object_new)))
 			return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_ARGUMENT);
-		gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new);
+		gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new, p->h_object_parent);
 		return GS_PASS;
 	}
 	case NV_ESC_RM_MAP_MEMORY:
@@ -823,6 +914,8 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
 		return gs_pre_client_first(in, c, sizeof(struct nvos56_params), 32);
 	case NV_ESC_ALLOC_OS_EVENT:
+		v = gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
+		return v == GS_PASS ? gs_osev_pre(in, c) : v;
 	case NV_ESC_FREE_OS_EVENT:
 		return gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
 	case NV_ESC_ATTACH_GPUS_TO_FD:
@@ -977,6 +1070,7 @@ static void gs_spares_free(struct gs_call *c)
 	gs_free(c->spare_ref);
 	c->spare_ref = NULL;
 	gs_uvm_spares_free(c);
+	gs_osev_spare_free(c);
 }
 
 /*
@@ -992,10 +1086,11 @@ static int gs_spares_alloc(struct gs_call *c, const struct gs_io *io)
 	c->spare_ref = NULL;
 	c->spare_uvm = NULL;
 	c->uvm_added = NULL;
+	c->spare_osev = NULL;
 	if (c->kind == GS_FILE_UVM)
 		return gs_uvm_spares_alloc(c);
 	if (!gs_creates_object(c))
-		return gs_export_spares_alloc(c, io);
+		return gs_export_spares_alloc(c, io) || gs_osev_spare_alloc(c) ? -1 : 0;
 	c->spare_obj = gs_zalloc(sizeof(*c->spare_obj));
 	if (gs_may_charge(c))
 		c->spare_mem = gs_zalloc(sizeof(*c->spare_mem));
@@ -1022,6 +1117,7 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	c->refusal = GS_REFUSE_NONE;
 	c->reserved = 0;
 	memset(c->priv, 0, sizeof(c->priv));
+	memset(c->deps, 0, sizeof(c->deps));
 	c->src_mem = NULL;
 	c->src_found = 0;
 	c->nr_busy = 0;
@@ -1037,8 +1133,14 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	if (v == GS_PASS && c->escape == NV_ESC_RM_ALLOC && c->kind != GS_FILE_UVM) {
 		const struct nvos64_params *a = c->arg;
 
-		if (gs_obj_kind(a->h_class) != GPUSLICE_OBJ_CLIENT)
-			gs_busy_add(in, c, GS_BUSY_CREATE, a->h_root, a->h_object_new);
+		unsigned int i;
+
+		if (gs_obj_kind(a->h_class) != GPUSLICE_OBJ_CLIENT) {
+			gs_busy_add(in, c, GS_BUSY_CREATE, a->h_root, a->h_object_new,
+				    a->h_object_parent);
+			for (i = 0; i < GS_CALL_DEPS; i++)
+				gs_busy_add(in, c, GS_BUSY_DEP, a->h_root, c->deps[i], 0);
+		}
 	}
 	if (v != GS_PASS)
 		gs_spares_free(c);
@@ -1092,6 +1194,22 @@ static nv_u32 gs_reply_status(const struct gs_call *c, nv_u32 replied)
 	return c->reply_lost ? NV_OK : replied;
 }
 
+/* what RM made the new object ob depend on (gs_pre_deps()) */
+static void gs_post_deps(struct gs_inst *in, const struct gs_call *c, struct gs_obj *ob)
+{
+	unsigned int i;
+
+	for (i = 0; i < GS_CALL_DEPS; i++) {
+		const struct gs_obj *to = gs_obj_find(in, ob->o.client, c->deps[i]);
+
+		/* a channel's USERD memory: OS-descriptor memory on 580 only */
+		if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL && i == 2 &&
+		    (!to || to->o.klass != NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || gs_abi_branch() < 580))
+			continue;
+		gs_obj_depend(in, ob, c->deps[i]);
+	}
+}
+
 /*
  * NV_MEMORY_FABRIC, NV_SEMAPHORE_SURFACE and NV_MEMORY_MAPPER: the object
  * holds its memory's charge (gs_pre_holds()). Whatever the reply says, the reference is kept:
@@ -1112,10 +1230,15 @@ static void gs_post_holder(struct gs_inst *in, struct gs_call *c, const struct n
 		h = gs_new_handle(in, req->h_root, req->h_object_new,
 				  c->reply_lost ? 0 : rep->h_object_new);
 	if (h) {
+		struct gs_obj *ob;
+
 		gs_obj_init(&o, in, c, mem ? GPUSLICE_OBJ_MEMORY : GPUSLICE_OBJ_OTHER, req->h_root,
 			    req->h_object_parent, h, req->h_class);
-		if (gs_obj_add(in, c, &o, mem, q))
+		ob = gs_obj_add(in, c, &o, mem, q);
+		if (ob) {
+			gs_post_deps(in, c, ob);
 			return;
+		}
 	}
 	if (mem)
 		gs_park(in, c, req->h_root, mem);
@@ -1189,7 +1312,9 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	}
 	ob = gs_obj_add(in, c, &o, NULL, q);
 	if (ob && o.obj_kind == GPUSLICE_OBJ_CLIENT)
-		ob->ns_pid = c->ns_pid ? c->ns_pid : c->pid;
+		gs_client_set_ns_pid(in, ob, c->ns_pid ? c->ns_pid : c->pid);
+	else if (ob)
+		gs_post_deps(in, c, ob);
 }
 
 static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
@@ -1348,8 +1473,11 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 
 		c->status = ((struct nvos00_params *)c->arg)->status;
 		/* a lost reply frees nothing: what stays charged is never too little */
-		if (!c->reply_lost && c->status == NV_OK)
+		if (!c->reply_lost && c->status == NV_OK) {
 			gs_obj_free_tree(in, p->h_root, p->h_object_old, &q);
+			if (p->h_object_old == p->h_root)
+				gs_osev_gone(in, p->h_root, 0);
+		}
 		break;
 	}
 	case NV_ESC_RM_DUP_OBJECT:
@@ -1359,6 +1487,10 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 	case NV_ESC_RM_ALLOC_MEMORY:
 		c->status = ((struct nvos02_params *)c->arg)->status;
 		gs_post_alloc_memory(in, c, &q);
+		break;
+	case NV_ESC_ALLOC_OS_EVENT:
+	case NV_ESC_FREE_OS_EVENT:
+		gs_osev_post(in, c);
 		break;
 	default:
 		if (gs_legacy_escape(c->escape))

@@ -68,13 +68,18 @@ struct gs_mem;
 struct gs_export;
 struct gs_memref;
 struct gs_uvm_rec;
+struct gs_osev;
 struct gs_call;
+
+/* the most objects a new object depends on, besides its parent (core.c gs_dep_fields[]) */
+#define GS_CALL_DEPS	4
 
 /* a handle a call in flight creates, frees or takes from (core.c, registry.c) */
 struct gs_busy {
 	struct gs_busy *next;
 	nv_handle client;
 	nv_handle handle;
+	nv_handle parent;	/* GS_BUSY_CREATE: the new object's parent */
 	nv_u32 role;		/* GS_BUSY_* (core_int.h) */
 };
 
@@ -127,6 +132,7 @@ struct gs_call {
 	struct gs_memref *spare_ref;	/* a reference parked on the client (gs_park()) */
 	struct gs_uvm_rec *spare_uvm;	/* uvm.c: what a UVM call will record */
 	struct gs_uvm_rec *uvm_added;	/* uvm.c: what it recorded at the check */
+	struct gs_osev *spare_osev;	/* osevent.c: what an NV_ESC_ALLOC_OS_EVENT will record */
 	/*
 	 * Set by the glue for a call that names an fd (gs_call_fd()): the id
 	 * of the file the fd named if it is a nvidiactl node of the caller's
@@ -157,8 +163,10 @@ struct gs_call {
 	 */
 	struct gs_mem *src_mem;
 	nv_u32 src_found, src_kind, src_klass, src_gpu, src_engine, src_flags;
-	struct gs_busy busy[2];
+	struct gs_busy busy[2 + GS_CALL_DEPS];
 	nv_u8 nr_busy;
+	/* RM_ALLOC: the handles the new object depends on, read from the checked parameters */
+	nv_handle deps[GS_CALL_DEPS];
 	/*
 	 * The block as gs_pre() checked it. User memory can be rewritten by
 	 * another thread at any time, so gs_post() takes what the caller
@@ -256,10 +264,16 @@ struct gs_object {
  * once it is scheduled: gs_object_gateable().
  */
 #define GS_OBJ_SCHEDULED	0x1
+/*
+ * RM destroyed it with an object it depended on, and keeps its handle until
+ * the caller frees that (registry.c gs_obj_lose()): no memory, not gated.
+ */
+#define GS_OBJ_LOST		0x2
 
 static inline int gs_object_gateable(const struct gs_object *o)
 {
-	return o->obj_kind != GPUSLICE_OBJ_CHANNEL || (o->flags & GS_OBJ_SCHEDULED);
+	return o->obj_kind != GPUSLICE_OBJ_CHANNEL ||
+	       ((o->flags & GS_OBJ_SCHEDULED) && !(o->flags & GS_OBJ_LOST));
 }
 
 struct gs_inst;

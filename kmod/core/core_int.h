@@ -20,6 +20,20 @@
  */
 #define GS_MAX_CHANNELS	1024	/* a CUDA context makes 20 (traces) */
 #define GS_MAX_OBJECTS	65536
+/*
+ * TSG ids come from a pool per runlist that every tenant of the GPU shares
+ * (kernel/gpu/fifo: kfifoChidMgrAllocChannelGroupHwID), whether or not the
+ * TSG has channels: a CUDA context makes 4 TSGs (traces), so the channel cap
+ * is reached long before this one (51 contexts, 205 TSGs).
+ */
+#define GS_MAX_TSGS	256
+/*
+ * NV_ESC_ALLOC_OS_EVENT appends to one list for the whole host, searched
+ * under a spinlock with interrupts off at every allocation and free
+ * (arch/nvalloc/unix/src/osapi.c allocate_os_event(), free_os_events()): a
+ * CUDA process makes 9 (traces).
+ */
+#define GS_MAX_OS_EVENTS	1024
 #define GS_MAX_UVM_RECS	65536	/* what nvidia-uvm holds for an instance (uvm.c) */
 #define GS_MAX_UVM_REGIONS	1024	/* of those, ranges UVM backs with page tables alone */
 #define GS_MAX_EXPORTS	4096	/* objects exported to fds (CUDA: one per shareable handle) */
@@ -103,17 +117,56 @@ struct gs_uvm_rec {
 	nv_u32 nr_gpus;
 };
 
+/*
+ * One object RM frees together with another that is not its parent: resserv
+ * frees an object's dependants with it, as it frees its children
+ * (libraries/resserv/src/rs_client.c clientUpdatePendingFreeList_IMPL, which
+ * walks pResourceRef->depRefMap; dependants are added by refAddDependant(),
+ * rs_resource.c). An edge from the dependant (from) to what it depends on
+ * (to), on to's list of dependants. The classes that make them: core.c
+ * gs_dep_fields[].
+ */
+struct gs_dep {
+	struct gs_obj *from;
+	struct gs_obj *to;	/* NULL: slot unused */
+	struct gs_dep *next;	/* on to->dependants */
+	struct gs_dep **pprev;
+};
+
+#define GS_OBJ_DEPS	GS_CALL_DEPS
+
+/*
+ * A tracked RM object. The registry mirrors RM's tree with pointers: up is
+ * the parent (NULL for a client, which is on gs_inst.clients), kids its
+ * children; an object whose parent is not registered (its parent's reply is
+ * still to come, or was never seen) is a stray, on its client's strays until
+ * the parent is registered. Frees walk what they free and nothing else.
+ */
 struct gs_obj {
 	struct gs_obj *next;	/* hash chain */
 	struct gs_obj *kill;	/* list of objects a free removes */
+	struct gs_obj *up;	/* parent; a stray's: its client */
+	struct gs_obj *kids;	/* children */
+	struct gs_obj *strays;	/* clients: objects whose parent is not registered */
+	struct gs_obj *sib;	/* next on up's kids or strays, or gs_inst.clients */
+	struct gs_obj **psib;	/* where this object is linked there */
+	struct gs_obj *pid_next;	/* clients: gs_inst.by_pid[] */
+	struct gs_obj **pid_pprev;
+	struct gs_obj *nspid_next;	/* clients: gs_inst.by_ns_pid[] */
+	struct gs_obj **nspid_pprev;
+	struct gs_dep dep[GS_OBJ_DEPS];	/* what this object depends on */
+	struct gs_dep *dependants;	/* edges to this object */
 	struct gs_object o;
 	struct gs_mem *mem;	/* video memory, NULL for the rest */
-	nv_u32 nchild;		/* tracked objects whose parent this is */
 	nv_u32 ns_pid;		/* clients: gs_call.ns_pid of the caller that made it */
 	struct gs_mem *orphans;	/* clients: memory charged without a handle */
 	struct gs_memref *held;	/* clients: references on charges without a handle */
 	nv_u8 uvm_registered;	/* channels: UVM_REGISTER_CHANNEL named it (uvm.c) */
+	nv_u8 stray;		/* on its client's strays */
+	nv_u8 dying;		/* collected by a free (registry.c) */
 };
+
+#define GS_PID_BUCKETS	256	/* gs_inst.by_pid[], by_ns_pid[], a power of two */
 
 struct gs_inst {
 	struct gs_mutex lock;
@@ -137,6 +190,9 @@ struct gs_inst {
 	nv_u64 nr_refused_filter;
 	nv_u32 nr_objects;
 	nv_u32 nr_channels;
+	nv_u32 nr_tsgs;
+	nv_u32 nr_mappers;	/* NV_MEMORY_MAPPER objects (core.c) */
+	nv_u32 nr_os_events;	/* NV_ESC_ALLOC_OS_EVENT, less the frees (legacy.c) */
 	struct gs_busy *busy;		/* handles of the calls between gs_pre() and gs_post() */
 	struct gs_export *exports;	/* export.c */
 	nv_u32 nr_exports;
@@ -145,6 +201,10 @@ struct gs_inst {
 	nv_u32 nr_uvm_regions;
 	nv_u32 nr_uvm_channels;	/* channels freed by the caller that UVM retains */
 	struct gs_obj *hash[GS_HASH_SIZE];
+	struct gs_obj *clients;		/* client objects, through sib */
+	struct gs_osev *os_events;	/* osevent.c */
+	struct gs_obj *by_pid[GS_PID_BUCKETS];	/* client objects by o.pid */
+	struct gs_obj *by_ns_pid[GS_PID_BUCKETS];	/* and by ns_pid */
 	struct gs_hash_key hash_key;	/* secret: handles are the caller's to pick */
 };
 
@@ -175,14 +235,18 @@ void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
 		      struct gs_evq *q);
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
 void gs_obj_free_all(struct gs_inst *in);
+void gs_obj_depend(struct gs_inst *in, struct gs_obj *ob, nv_handle handle);
+void gs_client_set_ns_pid(struct gs_inst *in, struct gs_obj *cl, nv_u32 ns_pid);
 int gs_is_client(struct gs_inst *in, nv_handle client);
 /* what a call in flight does to a handle (struct gs_busy) */
 #define GS_BUSY_CREATE	1	/* RM_ALLOC, RM_ALLOC_MEMORY, a dup's or an import's new handle */
 #define GS_BUSY_FREE	2	/* RM_FREE: the handle and all below it */
 #define GS_BUSY_SOURCE	3	/* a dup's source (exports: their pending records) */
-int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handle handle);
+#define GS_BUSY_DEP	4	/* what a new object will depend on (core.c gs_dep_fields) */
+int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handle handle,
+		     nv_handle parent);
 void gs_busy_add(struct gs_inst *in, struct gs_call *c, nv_u32 role, nv_handle client,
-		 nv_handle handle);
+		 nv_handle handle, nv_handle parent);
 void gs_busy_done(struct gs_inst *in, struct gs_call *c);
 int gs_ns_pid_has_client(struct gs_inst *in, nv_u32 ns_pid);
 nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32 dflt);
@@ -232,6 +296,8 @@ enum gs_verdict gs_busy_refuse(struct gs_call *c, nv_u32 status_off);
 int gs_short(const struct gs_call *c, nv_u32 need);
 enum gs_verdict gs_pre_client_first(struct gs_inst *in, struct gs_call *c, nv_u32 size,
 				    nv_u32 st);
+nv_u32 gs_create_conflict(struct gs_inst *in, nv_handle client, nv_handle handle,
+			  nv_handle parent);
 enum gs_verdict gs_pre_free_handle(struct gs_inst *in, struct gs_call *c, nv_handle client,
 				   nv_handle handle, nv_u32 st);
 
@@ -321,6 +387,19 @@ enum gs_refusal gs_filter_disable_channels(struct gs_inst *in, const struct gs_i
 enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);
 enum gs_refusal gs_filter_uvm(nv_u32 cmd);
 enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status);
+
+/* abi.c */
+nv_u32 gs_abi_branch(void);
+
+/* abi.c */
+nv_u32 gs_abi_branch(void);
+
+/* osevent.c */
+int gs_osev_spare_alloc(struct gs_call *c);
+void gs_osev_spare_free(struct gs_call *c);
+enum gs_verdict gs_osev_pre(struct gs_inst *in, struct gs_call *c);
+void gs_osev_post(struct gs_inst *in, struct gs_call *c);
+void gs_osev_gone(struct gs_inst *in, nv_handle client, nv_u64 file_id);
 
 /* export.c */
 int gs_export_control(nv_u32 cmd);

@@ -311,7 +311,7 @@ static enum gs_refusal gs_export_pre_export(struct gs_inst *in, struct gs_call *
 			return GS_REFUSE_CLASS;
 		}
 		/* a free or creation in flight on it: RM may export what comes after */
-		if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client, e->handle)) {
+		if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client, e->handle, 0)) {
 			*status = NV_ERR_STATE_IN_USE;
 			return GS_REFUSE_MALFORMED;
 		}
@@ -424,7 +424,7 @@ static enum gs_refusal gs_export_pre_import(struct gs_inst *in, struct gs_call *
 			*status = e->handle ? NV_ERR_INSERT_DUPLICATE_NAME : NV_ERR_INVALID_ARGUMENT;
 			return GS_REFUSE_MALFORMED;
 		}
-		if (gs_busy_conflict(in, GS_BUSY_CREATE, p->h_client, e->handle)) {
+		if (gs_busy_conflict(in, GS_BUSY_CREATE, p->h_client, e->handle, e->parent)) {
 			*status = NV_ERR_STATE_IN_USE;
 			return GS_REFUSE_MALFORMED;
 		}

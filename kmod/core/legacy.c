@@ -155,7 +155,7 @@ static enum gs_verdict gs_vidheap_info(struct gs_inst *in, struct gs_call *c)
 
 static enum gs_verdict gs_vidheap_pre(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 {
-	nv_u32 function, st = NVOS32_OFF_STATUS;
+	nv_u32 function, status, st = NVOS32_OFF_STATUS;
 	struct gs_mem_req r;
 	enum gs_verdict v;
 	int kind;
@@ -195,8 +195,9 @@ static enum gs_verdict gs_vidheap_pre(struct gs_inst *in, struct gs_call *c, str
 		return gs_refuse_as(c, GS_REFUSE_CLASS, st, NV_ERR_NOT_SUPPORTED);
 	if (in->nr_objects >= GS_MAX_OBJECTS)
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, st, NV_ERR_INSUFFICIENT_RESOURCES);
-	if (r.handle && gs_busy_conflict(in, GS_BUSY_CREATE, r.root, r.handle))
-		return gs_busy_refuse(c, st);
+	status = gs_create_conflict(in, r.root, r.handle, r.parent);
+	if (status != NV_OK)
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, st, status);
 	if (kind > 0) {
 		v = gs_quota_check(in, c, &r, q);
 		if (v != GS_PASS) {
@@ -204,7 +205,7 @@ static enum gs_verdict gs_vidheap_pre(struct gs_inst *in, struct gs_call *c, str
 			return v;
 		}
 	}
-	gs_busy_add(in, c, GS_BUSY_CREATE, r.root, r.handle);
+	gs_busy_add(in, c, GS_BUSY_CREATE, r.root, r.handle, r.parent);
 	return GS_PASS;
 }
 

@@ -479,6 +479,8 @@ struct nv_memory_allocation_params {
  * sizeof NV_CHANNEL_ALLOC_PARAMS in alloc/alloc_channel.h).
  */
 #define NV_CHANNEL_GROUP_ALLOC_PARAMS_SIZE	20
+/* NV_CTXSHARE_ALLOCATION_PARAMETERS (nvos.h), class 0x9067: hVASpace, flags, subctxId */
+#define NV_CTXSHARE_ALLOC_PARAMS_SIZE		12
 #define NV_CHANNEL_ALLOC_PARAMS_SIZE		368
 
 /* NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS (nvos.h), class 0xa06c */

@@ -65,29 +65,178 @@ int gs_is_client(struct gs_inst *in, nv_handle client)
 	return ob && ob->o.obj_kind == GPUSLICE_OBJ_CLIENT;
 }
 
+static unsigned int gs_pid_bucket(nv_u32 pid)
+{
+	return (pid * 2654435761u) >> 24 & (GS_PID_BUCKETS - 1);
+}
+
+/* is a live client the process pid's (other than one being freed)? */
 static int gs_pid_has_client(struct gs_inst *in, nv_u32 pid)
 {
-	struct gs_obj *ob;
-	int i;
+	const struct gs_obj *ob;
 
-	for (i = 0; i < GS_HASH_SIZE; i++)
-		for (ob = in->hash[i]; ob; ob = ob->next)
-			if (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT && ob->o.pid == pid)
-				return 1;
+	for (ob = in->by_pid[gs_pid_bucket(pid)]; ob; ob = ob->pid_next)
+		if (ob->o.pid == pid)
+			return 1;
 	return 0;
 }
 
 /* does a live client belong to the process RM's replies call ns_pid? */
 int gs_ns_pid_has_client(struct gs_inst *in, nv_u32 ns_pid)
 {
-	struct gs_obj *ob;
-	int i;
+	const struct gs_obj *ob;
 
-	for (i = 0; i < GS_HASH_SIZE; i++)
-		for (ob = in->hash[i]; ob; ob = ob->next)
-			if (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT && ob->ns_pid == ns_pid)
-				return 1;
+	for (ob = in->by_ns_pid[gs_pid_bucket(ns_pid)]; ob; ob = ob->nspid_next)
+		if (ob->ns_pid == ns_pid)
+			return 1;
 	return 0;
+}
+
+/* ---- the tree's links: lists through sib/psib ---- */
+
+static void gs_list_add(struct gs_obj **head, struct gs_obj *ob)
+{
+	ob->sib = *head;
+	if (*head)
+		(*head)->psib = &ob->sib;
+	*head = ob;
+	ob->psib = head;
+}
+
+static void gs_list_del(struct gs_obj *ob)
+{
+	if (!ob->psib)
+		return;
+	*ob->psib = ob->sib;
+	if (ob->sib)
+		ob->sib->psib = ob->psib;
+	ob->sib = NULL;
+	ob->psib = NULL;
+}
+
+static void gs_client_link(struct gs_inst *in, struct gs_obj *cl)
+{
+	struct gs_obj **head;
+
+	gs_list_add(&in->clients, cl);
+	head = &in->by_pid[gs_pid_bucket(cl->o.pid)];
+	cl->pid_next = *head;
+	if (*head)
+		(*head)->pid_pprev = &cl->pid_next;
+	*head = cl;
+	cl->pid_pprev = head;
+}
+
+/* the ns_pid is known once the client is registered (core.c gs_post_alloc()) */
+void gs_client_set_ns_pid(struct gs_inst *in, struct gs_obj *cl, nv_u32 ns_pid)
+{
+	struct gs_obj **head = &in->by_ns_pid[gs_pid_bucket(ns_pid)];
+
+	cl->ns_pid = ns_pid;
+	cl->nspid_next = *head;
+	if (*head)
+		(*head)->nspid_pprev = &cl->nspid_next;
+	*head = cl;
+	cl->nspid_pprev = head;
+}
+
+static void gs_client_unlink(struct gs_obj *cl)
+{
+	gs_list_del(cl);
+	if (cl->pid_pprev) {
+		*cl->pid_pprev = cl->pid_next;
+		if (cl->pid_next)
+			cl->pid_next->pid_pprev = cl->pid_pprev;
+		cl->pid_pprev = NULL;
+	}
+	if (cl->nspid_pprev) {
+		*cl->nspid_pprev = cl->nspid_next;
+		if (cl->nspid_next)
+			cl->nspid_next->nspid_pprev = cl->nspid_pprev;
+		cl->nspid_pprev = NULL;
+	}
+}
+
+/*
+ * Link ob, a new object of a registered client, into the tree: under its
+ * parent, or, while the parent is not registered, on the client's strays;
+ * and adopt the strays whose parent it is (their parent's reply came after
+ * theirs: RM had made it before them).
+ */
+static void gs_tree_link(struct gs_inst *in, struct gs_obj *cl, struct gs_obj *ob)
+{
+	struct gs_obj *up = NULL, *s, *next;
+
+	if (ob->o.parent && ob->o.parent != ob->o.client)
+		up = gs_obj_find(in, ob->o.client, ob->o.parent);
+	else
+		up = cl;
+	if (up) {
+		ob->up = up;
+		gs_list_add(&up->kids, ob);
+	} else {
+		ob->up = cl;
+		ob->stray = 1;
+		gs_list_add(&cl->strays, ob);
+	}
+	for (s = cl->strays; s; s = next) {
+		next = s->sib;
+		if (s == ob || s->o.parent != ob->o.handle)
+			continue;
+		gs_list_del(s);
+		s->stray = 0;
+		s->up = ob;
+		gs_list_add(&ob->kids, s);
+	}
+}
+
+/*
+ * ob depends on the object handle names in its client (RM frees ob with it,
+ * struct gs_dep). A handle the core does not know adds nothing: ob then
+ * lives here until its parent or client goes, never shorter than in RM.
+ */
+void gs_obj_depend(struct gs_inst *in, struct gs_obj *ob, nv_handle handle)
+{
+	struct gs_obj *to;
+	unsigned int i;
+
+	if (!handle || handle == ob->o.handle)
+		return;
+	to = gs_obj_find(in, ob->o.client, handle);
+	if (!to || to == ob->up)
+		return;
+	for (i = 0; i < GS_OBJ_DEPS; i++) {
+		struct gs_dep *d = &ob->dep[i];
+
+		if (d->to == to)
+			return;
+		if (d->to)
+			continue;
+		d->from = ob;
+		d->to = to;
+		d->next = to->dependants;
+		if (to->dependants)
+			to->dependants->pprev = &d->next;
+		to->dependants = d;
+		d->pprev = &to->dependants;
+		return;
+	}
+}
+
+static void gs_deps_unlink(struct gs_obj *ob)
+{
+	unsigned int i;
+
+	for (i = 0; i < GS_OBJ_DEPS; i++) {
+		struct gs_dep *d = &ob->dep[i];
+
+		if (!d->to)
+			continue;
+		*d->pprev = d->next;
+		if (d->next)
+			d->next->pprev = d->pprev;
+		d->to = NULL;
+	}
 }
 
 static void gs_obj_event(struct gs_evq *q, const struct gs_object *o, nv_u32 type)
@@ -108,6 +257,24 @@ static void gs_obj_event(struct gs_evq *q, const struct gs_object *o, nv_u32 typ
 	gs_evq_push(q, &ev);
 }
 
+/*
+ * The instance's counts of what its caps bound (core.c gs_pre_alloc()): a
+ * lost object's record still counts as an object, no longer as a channel,
+ * TSG or memory mapper (RM destroyed those).
+ */
+static void gs_obj_count(struct gs_inst *in, const struct gs_obj *ob, int d)
+{
+	in->nr_objects += d;
+	if (ob->o.flags & GS_OBJ_LOST)
+		return;
+	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL)
+		in->nr_channels += d;
+	else if (ob->o.obj_kind == GPUSLICE_OBJ_TSG)
+		in->nr_tsgs += d;
+	if (ob->o.klass == NV_MEMORY_MAPPER)
+		in->nr_mappers += d;
+}
+
 static void gs_obj_unlink(struct gs_inst *in, struct gs_obj *ob)
 {
 	struct gs_obj **pp = &in->hash[gs_hash(in, ob->o.client, ob->o.handle)];
@@ -118,21 +285,9 @@ static void gs_obj_unlink(struct gs_inst *in, struct gs_obj *ob)
 		*pp = ob->next;
 }
 
-/* the tracked parent of ob, if any (objects being destroyed are unlinked already) */
-static struct gs_obj *gs_obj_parent(struct gs_inst *in, const struct gs_obj *ob)
+/* what RM destroyed of ob, whose record stays (lost) or goes (destroy) */
+static void gs_obj_release(struct gs_inst *in, struct gs_obj *ob, struct gs_evq *q)
 {
-	if (!ob->o.parent || ob->o.parent == ob->o.handle)
-		return NULL;
-	return gs_obj_find(in, ob->o.client, ob->o.parent);
-}
-
-/* forget one object that is already unlinked; returns its memory if last */
-static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq *q)
-{
-	struct gs_obj *up = gs_obj_parent(in, ob);
-
-	if (up && up->nchild)
-		up->nchild--;
 	if (ob->mem) {
 		gs_mem_put(in, ob->mem);
 		ob->mem = NULL;
@@ -151,42 +306,73 @@ static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 			gs_obj_event(q, &ob->o, GPUSLICE_EV_PROC_DETACH);
 		break;
 	}
-	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL) {
-		in->nr_channels--;
-		if (ob->uvm_registered)
-			gs_uvm_channel_freed(in, ob);
-	}
-	in->nr_objects--;
+	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL && ob->uvm_registered)
+		gs_uvm_channel_freed(in, ob);
+}
+
+/* forget one object that is already unlinked */
+static void gs_obj_destroy(struct gs_inst *in, struct gs_obj *ob, struct gs_evq *q)
+{
+	if (!(ob->o.flags & GS_OBJ_LOST))
+		gs_obj_release(in, ob, q);
+	gs_obj_count(in, ob, -1);
 	gs_free(ob);
 }
 
 /*
+ * RM destroyed ob with an object it depended on, and keeps its handle
+ * (resserv invalidates a dependant that is not a descendant of what is
+ * freed, and its children: rs_server.c:1358-1366, rs_client.c:840; the
+ * handle goes at the caller's RM_FREE of it, rs_server.c:239-246, or with
+ * its client). The record stays, so that the handle is still refused for a
+ * new object as RM refuses it, without its memory or its place in the
+ * scheduler; it depends on nothing any more.
+ */
+static void gs_obj_lose(struct gs_inst *in, struct gs_obj *ob, struct gs_evq *q)
+{
+	gs_deps_unlink(ob);
+	gs_obj_release(in, ob, q);
+	gs_obj_count(in, ob, -1);
+	ob->o.flags |= GS_OBJ_LOST;
+	ob->o.size = 0;
+	gs_obj_count(in, ob, 1);
+	ob->dying = 0;
+}
+
+/*
  * Registers o with c's spare record (gs_pre() allocated it before the
- * driver ran); NULL when there is none, or when the handle is registered
- * and RM's answer was not seen (c->reply_lost).
+ * driver ran); NULL when there is none, when the handle is registered, or
+ * when o is not a client and its client is not registered.
  */
 struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 			  const struct gs_object *o, struct gs_mem *mem,
 			  struct gs_evq *q)
 {
-	struct gs_obj *ob = c->spare_obj, *up;
+	struct gs_obj *ob = c->spare_obj, *cl = NULL;
 	unsigned int b;
 
 	if (!ob)
 		return NULL;
 	/*
 	 * RM never makes an object under a live handle (it answers
-	 * NV_ERR_INSERT_DUPLICATE_NAME): a success under a registered handle is
-	 * a reply another thread rewrote, or a call whose answer we assumed,
-	 * or RM freed the registered object without the core seeing it (a free
-	 * whose reply was lost). The registered object stays, with what it is
-	 * charged and its place in the scheduler: replacing it would forget a
-	 * live object for a forged status. The caller keeps the new one's
-	 * charge another way (gs_park(), the client's orphans).
+	 * NV_ERR_INSERT_DUPLICATE_NAME), and gs_pre() refuses a new handle the
+	 * core has registered: a success under a registered handle is a reply
+	 * another thread rewrote, or a call whose answer we assumed, or RM
+	 * freed the registered object without the core seeing it (a free whose
+	 * reply was rewritten to a failure). The registered object stays, with
+	 * what it is charged and its place in the scheduler: replacing it would
+	 * forget a live object for a forged status. The caller keeps the new
+	 * one's charge another way (gs_park(), the client's orphans).
 	 */
 	if (gs_obj_find(in, o->client, o->handle))
 		return NULL;
+	if (o->obj_kind != GPUSLICE_OBJ_CLIENT) {
+		cl = gs_obj_find(in, o->client, o->client);
+		if (!cl || cl->o.obj_kind != GPUSLICE_OBJ_CLIENT)
+			return NULL;
+	}
 	c->spare_obj = ob->next;	/* an import of several has one each */
+	memset(ob, 0, sizeof(*ob));
 
 	ob->o = *o;
 	ob->mem = mem;
@@ -197,14 +383,13 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 	b = gs_hash(in, o->client, o->handle);
 	ob->next = in->hash[b];
 	in->hash[b] = ob;
-	in->nr_objects++;
-	if (o->obj_kind == GPUSLICE_OBJ_CHANNEL)
-		in->nr_channels++;
-	up = gs_obj_parent(in, ob);
-	if (up)
-		up->nchild++;
-	if (o->obj_kind == GPUSLICE_OBJ_CHANNEL && up && up->o.obj_kind == GPUSLICE_OBJ_TSG &&
-	    (up->o.flags & GS_OBJ_SCHEDULED))
+	gs_obj_count(in, ob, 1);
+	if (o->obj_kind == GPUSLICE_OBJ_CLIENT)
+		gs_client_link(in, ob);
+	else
+		gs_tree_link(in, cl, ob);
+	if (o->obj_kind == GPUSLICE_OBJ_CHANNEL && ob->up && ob->up->o.obj_kind == GPUSLICE_OBJ_TSG &&
+	    (ob->up->o.flags & GS_OBJ_SCHEDULED))
 		ob->o.flags |= GS_OBJ_SCHEDULED;
 	if (o->obj_kind == GPUSLICE_OBJ_TSG)
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_NEW);
@@ -231,7 +416,8 @@ void gs_obj_engine_set(struct gs_inst *in, nv_handle client, nv_handle handle, n
 {
 	struct gs_obj *ob = gs_obj_find(in, client, handle);
 
-	if (!ob || ob->o.obj_kind != GPUSLICE_OBJ_CHANNEL || ob->o.engine == engine)
+	if (!ob || ob->o.obj_kind != GPUSLICE_OBJ_CHANNEL || ob->o.engine == engine ||
+	    (ob->o.flags & GS_OBJ_LOST))
 		return;
 	ob->o.engine = engine;
 	if (gs_object_gateable(&ob->o))
@@ -246,9 +432,8 @@ void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
 		      struct gs_evq *q)
 {
 	struct gs_obj *ob = gs_obj_find(in, client, handle), *ch;
-	unsigned int b;
 
-	if (!ob)
+	if (!ob || (ob->o.flags & GS_OBJ_LOST))
 		return;
 	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL) {
 		gs_channel_scheduled(ob, q);
@@ -257,13 +442,9 @@ void gs_obj_scheduled(struct gs_inst *in, nv_handle client, nv_handle handle,
 	if (ob->o.obj_kind != GPUSLICE_OBJ_TSG || (ob->o.flags & GS_OBJ_SCHEDULED))
 		return;
 	ob->o.flags |= GS_OBJ_SCHEDULED;
-	if (!ob->nchild)
-		return;
-	for (b = 0; b < GS_HASH_SIZE; b++)
-		for (ch = in->hash[b]; ch; ch = ch->next)
-			if (ch->o.obj_kind == GPUSLICE_OBJ_CHANNEL && ch->o.client == client &&
-			    ch->o.parent == handle)
-				gs_channel_scheduled(ch, q);
+	for (ch = ob->kids; ch; ch = ch->sib)
+		if (ch->o.obj_kind == GPUSLICE_OBJ_CHANNEL && !(ch->o.flags & GS_OBJ_LOST))
+			gs_channel_scheduled(ch, q);
 }
 
 /*
@@ -311,29 +492,6 @@ void gs_obj_init(struct gs_object *o, struct gs_inst *in, const struct gs_call *
 	o->gpu = gs_obj_gpu(in, client, parent, c->gpu_minor);
 }
 
-/* is ob (handle) or one of its ancestors within its client equal to handle? */
-static int gs_under(struct gs_inst *in, const struct gs_obj *ob, nv_handle handle)
-{
-	nv_handle h = ob->o.handle;
-	nv_handle parent = ob->o.parent;
-	int depth;
-
-	for (depth = 0; depth < GS_MAX_DEPTH; depth++) {
-		const struct gs_obj *up;
-
-		if (h == handle)
-			return 1;
-		if (!parent || parent == h)
-			return 0;
-		up = gs_obj_find(in, ob->o.client, parent);
-		if (!up)
-			return parent == handle;
-		h = up->o.handle;
-		parent = up->o.parent;
-	}
-	return 0;
-}
-
 /*
  * Remove the objects on the kill list: channels before TSGs before clients,
  * so that DEL events come children first and PROC_DETACH last.
@@ -362,52 +520,126 @@ static void gs_kill_list(struct gs_inst *in, struct gs_obj *kill, struct gs_evq 
 	}
 }
 
+/* put ob on the list that ends at *tail, once */
+static void gs_collect(struct gs_obj *ob, struct gs_obj ***tail)
+{
+	if (ob->dying)
+		return;
+	ob->dying = 1;
+	ob->kill = NULL;
+	**tail = ob;
+	*tail = &ob->kill;
+}
+
+/*
+ * What RM frees with root (resserv: serverFreeResourceTree ->
+ * clientUpdatePendingFreeList_IMPL, rs_server.c:930-992, which adds
+ * pResourceRef's children and depRefMap recursively): root's descendants,
+ * removed (*kill; a client's strays go with it), and the dependants of
+ * anything freed that are not descendants of root, with their children and
+ * their own dependants, which RM only invalidates (*lost). Each object once;
+ * the walk visits what it frees and nothing else.
+ */
+static void gs_collect_tree(struct gs_obj *root, struct gs_obj **kill, struct gs_obj **lost)
+{
+	struct gs_obj **ktail = kill, **ltail = lost, *ob, *k;
+	struct gs_dep *d;
+
+	*kill = NULL;
+	*lost = NULL;
+	gs_collect(root, &ktail);
+	for (ob = *kill; ob; ob = ob->kill) {
+		for (k = ob->kids; k; k = k->sib)
+			gs_collect(k, &ktail);
+		for (k = ob->strays; k; k = k->sib)
+			gs_collect(k, &ktail);
+	}
+	for (ob = *kill; ob; ob = ob->kill)
+		for (d = ob->dependants; d; d = d->next)
+			gs_collect(d->from, &ltail);
+	for (ob = *lost; ob; ob = ob->kill) {
+		for (k = ob->kids; k; k = k->sib)
+			gs_collect(k, &ltail);
+		for (d = ob->dependants; d; d = d->next)
+			gs_collect(d->from, &ltail);
+	}
+}
+
+/* take the removed objects out of the table and the tree and forget them; mark the lost */
+static void gs_free_collected(struct gs_inst *in, struct gs_obj *kill, struct gs_obj *lost,
+			      struct gs_evq *q)
+{
+	struct gs_obj *ob, *next;
+
+	for (ob = kill; ob; ob = ob->kill) {
+		gs_obj_unlink(in, ob);
+		gs_deps_unlink(ob);
+		if (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT)
+			gs_client_unlink(ob);
+		else
+			gs_list_del(ob);
+	}
+	for (ob = lost; ob; ob = next) {
+		next = ob->kill;
+		if (!(ob->o.flags & GS_OBJ_LOST))
+			gs_obj_lose(in, ob, q);
+		ob->dying = 0;
+	}
+	gs_kill_list(in, kill, q);
+}
+
+static void gs_free_root(struct gs_inst *in, struct gs_obj *root, struct gs_evq *q)
+{
+	struct gs_obj *kill, *lost;
+
+	gs_collect_tree(root, &kill, &lost);
+	gs_free_collected(in, kill, lost, q);
+}
+
+/*
+ * RM freed handle in client (RM_FREE; handle == client: the client), and
+ * with it everything gs_collect_tree() finds. A handle the core does not
+ * know may still be the parent of strays.
+ */
 void gs_obj_free_tree(struct gs_inst *in, nv_handle client, nv_handle handle,
 		      struct gs_evq *q)
 {
-	struct gs_obj *kill = NULL;
-	struct gs_obj *ob, *next;
-	int i;
+	struct gs_obj *ob = gs_obj_find(in, client, handle), *cl, *s, *next;
 
-	/* a leaf (most frees: memory) goes alone, without a walk of the table */
-	ob = handle != client ? gs_obj_find(in, client, handle) : NULL;
-	if (ob && !ob->nchild) {
-		gs_obj_unlink(in, ob);
-		ob->kill = NULL;
-		gs_kill_list(in, ob, q);
+	if (ob && (handle == client) == (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT)) {
+		gs_free_root(in, ob, q);
 		return;
 	}
-	/* collect first: removing breaks the parent chains we follow */
-	for (i = 0; i < GS_HASH_SIZE; i++)
-		for (ob = in->hash[i]; ob; ob = ob->next)
-			if (ob->o.client == client &&
-			    (handle == client || gs_under(in, ob, handle))) {
-				ob->kill = kill;
-				kill = ob;
-			}
-	for (ob = kill; ob; ob = next) {
-		next = ob->kill;
-		gs_obj_unlink(in, ob);
+	cl = gs_obj_find(in, client, client);
+	if (!cl || handle == client)
+		return;
+	for (s = cl->strays; s; s = next) {
+		next = s->sib;
+		if (s->o.parent != handle)
+			continue;
+		/* next may go with s (a dependant of s): start again */
+		gs_free_root(in, s, q);
+		next = cl->strays;
 	}
-	gs_kill_list(in, kill, q);
 }
 
 /* 1 if handle is anc or below it (or anc is the client) */
 static int gs_is_below(struct gs_inst *in, nv_handle client, nv_handle handle, nv_handle anc)
 {
 	const struct gs_obj *ob;
-	nv_handle h;
 	int depth;
 
-	if (anc == client)
+	if (anc == client || handle == anc)
 		return 1;
-	for (h = handle, depth = 0; h && depth < GS_MAX_DEPTH; depth++) {
-		if (h == anc)
+	ob = gs_obj_find(in, client, handle);
+	for (depth = 0; ob && depth < GS_MAX_DEPTH; depth++) {
+		if (ob->o.handle == anc)
 			return 1;
-		ob = gs_obj_find(in, client, h);
-		if (!ob || ob->o.obj_kind == GPUSLICE_OBJ_CLIENT)
+		if (ob->stray)
+			return ob->o.parent == anc;
+		ob = ob->up;
+		if (ob && ob->o.obj_kind == GPUSLICE_OBJ_CLIENT)
 			break;
-		h = ob->o.parent;
 	}
 	return 0;
 }
@@ -416,17 +648,25 @@ static int gs_is_below(struct gs_inst *in, nv_handle client, nv_handle handle, n
  * RM runs the calls in flight in an order of its own, and the core hears of
  * them, in gs_post(), in another: what a handle names can change between a
  * call's check and RM's work on it. So among the calls between their
- * gs_pre() and gs_post(), these do not meet on one handle, the later one
- * being answered NV_ERR_STATE_IN_USE (a program does this only racing its
- * own frees):
+ * gs_pre() and gs_post(), these do not meet, the later one being answered
+ * NV_ERR_STATE_IN_USE (a program does this only racing its own frees):
  *  - taking from a handle (a dup's source, an export) and freeing it or an
  *    ancestor of it: RM may free first and make another object there;
+ *  - making an object that depends on a handle (GS_BUSY_DEP) and freeing
+ *    that handle or an ancestor, in either order: RM may also make the
+ *    dependant first and invalidate it with what it depends on before the
+ *    core has registered it (the core would then keep it live);
  *  - taking from a handle and creating under it: the same, the other way;
- *  - creating a handle and freeing it: RM may free first and the core
- *    register the new object before it forgets the old, then forget both.
- * Exports pending (export.c) take from their handles.
+ *  - creating a handle, or creating under a parent, and freeing that handle
+ *    or an ancestor of the parent: RM may make the object first and free it
+ *    with its ancestor, before the core has registered it (then kept for
+ *    good), or free first and the core register the new object before it
+ *    forgets the old, then forget both.
+ * parent: a creation's parent (0 for the other roles). Exports pending
+ * (export.c) take from their handles.
  */
-int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handle handle)
+int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handle handle,
+		     nv_handle parent)
 {
 	const struct gs_busy *b;
 	const struct gs_export *e;
@@ -436,16 +676,23 @@ int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handl
 			continue;
 		switch (role) {
 		case GS_BUSY_SOURCE:
+		case GS_BUSY_DEP:
 			if ((b->role == GS_BUSY_FREE && gs_is_below(in, client, handle, b->handle)) ||
 			    (b->role == GS_BUSY_CREATE && b->handle == handle))
 				return 1;
 			break;
 		case GS_BUSY_CREATE:
-			if ((b->role == GS_BUSY_FREE || b->role == GS_BUSY_SOURCE) && b->handle == handle)
+			if ((b->role == GS_BUSY_SOURCE || b->role == GS_BUSY_DEP) && b->handle == handle)
+				return 1;
+			if (b->role == GS_BUSY_FREE &&
+			    (b->handle == handle || (parent && gs_is_below(in, client, parent, b->handle))))
 				return 1;
 			break;
 		case GS_BUSY_FREE:
-			if (b->role == GS_BUSY_CREATE && b->handle == handle)
+			if (b->role == GS_BUSY_CREATE &&
+			    (b->handle == handle || (b->parent && gs_is_below(in, client, b->parent, handle))))
+				return 1;
+			if (b->role == GS_BUSY_DEP && gs_is_below(in, client, b->handle, handle))
 				return 1;
 			break;
 		}
@@ -458,7 +705,7 @@ int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handl
 }
 
 void gs_busy_add(struct gs_inst *in, struct gs_call *c, nv_u32 role, nv_handle client,
-		 nv_handle handle)
+		 nv_handle handle, nv_handle parent)
 {
 	struct gs_busy *b;
 
@@ -468,6 +715,7 @@ void gs_busy_add(struct gs_inst *in, struct gs_call *c, nv_u32 role, nv_handle c
 	b->role = role;
 	b->client = client;
 	b->handle = handle;
+	b->parent = parent;
 	b->next = in->busy;
 	in->busy = b;
 }
@@ -485,24 +733,17 @@ void gs_busy_done(struct gs_inst *in, struct gs_call *c)
 	c->nr_busy = 0;
 }
 
+/* RM frees the clients of a released file (nv.c nvidia_close() -> RmFreeUnusedClients) */
 void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q)
 {
-	int again = 1;
+	struct gs_obj *cl, *next;
 
-	/* free one client at a time: each free rewrites the chains */
-	while (again) {
-		struct gs_obj *ob;
-		int i;
-
-		again = 0;
-		for (i = 0; i < GS_HASH_SIZE && !again; i++)
-			for (ob = in->hash[i]; ob; ob = ob->next)
-				if (ob->o.obj_kind == GPUSLICE_OBJ_CLIENT &&
-				    ob->o.file_id == file_id) {
-					gs_obj_free_tree(in, ob->o.client, ob->o.client, q);
-					again = 1;
-					break;
-				}
+	for (cl = in->clients; cl; cl = next) {
+		next = cl->sib;
+		if (cl->o.file_id != file_id)
+			continue;
+		gs_free_root(in, cl, q);
+		/* a client's tree holds no other client: next is still linked */
 	}
 }
 
@@ -518,10 +759,11 @@ void gs_obj_free_all(struct gs_inst *in)
 			if (ob->mem)
 				gs_mem_put(in, ob->mem);
 			gs_orphan_put(in, ob);
-			if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL)
-				in->nr_channels--;
-			in->nr_objects--;
+			gs_obj_count(in, ob, -1);
 			gs_free(ob);
 		}
 	}
+	in->clients = NULL;
+	memset(in->by_pid, 0, sizeof(in->by_pid));
+	memset(in->by_ns_pid, 0, sizeof(in->by_ns_pid));
 }

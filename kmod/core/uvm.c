@@ -286,7 +286,7 @@ static enum gs_verdict gs_uvm_pre_map(struct gs_inst *in, struct gs_call *c)
 	ob = gs_uvm_object(in, c, t->h_client, t->h_memory);
 	if (!ob || gs_uvm_full(in, c, GS_UVM_MAP))
 		return GS_REPLY;
-	if (gs_busy_conflict(in, GS_BUSY_SOURCE, t->h_client, t->h_memory))
+	if (gs_busy_conflict(in, GS_BUSY_SOURCE, t->h_client, t->h_memory, 0))
 		return gs_uvm_refuse(c, GS_REFUSE_MALFORMED, NV_ERR_STATE_IN_USE);
 	if (!ob->mem || gs_uvm_range_bad(p->base, p->length))
 		return GS_PASS;		/* nothing counted, or UVM refuses it: nothing to hold */
@@ -297,7 +297,7 @@ static enum gs_verdict gs_uvm_pre_map(struct gs_inst *in, struct gs_call *c)
 	if (ob->mem->uvm_maps &&
 	    gs_uvm_charge_pt(in, c, r, ob->mem->sys ? gs_first_gpu(in) : ob->mem->gpu, r->nr_gpus))
 		return GS_REPLY;
-	gs_busy_add(in, c, GS_BUSY_SOURCE, t->h_client, t->h_memory);
+	gs_busy_add(in, c, GS_BUSY_SOURCE, t->h_client, t->h_memory, 0);
 	r->mem = ob->mem;
 	r->mem->refs++;
 	r->mem->uvm_maps++;

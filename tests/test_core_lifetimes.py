@@ -1,0 +1,219 @@
+"""RM's lifetimes in the core's registry (kmod/core/registry.c): dependants RM invalidates with
+what they depend on, handles RM refuses to reuse, frees racing creations under an ancestor,
+parents registered after their children, and the caps on what a tenant could exhaust for
+everyone (TSGs, OS events). Each test failed on the core before these rules."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+from test_core import ALLOC, DEV, FREE, Proc, cs, env, so  # noqa: F401  (fixtures)
+from coreshim import GiB, MiB, abi
+
+VAS, TSG, CTX, CH = 0x5A5, 0x700, 0x7C0, 0x701
+
+
+def tsg_params(vas: int = 0, engine: int = 1):
+    b = ctypes.create_string_buffer(64)
+    struct.pack_into("<II", b, 8, vas, engine)
+    return b
+
+
+def chan_params(ctx: int = 0, vas: int = 0, userd: int = 0):
+    b = ctypes.create_string_buffer(abi.NV_CHANNEL_ALLOC_PARAMS_SIZE if hasattr(abi, "NV_CHANNEL_ALLOC_PARAMS_SIZE")
+                                    else 368)
+    struct.pack_into("<III", b, 24, ctx, vas, userd)
+    return b
+
+
+def ctxshare_params(vas: int):
+    b = ctypes.create_string_buffer(12)
+    struct.pack_into("<I", b, 0, vas)
+    return b
+
+
+def gated(core) -> list[int]:
+    return sorted(o["handle"] for o in core.objects() if o["kind"] == cs.OBJ_CHANNEL and o["gateable"])
+
+
+def chan_events(core) -> list[tuple[int, int]]:
+    return [(e["type"], e["handle"]) for e in core.events()
+            if e["type"] in (cs.EV_CHANNEL_NEW, cs.EV_CHANNEL_DEL, cs.EV_TSG_DEL)]
+
+
+def scheduled_tsg(p: Proc, vas: int = VAS):
+    """A VA space, a TSG on it, a subcontext on it and a channel in the TSG, scheduled."""
+    keep = [tsg_params(vas), ctxshare_params(vas), chan_params(ctx=CTX)]
+    assert p.alloc(DEV, abi.FERMI_VASPACE_A, vas)[0].status == 0
+    assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, TSG, keep[0])[0].status == 0
+    assert p.alloc(TSG, abi.FERMI_CONTEXT_SHARE_A, CTX, keep[1])[0].status == 0
+    assert p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, CH, keep[2])[0].status == 0
+    p.control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
+    return keep
+
+
+def test_a_freed_va_space_takes_its_tsg_and_channel_out_of_the_scheduler(env):
+    """RM invalidates the TSG (hVASpace) and its channel when the VA space goes
+    (rs_server.c clientUpdatePendingFreeList over depRefMap): the controller is told they are
+    gone, and no disable is sent for a channel RM no longer has (it would fail the batch)."""
+    core, rm = env
+    p = Proc(core, rm)
+    keep = scheduled_tsg(p)
+    assert gated(core) == [CH]
+    core.events()
+    assert p.free(VAS).status == 0
+    ev = chan_events(core)
+    assert (cs.EV_CHANNEL_DEL, CH) in ev and (cs.EV_TSG_DEL, TSG) in ev
+    assert gated(core) == []
+    # RM keeps the invalidated handles until the caller frees them: so does the core
+    assert {TSG, CH, CTX} <= {o["handle"] for o in core.objects()}
+    del keep
+
+
+def test_a_handle_rm_keeps_is_not_made_again(env):
+    """Under the invalidated TSG's handle RM answers NV_ERR_INSERT_DUPLICATE_NAME
+    (rs_client.c clientAllocResource): so does the core, before RM, for memory, a TSG or a
+    dup; 8 GiB under a 1 GiB limit through the stale handle was the escape."""
+    core, rm = env
+    p = Proc(core, rm)
+    keep = scheduled_tsg(p)
+    assert p.free(VAS).status == 0
+    mp = cs.mem_params(512 * MiB)
+    r, _, _ = p.alloc(DEV, abi.NV01_MEMORY_LOCAL_USER, TSG, mp)
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_INSERT_DUPLICATE_NAME)
+    r, _, _ = p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, CH, tsg_params())
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_INSERT_DUPLICATE_NAME)
+    _, h = p.mem(64 * MiB)
+    arg = cs.dup_arg(p.client, DEV, TSG, p.client, h)
+    r = core.call(abi.IOCTL_RM_DUP_OBJECT, arg, rm.ok(24), file_id=p.file_id, pid=p.pid)
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_INSERT_DUPLICATE_NAME)
+    assert core.stats()["used"] == 64 * MiB
+    # freed by the caller, the handle can be used again
+    assert p.free(CH, parent=TSG).status == 0 and p.free(TSG).status == 0
+    assert p.alloc(DEV, abi.NV01_MEMORY_LOCAL_USER, TSG, mp)[0].status == 0
+    assert core.stats()["used"] == 576 * MiB
+    del keep
+
+
+def test_a_freed_subcontext_takes_its_channel_out_of_the_scheduler(env):
+    core, rm = env
+    p = Proc(core, rm)
+    keep = scheduled_tsg(p)
+    core.events()
+    assert p.free(CTX, parent=TSG).status == 0
+    assert (cs.EV_CHANNEL_DEL, CH) in chan_events(core) and gated(core) == []
+    # the TSG itself did not depend on the subcontext: still there, and its new channels gated
+    keep2 = chan_params()
+    assert p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, 0x702, keep2)[0].status == 0
+    assert gated(core) == [0x702]
+    del keep
+
+
+def test_a_channel_made_before_its_tsg_is_registered_is_gated(env):
+    """RM made the TSG, and a sibling thread a channel in it, before the TSG's reply reached the
+    core: the channel (a stray) is adopted when the TSG registers, and gated with it."""
+    core, rm = env
+    p = Proc(core, rm)
+    tp = tsg_params()
+    seen = {}
+
+    def tsg_then_channel(arg: bytearray) -> int:
+        rm.alloc(arg)
+        cp = chan_params()
+        seen["ch"] = p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, CH, cp)[0]
+        return 0
+
+    arg = cs.alloc_arg(p.client, DEV, TSG, abi.KEPLER_CHANNEL_GROUP_A, cs.addr(tp))
+    assert core.call(ALLOC, arg, tsg_then_channel, file_id=p.file_id, pid=p.pid).status == 0
+    assert seen["ch"].status == 0
+    p.control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
+    assert gated(core) == [CH]
+    assert p.free(TSG).status == 0
+    assert gated(core) == [] and CH not in {o["handle"] for o in core.objects()}
+
+
+def test_a_free_of_the_va_space_racing_a_channel_that_depends_on_it_waits(env):
+    """A channel naming the VA space is with RM, and a sibling frees the VA space: RM could make
+    the channel and invalidate it before the core registers it, which would then keep it
+    gated for good. The free is answered NV_ERR_STATE_IN_USE."""
+    core, rm = env
+    p = Proc(core, rm)
+    assert p.alloc(DEV, abi.FERMI_VASPACE_A, VAS)[0].status == 0
+    assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, TSG, tsg_params())[0].status == 0
+    ctx = ctxshare_params(VAS)
+    assert p.alloc(TSG, abi.FERMI_CONTEXT_SHARE_A, CTX, ctx)[0].status == 0
+    seen = {}
+
+    def during(arg: bytearray) -> int:
+        seen["free"] = p.free(CTX, parent=TSG)
+        return rm.alloc(arg)
+
+    cp = chan_params(ctx=CTX)
+    arg = cs.alloc_arg(p.client, TSG, CH, abi.HOPPER_CHANNEL_GPFIFO_A, cs.addr(cp))
+    assert core.call(ALLOC, arg, during, file_id=p.file_id, pid=p.pid).status == 0
+    assert (seen["free"].verdict, seen["free"].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
+
+
+def test_tsgs_are_capped_per_instance(env):
+    """TSG ids are a pool per runlist for the whole GPU: a tenant gets 256 (core_int.h)."""
+    core, rm = env
+    p = Proc(core, rm)
+    made = 0
+    for i in range(300):
+        r, _, _ = p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, 0x10000 + i, tsg_params())
+        if r.verdict != cs.GS_PASS:
+            assert (r.status, r.refusal) == (abi.NV_ERR_INSUFFICIENT_RESOURCES, cs.GS_REFUSE_LIMIT)
+            break
+        made += 1
+    assert made == 256
+    assert p.free(0x10000).status == 0
+    assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, 0x20000, tsg_params())[0].verdict == cs.GS_PASS
+
+
+def os_event(p: Proc, fd: int, req=abi.IOCTL_ALLOC_OS_EVENT, status: int = 0, file_id=None):
+    arg = bytearray(abi.ALLOC_OS_EVENT.pack(p.client, DEV, fd, 0))
+
+    def drv(a: bytearray) -> int:
+        struct.pack_into("<I", a, 12, status)
+        return 0
+    return p.core.call(req, arg, drv, file_id=file_id or p.file_id, pid=p.pid)
+
+
+def test_os_events_are_capped_per_instance_and_forged_failures_do_not_uncount(env):
+    """NV_ESC_ALLOC_OS_EVENT appends to one list for the host, scanned with interrupts off
+    (osapi.c allocate_os_event): 1024 per instance. A reply rewritten to a failure still
+    counts; FREE_OS_EVENT, the client's free and the file's release give them back."""
+    core, rm = env
+    p = Proc(core, rm)
+    for fd in range(1024):
+        assert os_event(p, fd, status=abi.NV_ERR_INVALID_ARGUMENT if fd % 2 else 0).verdict == cs.GS_PASS
+    r = os_event(p, 5000)
+    assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INSUFFICIENT_RESOURCES, cs.GS_REFUSE_LIMIT)
+    assert os_event(p, 7).verdict == cs.GS_PASS  # a key RM has already: nothing new
+    assert os_event(p, 7, req=abi.IOCTL_RM_FREE_OS_EVENT).verdict == cs.GS_PASS
+    assert os_event(p, 5000).verdict == cs.GS_PASS
+    assert os_event(p, 5001).verdict == cs.GS_REPLY
+    core.file_closed(p.file_id)
+    q = Proc(core, rm, file_id=2, pid=101)
+    for fd in range(1024):
+        assert os_event(q, fd).verdict == cs.GS_PASS
+    assert q.free(q.client, parent=0).status == 0
+    r = Proc(core, rm, file_id=3, pid=102)
+    assert os_event(r, 1).verdict == cs.GS_PASS
+
+
+def test_a_files_teardown_frees_every_client_once(env, so):
+    """Closing a file frees each of its clients' trees once, by the instance's list of
+    clients (tests/bench_core_teardown.py prints how the time grows with the clients)."""
+    core, rm = env
+    a = Proc(core, rm, file_id=9)
+    others = [Proc(core, rm, file_id=9, pid=100 + i) for i in range(50)]
+    b = Proc(core, rm, file_id=10, pid=300)
+    a.mem(64 * MiB)
+    b.mem(32 * MiB)
+    core.file_closed(9)
+    assert {o["client"] for o in core.objects()} == {b.client}
+    assert core.stats()["used"] == 32 * MiB
+    assert core.pids() == [300]
+    del others
