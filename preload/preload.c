@@ -96,6 +96,11 @@ static int (*real_close_range)(unsigned int, unsigned int, int);
 struct gs_preload gs_pl;
 static pthread_once_t gs_once = PTHREAD_ONCE_INIT;
 
+/* the driver's ABI table (gs_abi_ready()) */
+static pthread_mutex_t gs_abi_lock = PTHREAD_MUTEX_INITIALIZER;
+static int gs_abi_state;	/* 0: not yet (or the query failed), 1: selected, -1: no table */
+static int gs_abi_query_failed;	/* the failure was said on stderr */
+
 /* ---- copies from and to the caller's memory ---- */
 
 static int gs_copy(void *dst, const void *src, size_t len, int to_user)
@@ -175,6 +180,12 @@ static void gs_atfork_child(void)
 		atomic_store(&gs_fds[i], 0);
 	atomic_store(&gs_max_fd, 0);
 	pthread_mutex_init(&gs_pl.sock_lock, NULL);
+	/*
+	 * Forked while another thread asked the driver its version: that thread
+	 * is not in the child and never unlocks. A selection it had not made yet
+	 * (gs_abi_state 0) is made again by the child's first call.
+	 */
+	pthread_mutex_init(&gs_abi_lock, NULL);
 	if (gs_pl.sock >= 0)
 		real_close(gs_pl.sock);
 	gs_pl.sock = -1;
@@ -725,9 +736,13 @@ out:
  * load (NV_ESC_CHECK_VERSION_STR, cmd QUERY), which RM answers on nvidiactl
  * only: on the call's file if it is one, else on a nvidiactl of our own, opened
  * beside the file (or /dev/nvidiactl for nvidia-uvm's). A driver with no table
- * gets one line on stderr and every call on its files refused with EPERM:
- * decoding with another release's layouts would misread, and write past, its
- * blocks.
+ * gets one line on stderr and every call the library would decode on its
+ * files (RM's, and nvidia-uvm's of gs_uvm_arg_size()) refused with EPERM, for
+ * the rest of the process: decoding with another release's layouts would
+ * misread, and write past, its blocks. A query that got no answer (no
+ * nvidiactl could be opened: EMFILE, a container without /dev/nvidiactl; the
+ * ioctl failed) selects nothing: that call is refused (EPERM; one line on
+ * stderr, the first time) and the next call asks again.
  */
 static int gs_abi_open_ctl(int fd)
 {
@@ -752,15 +767,12 @@ static int gs_abi_open_ctl(int fd)
 	return (int)syscall(SYS_openat, AT_FDCWD, "/dev/nvidiactl", O_RDWR | O_CLOEXEC);
 }
 
-static pthread_mutex_t gs_abi_lock = PTHREAD_MUTEX_INITIALIZER;
-static int gs_abi_state;	/* 0: not yet, 1: selected, -1: no table */
-
 static int gs_abi_ready(int fd, nv_u64 st)
 {
 	struct nv_ioctl_rm_api_version v;
 	char supported[512];
 	int ready = __atomic_load_n(&gs_abi_state, __ATOMIC_ACQUIRE);
-	int own = -1;
+	int own = -1, err = 0;
 
 	if (ready)
 		return ready > 0;
@@ -772,10 +784,19 @@ static int gs_abi_ready(int fd, nv_u64 st)
 		v.cmd = NV_RM_API_VERSION_CMD_QUERY;
 		if (fd < 0 || real_ioctl(fd, _IOWR(NV_IOCTL_MAGIC, NV_ESC_CHECK_VERSION_STR,
 						   struct nv_ioctl_rm_api_version), &v))
-			strcpy(v.version_string, "unknown");
+			err = errno ? errno : EIO;
 		v.version_string[sizeof(v.version_string) - 1] = '\0';
 		if (own >= 0)
 			syscall(SYS_close, own);
+		if (err) {
+			/* no answer: nothing selected, the next call asks again */
+			if (!gs_abi_query_failed || gs_pl.debug)
+				fprintf(stderr, "gpuslice: cannot ask the NVIDIA driver its version (%s): "
+					"the call is refused, the next one asks again\n", strerror(err));
+			gs_abi_query_failed = 1;
+			pthread_mutex_unlock(&gs_abi_lock);
+			return 0;
+		}
 		ready = gs_abi_select(v.version_string) ? -1 : 1;
 		if (ready < 0) {
 			gs_abi_supported(supported, sizeof(supported));
@@ -805,15 +826,20 @@ GS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	if (!gs_mine())
 		return real_ioctl(fd, req, arg);
 	if (NV_IOC_TYPE(req) != NV_IOCTL_MAGIC) {
+		/*
+		 * The command number first: only nvidia-uvm's commands the core
+		 * decodes look at the fd (its first look is an fstat()); every
+		 * other ioctl of the process goes straight to libc.
+		 */
+		if (req > 0xffffffffu || !gs_uvm_arg_size((nv_u32)req))
+			return real_ioctl(fd, req, arg);
 		if (((st = gs_fd_state(fd)) & 0xff) != GS_TAG_UVM)
 			return real_ioctl(fd, req, arg);
 		if (!gs_abi_ready(fd, st)) {
 			errno = EPERM;
 			return -1;
 		}
-		if (req <= 0xffffffffu && gs_uvm_arg_size((nv_u32)req))
-			return gs_uvm_ioctl(fd, st, req, arg);
-		return real_ioctl(fd, req, arg);
+		return gs_uvm_ioctl(fd, st, req, arg);
 	}
 	st = gs_fd_state(fd);
 	if (!gs_is_nv(st))

@@ -1,8 +1,8 @@
 """The NVIDIA RM user ABI, mirrored from kmod/core/nvrm_abi.h (the one C source).
 
 Values and layouts come from NVIDIA's open-gpu-kernel-modules (branch 580); see the
-header for the file each one comes from. tests/test_abi.py checks that this module and
-the header agree, so change both together.
+header for the file each one comes from. tests/test_nvstub_abi.py checks that this module
+and the header agree (it compiles a probe of the header), so change both together.
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@
  * client handles handed out, every status NV_OK, FB_GET_INFO_V2 from an
  * 80 GiB GPU with 70 GiB free, each named slot of an import vidmem.
  * MOCKRM_LOG=path records every call the driver really saw ("nr class-or-cmd"),
- * so tests can tell refused calls never got here.
+ * so tests can tell refused calls never got here. mockrm_fstats counts the
+ * fstat() calls (a test's program reads it with dlsym); MOCKRM_VERSION_DELAY_MS
+ * makes the version query take that long, mockrm_in_version_query set while
+ * it does.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,6 +31,9 @@
 
 /* RM's client handles are unique on the host: each process draws from its own range */
 static _Atomic nv_u32 next_client;
+
+_Atomic unsigned int mockrm_fstats;		/* fstat() calls */
+_Atomic int mockrm_in_version_query;		/* a version query is under way */
 
 static int fake_minor(int fd)
 {
@@ -56,6 +62,7 @@ int fstat(int fd, struct stat *st)
 
 	if (!real)
 		real = dlsym(RTLD_NEXT, "fstat");
+	atomic_fetch_add(&mockrm_fstats, 1);
 	ret = real(fd, st);
 	if (ret == 0 && (m = fake_minor(fd)) >= 0) {
 		st->st_mode = S_IFCHR | 0666;
@@ -142,7 +149,13 @@ static int rm(nv_u32 nr, void *arg)
 		 * MOCKRM_VERSION names another driver */
 		struct nv_ioctl_rm_api_version *p = arg;
 		const char *v = getenv("MOCKRM_VERSION");
+		const char *delay = getenv("MOCKRM_VERSION_DELAY_MS");
 
+		if (delay && *delay) {
+			atomic_store(&mockrm_in_version_query, 1);
+			usleep((useconds_t)atoi(delay) * 1000);
+			atomic_store(&mockrm_in_version_query, 0);
+		}
 		if (p->cmd == NV_RM_API_VERSION_CMD_QUERY) {
 			snprintf(p->version_string, sizeof(p->version_string), "%s", v ? v : "580.159.04");
 			p->reply = NV_RM_API_VERSION_REPLY_RECOGNIZED;

@@ -387,6 +387,38 @@ def test_unmap_and_free_checks(sess: nvstub.Session, uvm: nvstub.Uvm) -> None:
         os.close(fd)
 
 
+def semaphore_pool(uvm: nvstub.Uvm, base: int, length: int, count: int, prefill: int) -> int:
+    """UVM_ALLOC_SEMAPHORE_POOL of [base, base + length) naming count GPUs (no attributes),
+    its rmStatus pre-filled with prefill; returns the rmStatus the call left."""
+    size, status_off, _ = nvstub.uvm_params(abi.UVM_ALLOC_SEMAPHORE_POOL)
+    count_off = nvstub.ABI_ROW["uvm_semaphore_pool_tail"]  # gpuAttributesCount, rmStatus
+    head = bytearray(size)
+    struct.pack_into("<QQ", head, 0, base, length)
+    struct.pack_into("<Q", head, count_off, count)
+    struct.pack_into("<I", head, status_off, prefill)
+    return uvm.call(abi.UVM_ALLOC_SEMAPHORE_POOL, bytes(head))
+
+
+def test_semaphore_pool_status_is_the_drivers() -> None:
+    """UVM_ALLOC_SEMAPHORE_POOL reads gpuAttributesCount where the release has it and writes
+    its own rmStatus, whatever the caller left there (the tail after the per-GPU array ends in
+    4 bytes of padding: a tail placed by rmStatus's offset read the count 4 bytes early and
+    left the caller's value as the status)."""
+    u = nvstub.Uvm()
+    try:
+        gpus = nvstub.ABI_ROW["uvm_gpus"]
+        junk = 0xDEADBEEF
+        # more GPUs than the release's UVM_MAX_GPUS (uvm_api_alloc_semaphore_pool)
+        assert semaphore_pool(u, BASE, 2 * MIB, gpus + 1, junk) == abi.NV_ERR_INVALID_ARGUMENT
+        assert semaphore_pool(u, BASE, 2 * MIB, 2**40, junk) == abi.NV_ERR_INVALID_ARGUMENT
+        # a bad range, then a good pool: statuses of their own, not the pre-filled one
+        assert semaphore_pool(u, BASE + 1, 2 * MIB, 1, junk) == abi.NV_ERR_INVALID_ADDRESS
+        assert semaphore_pool(u, BASE, 2 * MIB, gpus, junk) == abi.NV_OK
+        assert semaphore_pool(u, BASE, 2 * MIB, 0, abi.NV_ERR_INVALID_ARGUMENT) == abi.NV_OK
+    finally:
+        u.close()
+
+
 # ---- two GPUs (the stand-in reloaded with num_gpus=2; last, as it reloads modules) -------
 
 

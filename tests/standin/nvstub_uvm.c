@@ -835,7 +835,7 @@ static long nvstub_uvm_ioctl(struct file *filp, unsigned int cmd, unsigned long 
 	struct nvstub_uvm_file *uf = filp->private_data;
 	void __user *uptr = (void __user *)uarg;
 	const struct nvstub_uvm_cmd *c = NULL;
-	u32 st, size, tail, ntail = 0;
+	u32 st, size, tail, ntail = 0, at = 0;
 	unsigned int i;
 	void *p;
 
@@ -849,18 +849,23 @@ static long nvstub_uvm_ioctl(struct file *filp, unsigned int cmd, unsigned long 
 	/*
 	 * The two blocks with a per-GPU array are as long as the release's
 	 * UVM_MAX_GPUS makes them (32 on 535 and early 550, 256 later: uvm_ioctl.h); what
-	 * follows the array is moved to where the newest layout, which the
-	 * handlers read, has it, and back.
+	 * follows the array (from its gpuAttributesCount: the release's row has
+	 * where) is moved to where the newest layout, which the handlers read,
+	 * has it (offsetof its gpu_attributes_count, not status_off + 4 - the
+	 * tail's size: the semaphore pool's tail ends in 4 bytes of padding),
+	 * and back.
 	 */
 	size = c->size;
 	tail = 0;
 	if (cmd == UVM_MAP_EXTERNAL_ALLOCATION) {
 		size = nvstub_abi->uvm_map_external_size;
 		tail = nvstub_abi->uvm_map_external_tail;
+		at = offsetof(struct uvm_map_external_allocation_params, gpu_attributes_count);
 		ntail = sizeof(struct uvm_map_external_allocation_tail);
 	} else if (cmd == UVM_ALLOC_SEMAPHORE_POOL) {
 		size = nvstub_abi->uvm_semaphore_pool_size;
 		tail = nvstub_abi->uvm_semaphore_pool_tail;
+		at = offsetof(struct uvm_alloc_semaphore_pool_params, gpu_attributes_count);
 		ntail = sizeof(struct uvm_alloc_semaphore_pool_tail);
 	}
 	p = kzalloc(c->size, GFP_KERNEL);
@@ -871,13 +876,13 @@ static long nvstub_uvm_ioctl(struct file *filp, unsigned int cmd, unsigned long 
 		return -EFAULT;
 	}
 	if (tail)
-		nvstub_uvm_move_tail(p, c->status_off + 4 - ntail, tail, ntail);
+		nvstub_uvm_move_tail(p, at, tail, ntail);
 	mutex_lock(&uf->lock);
 	st = nvstub_uvm_do(uf, cmd, p);
 	mutex_unlock(&uf->lock);
 	memcpy(p + c->status_off, &st, sizeof(st));
 	if (tail)
-		nvstub_uvm_move_tail(p, tail, c->status_off + 4 - ntail, ntail);
+		nvstub_uvm_move_tail(p, tail, at, ntail);
 	if (copy_to_user(uptr, p, size)) {
 		kfree(p);
 		return -EFAULT;
