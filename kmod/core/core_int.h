@@ -259,6 +259,7 @@ nv_u32 gs_obj_kind(nv_u32 klass);
 int gs_vidmem_class(nv_u32 klass);	/* 1 counted, -1 refused, 0 not video memory */
 int gs_counted_class(nv_u32 klass);	/* video memory or pinned system memory */
 nv_u64 gs_mem_bound(nv_u32 klass, const struct nv_memory_allocation_params *mp);
+nv_u64 gs_pma_size(const struct nv_memory_allocation_params *mp, nv_u64 reported);
 /*
  * A request for counted memory, whichever call makes it (RM_ALLOC of a
  * counted class; the vid-heap allocations, vidheap.c): its client, parent

@@ -103,6 +103,7 @@ static int gs_vidheap_req(const void *blk, struct gs_mem_req *r)
 		attr = gs_u32_at(blk, NVOS32_OFF_RANGE_ATTR);
 		attr2 = gs_u32_at(blk, NVOS32_OFF_RANGE_ATTR2);
 		r->mp.size = gs_u64_at(blk, NVOS32_OFF_RANGE_SIZE);
+		r->mp.alignment = gs_u64_at(blk, NVOS32_OFF_RANGE_ALIGNMENT);
 		break;
 	case NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT:
 		attr = gs_u32_at(blk, NVOS32_OFF_TILED_ATTR);
@@ -114,13 +115,21 @@ static int gs_vidheap_req(const void *blk, struct gs_mem_req *r)
 		 */
 		r->mp.size = (nv_u64)gs_u32_at(blk, NVOS32_OFF_TILED_HEIGHT) *
 			     (nv_u64)(long long)(nv_s32)gs_u32_at(blk, NVOS32_OFF_TILED_PITCH);
+		r->mp.alignment = gs_u64_at(blk, NVOS32_OFF_SIZE_ALIGNMENT);
 		break;
 	default:
 		attr = gs_u32_at(blk, NVOS32_OFF_SIZE_ATTR);
 		attr2 = gs_u32_at(blk, NVOS32_OFF_SIZE_ATTR2);
 		r->mp.size = gs_u64_at(blk, NVOS32_OFF_SIZE_SIZE);
+		r->mp.alignment = gs_u64_at(blk, NVOS32_OFF_SIZE_ALIGNMENT);
 		break;
 	}
+	/*
+	 * RM passes these on to the class's allocation as they are
+	 * (rmapi_deprecated_vidheapctrl.c: flags, alignment, attr, attr2 _IN):
+	 * what PMA takes for them is charged as RM_ALLOC's is (quota.c
+	 * gs_pma_size()).
+	 */
 	r->mp.flags = flags;
 	r->mp.attr = attr;
 	r->mp.attr2 = attr2;

@@ -289,9 +289,10 @@ struct nvos57_params {
 #define NVOS32_OFF_HMEMORY			44	/* AllocSize, AllocSizeRange, AllocTiledPitchHeight, Free */
 #define NVOS32_OFF_FLAGS			52	/* the three allocations */
 #define NVOS32_OFF_FREE_FLAGS			48	/* Free */
-/* data.AllocSize and data.AllocTiledPitchHeight: attr, size, attr2 */
+/* data.AllocSize and data.AllocTiledPitchHeight: attr, size, alignment, attr2 */
 #define NVOS32_OFF_SIZE_ATTR			56
 #define NVOS32_OFF_SIZE_SIZE			88
+#define NVOS32_OFF_SIZE_ALIGNMENT		96
 #define NVOS32_OFF_SIZE_ATTR2			144
 #define NVOS32_OFF_TILED_HEIGHT			56
 #define NVOS32_OFF_TILED_PITCH			60
@@ -299,6 +300,7 @@ struct nvos57_params {
 /* data.AllocSizeRange */
 #define NVOS32_OFF_RANGE_ATTR			56
 #define NVOS32_OFF_RANGE_SIZE			80
+#define NVOS32_OFF_RANGE_ALIGNMENT		88
 #define NVOS32_OFF_RANGE_ATTR2			136
 /* data.Info */
 #define NVOS32_OFF_INFO_OFFSET			48
@@ -1194,6 +1196,10 @@ struct nv0080_ctrl_gpu_get_virtualization_mode_params {	/* 8 */
 #define NVOS32_ATTR2_MEMORY_PROTECTION_SHIFT	25	/* NVOS32_ATTR2_MEMORY_PROTECTION 26:25 */
 #define NVOS32_ATTR2_MEMORY_PROTECTION_MASK	(0x3u << 25)
 #define NVOS32_ATTR2_MEMORY_PROTECTION_PROTECTED 1
+#define NVOS32_ATTR_COMPR_SHIFT			12	/* NVOS32_ATTR_COMPR 13:12 */
+#define NVOS32_ATTR_COMPR_MASK			(0x3u << 12)
+#define NVOS32_ATTR_COMPR_NONE			0
+#define NVOS32_ALLOC_FLAGS_FIXED_ADDRESS_ALLOCATE	0x00000010
 #define NVOS32_ALLOC_FLAGS_ALIGNMENT_HINT	0x00000080
 #define NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE	0x00000100
 #define NVOS32_ALLOC_FLAGS_VIRTUAL		0x00080000

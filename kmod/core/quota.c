@@ -3,8 +3,8 @@
  * quota.c - the video memory limit, and the cap on pinned system memory.
  *
  * RM_ALLOC of a counted class reserves, in gs_pre(), the most RM can
- * allocate for the request (gs_mem_bound(): the size rounded up to the
- * largest page size the attributes allow) and is refused the way RM
+ * allocate for the request (gs_mem_bound(): what PMA takes with the largest
+ * page size the attributes allow) and is refused the way RM
  * itself refuses (ioctl 0, status NV_ERR_NO_MEMORY) when used + reserved +
  * that bound would pass the limit. So concurrent requests that RM rounds up
  * (a 4 KiB request with the 512 MiB page attribute takes 512 MiB) never add
@@ -12,7 +12,10 @@
  * the rounded size back: 4224 KiB came back as 6144 KiB in the traces) when
  * that is at least the size that was checked, and the whole reservation when
  * the reply is lower or unreadable: the reply is in user memory, and a lower
- * one can only be another thread's rewrite.
+ * one can only be another thread's rewrite. Either way never less than
+ * what PMA takes from the framebuffer for the request as checked
+ * (gs_pma_size(): 4 KiB pages in 64 KiB units, a fixed address padded to
+ * its alignment), which RM does not report.
  *
  * What this cannot see: a thread that rewrites the request between the check
  * and the moment RM reads it (RM copies the parameters from user memory
@@ -84,21 +87,73 @@ int gs_counted_class(nv_u32 klass)
 #define GS_MIB		(1024ull * GS_KIB)
 
 /*
- * The largest page RM may back the allocation with, from
- * NVOS32_ATTR_PAGE_SIZE and NVOS32_ATTR2_PAGE_SIZE_HUGE
- * (src/common/sdk/nvidia/inc/nvos.h; mem_mgr/mem_utils.c and
- * mem_mgr/arch/hopper: DEFAULT is 2 MiB from 2 MiB up, else 64 KiB; BIG is
- * 64 KiB; HUGE is 2 MiB unless attr2 asks for 512 MiB or 256 GiB). 4 KiB
- * pages come from PMA in 64 KiB units, although RM reports the size in 4 KiB.
+ * What RM takes from the framebuffer for a video memory allocation is not
+ * always what it reports back. Branch 580 (580.95.05), the PMA path every
+ * client allocation of NV01_MEMORY_LOCAL_USER takes (mem_mgr/video_mem.c
+ * vidmemConstruct_IMPL :683 -> _vidmemPmaAllocate :120):
+ *
+ *  - page: the GPU page size (mem_mgr.c memmgrDeterminePageSize_IMPL):
+ *    attr 4KB: 4 KiB; BIG: the big page, 64 KiB (kgmmuGetMaxBigPageSize:
+ *    128 KiB only with per-VA-space big pages, Maxwell or a registry key);
+ *    HUGE: 2 MiB, or 512 MiB / 256 GiB by attr2; DEFAULT: 2 MiB when the
+ *    requested size is at least 2 MiB, else the big page
+ *    (_memmgrPickDefaultGpuPageSize :1750, :1768: huge pages exist from
+ *    Pascal on; a user client always gets at least the big page, :1775).
+ *  - the size is rounded up to that page, and a requested alignment
+ *    (ALIGNMENT_HINT/FORCE) is kept when it is a multiple of the page
+ *    (gpu/mem_mgr/arch/maxwell/mem_mgr_gm107.c
+ *    memmgrAllocDetermineAlignment_GM107 :153, :239; else the page, :253, or
+ *    a refusal with FORCE, :245), via _vidmemQueryAlignment (:59, :81).
+ *  - PMA's unit is the page, at least 64 KiB: "Minimum granularity of PMA
+ *    is 64K" (video_mem.c :195), so 4 KiB pages are taken 64 KiB at a time.
+ *  - FIXED_ADDRESS_ALLOCATE takes the range from the offset rounded down to
+ *    max(alignment, unit) up to the end rounded up to it (:239-:244): the
+ *    size rounded up to max(alignment, unit). Without it the alignment only
+ *    places the range (PMA takes allocationCount pages whatever the
+ *    alignment, gpu/mem_mgr/phys_mem_allocator/phys_mem_allocator.c :752);
+ *    PMA refuses one that is not a power of two (:708-:714).
+ *  - PMA takes ceil(size / unit) units (video_mem.c :282, allocSize :308).
+ *
+ * RM reports the memdesc's size (video_mem.c :852, :1076: mem_utils.c
+ * memmgrAllocResources :1620, the size rounded to the page), so a 4 KiB
+ * request with the 4KB attribute reports 4 KiB and takes 64 KiB, and a fixed
+ * address allocation reports less than its padding. The same on 535
+ * (535.288.01 video_mem.c :212, :261-:266, :296; mem_mgr_gm107.c :148), 550,
+ * 570 and 575. Also on 535 and 550, compressed memory is put in 2 MiB pages
+ * when the static BAR1 is on (535.288.01 video_mem.c :175; 550.163.01
+ * video_mem.c :559), which the core cannot see: the reservation allows for
+ * it and RM reports that rounding itself. Compression otherwise rounds the
+ * size to the compression page (mem_mgr_gm107.c :215; its size comes from
+ * GSP), also reported, as is a 128 KiB big page. A NUMA GPU (onlined
+ * coherent memory) takes contiguous memory from the kernel in powers of
+ * two (phys_mem_allocator/numa.c), which is not modelled.
  */
-static nv_u64 gs_max_page(const struct nv_memory_allocation_params *mp)
-{
-	nv_u32 huge = (mp->attr2 >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT) & 3;
+#define GS_PMA_UNIT	(64 * GS_KIB)
 
-	switch ((mp->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & 3) {
+/* v rounded up to unit, a power of two; 0 if that does not fit in 64 bits */
+static nv_u64 gs_round_up(nv_u64 v, nv_u64 unit)
+{
+	if (v > ~0ull - (unit - 1))
+		return 0;
+	return (v + unit - 1) & ~(unit - 1);
+}
+
+/* the GPU page sizes RM may pick for mp, smallest and largest (see above) */
+static nv_u64 gs_page(const struct nv_memory_allocation_params *mp, int largest)
+{
+	nv_u32 psz = (mp->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & 3;
+	nv_u32 huge = (mp->attr2 >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT) & 3;
+	int compr = ((mp->attr & NVOS32_ATTR_COMPR_MASK) >> NVOS32_ATTR_COMPR_SHIFT) !=
+		    NVOS32_ATTR_COMPR_NONE;
+	const char *branch = gs_abi()->branch;
+
+	switch (psz) {
 	case NVOS32_ATTR_PAGE_SIZE_4KB:
 	case NVOS32_ATTR_PAGE_SIZE_BIG:
-		return 64 * GS_KIB;
+		/* 535, 550: compressed memory in 2 MiB pages with the static BAR1 */
+		if (largest && compr && (!strcmp(branch, "535") || !strcmp(branch, "550")))
+			return 2 * GS_MIB;
+		return psz == NVOS32_ATTR_PAGE_SIZE_4KB ? 4 * GS_KIB : 64 * GS_KIB;
 	case NVOS32_ATTR_PAGE_SIZE_HUGE:
 		if (huge == NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB)
 			return 512 * GS_MIB;
@@ -106,23 +161,72 @@ static nv_u64 gs_max_page(const struct nv_memory_allocation_params *mp)
 			return 256 * 1024 * GS_MIB;
 		return 2 * GS_MIB;
 	default:
-		return 2 * GS_MIB;
+		return largest || mp->size >= 2 * GS_MIB ? 2 * GS_MIB : 64 * GS_KIB;
 	}
 }
 
 /*
- * The most RM allocates for this request (the size rounded up to that page:
- * RM adds nothing for a larger alignment), or 0 if that does not fit in 64
+ * What PMA takes for mp in GPU pages of page bytes (see above), or 0 if that
+ * does not fit in 64 bits. An alignment PMA refuses (not a power of two) is
+ * rounded up to one: an allocation RM refuses is charged nothing, and this
+ * only reserves.
+ */
+static nv_u64 gs_pma_take(const struct nv_memory_allocation_params *mp, nv_u64 page)
+{
+	nv_u64 unit = page < GS_PMA_UNIT ? GS_PMA_UNIT : page;
+	nv_u64 align = page;
+
+	if (mp->flags & NVOS32_ALLOC_FLAGS_FIXED_ADDRESS_ALLOCATE) {
+		if ((mp->flags & (NVOS32_ALLOC_FLAGS_ALIGNMENT_HINT | NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE)) &&
+		    mp->alignment > page && !(mp->alignment & (page - 1)))
+			align = mp->alignment;
+		while (unit < align) {
+			if (unit >> 63)
+				return 0;
+			unit <<= 1;
+		}
+	}
+	return gs_round_up(mp->size, unit);
+}
+
+/*
+ * The bytes of framebuffer RM's PMA takes for the video memory allocation
+ * mp, and at least reported (what RM said it allocated): the charge. 0 if
+ * that does not fit in 64 bits.
+ */
+nv_u64 gs_pma_size(const struct nv_memory_allocation_params *mp, nv_u64 reported)
+{
+	nv_u64 take = gs_pma_take(mp, gs_page(mp, 0));
+
+	if (!take)
+		return 0;
+	return take > reported ? take : reported;
+}
+
+/*
+ * The most RM allocates for this request: what PMA takes with the largest
+ * page the attributes allow (RM adds nothing for an alignment without a
+ * fixed address), never less than gs_pma_size(); 0 if that does not fit in 64
  * bits (refused as over any limit). System memory comes in host pages.
  */
 nv_u64 gs_mem_bound(nv_u32 klass, const struct nv_memory_allocation_params *mp)
 {
-	nv_u64 unit = klass == NV01_MEMORY_SYSTEM ? 4 * GS_KIB : gs_max_page(mp);
+	nv_u64 most, least;
 
-	if (mp->size > ~0ull - (unit - 1))
+	if (klass == NV01_MEMORY_SYSTEM)
+		return gs_round_up(mp->size, 4 * GS_KIB);
+	most = gs_pma_take(mp, gs_page(mp, 1));
+	least = gs_pma_size(mp, 0);
+	if (!most || !least)
 		return 0;
-	return (mp->size + unit - 1) & ~(unit - 1);
+	return most > least ? most : least;
 }
+
+/*
+ * gs_call.priv[2] of a reservation: this bit for system memory; for video
+ * memory the rest is gs_pma_size() of the request (a multiple of 64 KiB).
+ */
+#define GS_PRIV_SYS	1ull
 
 static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 			     const struct gs_mem_req *r, struct gs_evq *q)
@@ -238,7 +342,8 @@ enum gs_verdict gs_quota_check(struct gs_inst *in, struct gs_call *c,
 	c->reserved = bound;
 	c->priv[0] = 1;		/* a reservation is held */
 	c->priv[1] = r->mp.size;	/* the size that was checked */
-	c->priv[2] = sys;
+	/* what PMA takes for the request as checked: the least charged for it */
+	c->priv[2] = sys ? GS_PRIV_SYS : gs_pma_size(&r->mp, 0);
 	c->priv[3] = slot;
 	return GS_PASS;
 }
@@ -272,7 +377,7 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 void gs_quota_release(struct gs_inst *in, struct gs_call *c)
 {
 	if (c->priv[0]) {
-		if (c->priv[2])
+		if (c->priv[2] & GS_PRIV_SYS)
 			in->sys_reserved -= c->reserved;
 		else
 			in->gpu_reserved[c->priv[3]] -= c->reserved;
@@ -345,7 +450,8 @@ void gs_quota_charge(struct gs_inst *in, struct gs_call *c, const struct gs_mem_
 		     nv_handle replied, nv_u64 size, nv_u32 status, struct gs_evq *q)
 {
 	nv_u64 reserved = c->reserved, asked = c->priv[1];
-	int sys = (int)c->priv[2];
+	nv_u64 least = c->priv[2] & ~GS_PRIV_SYS;
+	int sys = (int)(c->priv[2] & GS_PRIV_SYS);
 	nv_u32 slot = (nv_u32)c->priv[3];	/* the GPU it was checked against */
 	struct gs_object o;
 	struct gs_mem *mem;
@@ -367,6 +473,13 @@ void gs_quota_charge(struct gs_inst *in, struct gs_call *c, const struct gs_mem_
 		size = reserved;
 	else if (size > reserved + GS_RM_PAD_MAX)
 		size = reserved + GS_RM_PAD_MAX;
+	/*
+	 * And never less than PMA took: gs_pma_size() of the request as checked
+	 * (the 64 KiB units of 4 KiB pages, a fixed address's alignment), which
+	 * RM does not report. The reservation covers it (gs_mem_bound()).
+	 */
+	if (size < least)
+		size = least;
 	/* an RM-chosen handle that is registered already is a rewritten reply */
 	h = r->handle ? r->handle : (c->reply_lost ? 0 : replied);
 	if (!r->handle && h && gs_obj_find(in, r->root, h))

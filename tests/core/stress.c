@@ -171,6 +171,18 @@ static enum gs_verdict call(struct worker *w, nv_u32 nr, void *arg, nv_u32 size,
 	return v;
 }
 
+/*
+ * What RM takes, and reports, for video memory of the default page size (not
+ * written back here): 2 MiB pages from 2 MiB up, 64 KiB ones below (quota.c
+ * gs_pma_size()).
+ */
+static nv_u64 rm_takes(nv_u64 size)
+{
+	nv_u64 unit = size >= (2ull << 20) ? 2ull << 20 : 64ull << 10;
+
+	return (size + unit - 1) & ~(unit - 1);
+}
+
 static void *work(void *p)
 {
 	struct worker *w = p;
@@ -207,8 +219,8 @@ static void *work(void *p)
 			a.p_alloc_parms = (nv_u64)(uintptr_t)&mp;
 			if (call(w, NV_ESC_RM_ALLOC, &a, sizeof(a), file, 40) == GS_PASS) {
 				handles[n] = next;
-				sizes[n++] = mp.size;
-				w->live += mp.size;
+				sizes[n] = rm_takes(mp.size);
+				w->live += sizes[n++];
 			} else if (a.status == NV_ERR_NO_MEMORY) {
 				w->refused++;
 			} else {

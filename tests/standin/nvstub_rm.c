@@ -10,6 +10,7 @@
  * frees its subtree; closing the file frees its clients.
  */
 #include <linux/fdtable.h>
+#include <linux/log2.h>
 #include <linux/mm.h>
 #include <linux/file.h>
 #include <linux/pid.h>
@@ -481,13 +482,19 @@ static u32 nvstub_vidmem_align(u64 page, u32 flags, u64 *size, u64 *align)
  * max(page size, 64 KiB) ("Minimum granularity of PMA is 64K"). The memdesc,
  * and so the size reported in params.size (limit = size - 1) and counted by
  * GET_PID_INFO, is the size rounded to the page size: a 4KB-page request
- * reports 4 KiB multiples but takes 64 KiB granules. Not modelled: compression
- * (its page size comes from GSP), FIXED_ADDRESS_ALLOCATE padding, NUMA, CC.
+ * reports 4 KiB multiples but takes 64 KiB granules. PMA's alignment is
+ * max(alignment, PMA page), refused unless a power of two (phys_mem_allocator.c
+ * pmaAllocatePages, 580.95.05:708-714); FIXED_ADDRESS_ALLOCATE takes the range
+ * padded to it at both ends, the size rounded up to it (video_mem.c
+ * _vidmemPmaAllocate, 580.95.05:239-244; 535.288.01:261-266). The same rule
+ * as the core's charge (kmod/core/quota.c gs_pma_size()). Not modelled:
+ * compression (its page size comes from GSP; on 535 and 550 with the static
+ * BAR1, 2 MiB pages), the fixed offset itself, NUMA, CC.
  */
 static u32 nvstub_vidmem_alloc(struct nvstub_obj *obj, struct nv_memory_allocation_params *mp)
 {
 	u32 attr, attr2;
-	u64 page, pma_page, size, align, charged;
+	u64 page, pma_page, pma_align, size, align, charged;
 	u32 st;
 
 	if (!mp)
@@ -517,9 +524,18 @@ static u32 nvstub_vidmem_alloc(struct nvstub_obj *obj, struct nv_memory_allocati
 	if (st != NV_OK)
 		return st;
 	pma_page = max_t(u64, page, SZ_64K);
-	if (DIV_ROUND_UP_ULL(size, pma_page) > U32_MAX)
+	pma_align = max_t(u64, align, pma_page);
+	if (!is_power_of_2(pma_align))
+		return NV_ERR_INVALID_ARGUMENT;
+	charged = size;
+	if (mp->flags & NVOS32_ALLOC_FLAGS_FIXED_ADDRESS_ALLOCATE) {
+		if (size > U64_MAX - (pma_align - 1))
+			return NV_ERR_NO_MEMORY;
+		charged = round_up(size, pma_align);
+	}
+	if (DIV_ROUND_UP_ULL(charged, pma_page) > U32_MAX)
 		return NV_ERR_NO_MEMORY;
-	charged = round_up(size, pma_page);
+	charged = round_up(charged, pma_page);
 	st = nvstub_memdesc_new(obj, charged, page);
 	if (st != NV_OK)
 		return st;
