@@ -14,11 +14,25 @@ key's value for that version, "absent" where the version's headers lack it.
                                or its differences from VERSION's layout
   update [--mirror DIR]        rewrite abi/versions/*.tsv for every tagged version listed
   check [--mirror DIR]         re-extract each tagged version and compare with abi/versions
-  ours                         compare kmod/core (defines and each version's table row)
-                               with abi/versions
+  check --vendored             the same, no mirror: each layout's values from the headers of
+                               its tag in abi/nvidia/headers.tar.xz (what `vendor` keeps)
+  ours [--vendored]            compare kmod/core (defines and each version's table row)
+                               with abi/versions (--vendored: with the values abi/nvidia/
+                               gives, evaluated anew, for the versions of each vendored layout)
+  vendor [--mirror DIR] [LAYOUT...]
+                               (re)write abi/nvidia/headers.tar.xz: <tag>/<NVIDIA's path>
+                               for the headers the probe includes (transitively), one tag
+                               per layout (abi/nvidia/tags.tsv), each checked to give the
+                               tag's values; and abi/nvidia/COPYING (NVIDIA's license)
+  vendor --unpack DIR          the vendored trees as files, DIR/<tag>/ (to read them, or
+                               for extract --source DIR/<tag>)
   gen                          write kmod/core/nvrm_tables.c and pyctl/gpuslice/nvrm_versions.py
                                from abi/versions.tsv and abi/versions/ (--check: exit 1 if stale)
   diff A B                     the keys whose values differ between two versions
+  standin [--check]            write tests/standin/nvstub_nvidia_abi.h from abi/nvidia/ (no
+                               mirror): static asserts, forced into the stand-in's build, that
+                               the defines and structs it answers with (kmod/core/nvrm_abi.h)
+                               have NVIDIA's values on every vendored layout
 
 The mirror is a clone (bare or not) of github.com/NVIDIA/open-gpu-kernel-modules;
 default $NVIDIA_OGKM or /work/.mirror/NVIDIA+open-gpu-kernel-modules/repo.
@@ -44,6 +58,10 @@ CORE = REPO / "kmod" / "core"
 TABLES_C = CORE / "nvrm_tables.c"
 TABLES_PY = REPO / "pyctl" / "gpuslice" / "nvrm_versions.py"
 DEFAULT_MIRROR = "/work/.mirror/NVIDIA+open-gpu-kernel-modules/repo"
+STANDIN_H = REPO / "tests" / "standin" / "nvstub_nvidia_abi.h"
+VENDORED = ABI / "nvidia"
+VENDORED_TAGS = VENDORED / "tags.tsv"
+VENDORED_TAR = VENDORED / "headers.tar.xz"
 
 # What of a tag the probe needs: the SDK headers, the ioctl headers, nvidia-uvm's.
 TAG_PATHS = [
@@ -226,6 +244,227 @@ def extract_source(root: Path) -> dict[str, str]:
         return extract_tree(root, dirs, Path(tmp))
 
 
+# --- the vendored extract (abi/nvidia/): NVIDIA's headers, enough to evaluate the manifest
+# without a mirror. One tag per layout (the layout's name: its newest tagged release), with
+# only the headers a probe of the manifest's expressions includes, verbatim, under NVIDIA's
+# own paths: abi/nvidia/headers.tar.xz holds <tag>/<path in open-gpu-kernel-modules> (one
+# archive: the tags' copies differ little and xz keeps them all in ~0.5 MiB, where the
+# files themselves are ~25 MiB); abi/nvidia/tags.tsv names each layout's tag and commit.
+
+def vendored_tags() -> dict[str, tuple[str, str]]:
+    """layout -> (tag, commit) from abi/nvidia/tags.tsv."""
+    out = {}
+    if VENDORED_TAGS.exists():
+        for line in VENDORED_TAGS.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                layout, tag, commit = line.split("\t")
+                out[layout] = (tag, commit)
+    return out
+
+
+def unpack_vendored(dest: Path, tags: list[str] | None = None) -> None:
+    """abi/nvidia/headers.tar.xz's trees (or those of tags) into dest/<tag>/."""
+    import tarfile
+    if not VENDORED_TAR.exists():
+        raise SystemExit(f"no {VENDORED_TAR.relative_to(REPO)}: run scripts/nvrm-abi.py vendor")
+    with tarfile.open(VENDORED_TAR, "r:xz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and ".." not in Path(m.name).parts
+                   and not m.name.startswith("/") and (tags is None or m.name.split("/")[0] in tags)]
+        for m in members:
+            out = dest / m.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            data = tar.extractfile(m)
+            if data is None:
+                raise SystemExit(f"{VENDORED_TAR.relative_to(REPO)}: {m.name} unreadable")
+            out.write_bytes(data.read())
+
+
+def pack_vendored(src: Path) -> None:
+    """src/<tag>/... into abi/nvidia/headers.tar.xz, the same bytes for the same files."""
+    import io
+    import lzma
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for f in sorted(x for x in src.rglob("*") if x.is_file()):
+            data = f.read_bytes()
+            info = tarfile.TarInfo(f.relative_to(src).as_posix())
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    VENDORED_TAR.write_bytes(lzma.compress(buf.getvalue(), preset=9 | lzma.PRESET_EXTREME))
+
+
+def vendored_values(layouts: list[str], jobs: int | None = None) -> dict[str, dict[str, str]]:
+    """Each layout's values from its vendored headers (the probe extract_tree compiles),
+    the layouts compiled in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+    tags = vendored_tags()
+    for lay in layouts:
+        if lay not in tags:
+            raise SystemExit(f"{lay}: not vendored (abi/nvidia/tags.tsv); run scripts/nvrm-abi.py vendor")
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        unpack_vendored(t / "nvidia", [tags[lay][0] for lay in layouts])
+
+        def one(lay: str) -> dict[str, str]:
+            root = t / "nvidia" / tags[lay][0]
+            if not (root / INCLUDE_DIRS[0]).is_dir():
+                raise SystemExit(f"{lay}: {tags[lay][0]} is not in {VENDORED_TAR.relative_to(REPO)}")
+            work = t / "probe" / lay
+            work.mkdir(parents=True)
+            return extract_tree(root, [root / d for d in INCLUDE_DIRS], work)
+
+        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as ex:
+            return dict(zip(layouts, ex.map(one, layouts)))
+
+
+def _defining_files(src: str, flags: list[str], cwd: Path) -> tuple[dict[str, str], list[str]]:
+    """Preprocess src (-dD): the file that first defines each macro, type, struct, union
+    or enum tag and enumerator, and the lines of src itself (the expressions, expanded)."""
+    (cwd / "pp.c").write_text(src)
+    p = subprocess.run(["gcc", "-E", "-dD", str(cwd / "pp.c"), *flags], capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit("probe does not preprocess:\n" + p.stderr[-3000:])
+    where: dict[str, str] = {}
+    own: list[str] = []
+    cur = ""
+    decl = re.compile(r"(?:\b(?:struct|union|enum)\s+(\w+))|(?:}\s*(\w+)\s*[;,])"
+                      r"|(?:\btypedef\b[^;{}]*?\b(\w+)\s*(?:\[[^]]*\]\s*)*;)"
+                      r"|(?:^\s*(\w+)\s*(?:=[^,]*)?,?\s*$)")
+    in_enum = False
+    for line in p.stdout.splitlines():
+        m = re.match(r'# \d+ "([^"]*)"', line)
+        if m:
+            cur = m.group(1)
+            continue
+        m = re.match(r"#define (\w+)", line)
+        if m:
+            where.setdefault(m.group(1), cur)
+            continue
+        if line.startswith("#"):
+            continue
+        if cur.endswith("pp.c"):
+            own.append(line)
+            continue
+        if re.search(r"\benum\b", line):
+            in_enum = True
+        for m in decl.finditer(line):
+            name = m.group(1) or m.group(2) or m.group(3) or (m.group(4) if in_enum else None)
+            if name:
+                where.setdefault(name, cur)
+        if in_enum and "}" in line:
+            in_enum = False
+    return where, own
+
+
+def vendor_tag(tag: str, mirror: Path, dest: Path) -> int:
+    """Write dest/<NVIDIA's path> for the headers a probe of the manifest needs at tag:
+    the NV_HEADERS, and the class and control headers that define what the expressions
+    name (after macro expansion), with everything they include. Checks that the probe
+    extract_tree compiles against dest gives the values the whole tag gives."""
+    rows = manifest()
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        arch = subprocess.run(["git", f"--git-dir={git_dir(mirror)}", "archive", tag, *TAG_PATHS],
+                              capture_output=True)
+        if arch.returncode:
+            raise SystemExit(f"git archive {tag}: {arch.stderr.decode().strip()}")
+        src = t / "src"
+        src.mkdir()
+        subprocess.run(["tar", "-x", "-C", str(src)], input=arch.stdout, check=True)
+        dirs = [src / d for d in INCLUDE_DIRS]
+        flags = [f"-I{d}" for d in dirs]
+        full = extract_tree(src, dirs, t)
+        sdk = src / INCLUDE_DIRS[0]
+        have = [h for h in NV_HEADERS if any((d / h).exists() for d in dirs)]
+        every = (sorted(sdk.glob("class/*.h")) + sorted(sdk.glob("ctrl/**/*.h")))
+        prelude = ["#include <stddef.h>", "#include <stdio.h>"] + [f'#include "{h}"' for h in have]
+        # what each expression names, before and after expansion, and where that is defined
+        mark = "\n".join(f"__gs_expr_{i} ({r.nvidia})" for i, r in enumerate(rows))
+        where, own = _defining_files("\n".join(prelude + [f'#include "{p.relative_to(sdk)}"' for p in every])
+                                     + "\n" + mark + "\n", flags, t)
+        # NVIDIA's classes, controls and their types are named in capitals: the rest are
+        # fields (whose names other headers' enumerators and tags may share)
+        names = set(re.findall(r"\b[A-Z_][A-Z0-9_]*\b", mark + "\n" + "\n".join(own)))
+        top = {sdk / "class" / "cl0000.h"}
+        for n in names:
+            f = where.get(n, "")
+            if f.startswith(str(sdk / "class")) or f.startswith(str(sdk / "ctrl")):
+                top.add(Path(f))
+        chosen = [p for p in every if p in top]
+        # everything the chosen headers include
+        (t / "dep.c").write_text("\n".join(prelude + [f'#include "{p.relative_to(sdk)}"' for p in chosen]) + "\n")
+        p = subprocess.run(["gcc", "-M", str(t / "dep.c"), *flags], capture_output=True, text=True)
+        if p.returncode:
+            raise SystemExit(f"{tag}: the chosen headers do not compile:\n" + p.stderr[-3000:])
+        deps = sorted({Path(os.path.normpath(w)) for w in p.stdout.replace("\\\n", " ").split()[1:]
+                       if os.path.normpath(w).startswith(str(src) + os.sep)})
+        if dest.exists():
+            import shutil
+            shutil.rmtree(dest)
+        for d in deps:
+            out = dest / d.relative_to(src)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(d.read_bytes())
+        got = extract_tree(dest, [dest / d for d in INCLUDE_DIRS], t)
+    bad = [k for k in full if got.get(k) != full[k]]
+    for k in bad:
+        print(f"{tag}: {k}: the tag gives {full[k]}, the vendored extract {got.get(k)}")
+    return len(deps) if not bad else -1
+
+
+def cmd_vendor(a: argparse.Namespace) -> int:
+    if a.unpack:
+        unpack_vendored(Path(a.unpack), [t for t, _ in vendored_tags().values()])
+        print(f"{a.unpack}: {', '.join(t for t, _ in vendored_tags().values())}")
+        return 0
+    import shutil
+    m = mirror_dir(a.mirror)
+    layouts = sorted({r.layout for r in supported()}, key=vkey)
+    want = a.layouts or layouts
+    for lay in want:
+        if lay not in layouts:
+            raise SystemExit(f"{lay}: no such layout in {VERSIONS}")
+    tags = {k: v for k, v in vendored_tags().items() if k in layouts}
+    VENDORED.mkdir(exist_ok=True)
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp) / "nvidia"
+        stage.mkdir()
+        if VENDORED_TAR.exists():  # the layouts not redone keep their headers
+            unpack_vendored(stage, [t for lay, (t, _) in tags.items() if lay not in want])
+        for lay in want:
+            tag = lay  # a layout is named by its newest tagged release
+            commit = subprocess.run(["git", f"--git-dir={git_dir(m)}", "rev-parse", f"refs/tags/{tag}^{{commit}}"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+            n = vendor_tag(tag, m, stage / tag)
+            if n < 0:
+                bad += 1
+                shutil.rmtree(stage / tag, ignore_errors=True)
+                tags.pop(lay, None)
+                continue
+            tags[lay] = (tag, commit)
+            size = sum(f.stat().st_size for f in (stage / tag).rglob("*") if f.is_file())
+            print(f"{lay}: {tag} ({commit[:12]}): {n} headers, {size // 1024} KiB")
+        files = [f for f in stage.rglob("*") if f.is_file()]
+        unpacked = sum(f.stat().st_size for f in files)
+        pack_vendored(stage)
+    lic = subprocess.run(["git", f"--git-dir={git_dir(m)}", "show", f"{layouts[-1]}:COPYING"],
+                         capture_output=True, check=True).stdout
+    (VENDORED / "COPYING").write_bytes(lic)
+    head = ["# The tag of open-gpu-kernel-modules whose headers abi/nvidia/headers.tar.xz holds",
+            "# (under <tag>/), per layout of abi/layouts/: layout<TAB>tag<TAB>commit.",
+            "# Written by scripts/nvrm-abi.py vendor."]
+    VENDORED_TAGS.write_text("\n".join(head + [f"{k}\t{t}\t{c}" for k, (t, c) in
+                                               sorted(tags.items(), key=lambda x: vkey(x[0]))]) + "\n")
+    print(f"{VENDORED_TAR.relative_to(REPO)}: {len(tags)} tags, {len(files)} headers, "
+          f"{unpacked // 1024} KiB unpacked, "
+          f"{VENDORED_TAR.stat().st_size // 1024} KiB")
+    return 1 if bad else 0
+
+
 def git_dir(mirror: Path) -> Path:
     return mirror / ".git" if (mirror / ".git").exists() else mirror
 
@@ -291,6 +530,8 @@ def cmd_update(a: argparse.Namespace) -> int:
 
 
 def cmd_check(a: argparse.Namespace) -> int:
+    if a.vendored:
+        return check_vendored()
     m = mirror_dir(a.mirror)
     bad = 0
     everywhere_absent: set[str] | None = None
@@ -308,6 +549,42 @@ def cmd_check(a: argparse.Namespace) -> int:
         print(f"{k}: absent from every tagged version (a manifest error)")
         bad += 1
     print(f"{len(rows)} tagged versions, {len(manifest())} values each: {bad} differences")
+    return 1 if bad else 0
+
+
+def layouts_against(found: dict[str, dict[str, str]], where: dict[str, str]) -> list[str]:
+    """The differences between each layout's values as found (where[layout] names the
+    source) and abi/layouts/, and the keys absent from every one of them."""
+    out = []
+    everywhere_absent: set[str] | None = None
+    for lay, got in found.items():
+        have = read_values(lay)
+        for k in sorted(set(got) | set(have)):
+            if got.get(k) != have.get(k):
+                out.append(f"{lay}: {k}: abi/layouts/{lay}.tsv has {have.get(k)}, {where[lay]} {got.get(k)}")
+        absent = {k for k, x in got.items() if x == ABSENT}
+        everywhere_absent = absent if everywhere_absent is None else everywhere_absent & absent
+    out += [f"{k}: absent from every layout found (a manifest error)" for k in sorted(everywhere_absent or ())]
+    return out
+
+
+def missing_vendored() -> list[str]:
+    tags = vendored_tags()
+    return [lay for lay in sorted({r.layout for r in supported()}, key=vkey) if lay not in tags]
+
+
+def check_vendored() -> int:
+    """Each layout's values, evaluated from its vendored tag (abi/nvidia/), against
+    abi/layouts/: no mirror needed. A layout without a vendored tag is a difference."""
+    tags = vendored_tags()
+    missing = missing_vendored()
+    bad = [f"{lay}: no vendored tag in abi/nvidia/tags.tsv (run scripts/nvrm-abi.py vendor)" for lay in missing]
+    layouts = sorted({r.layout for r in supported()} - set(missing), key=vkey)
+    found = vendored_values(layouts)
+    bad += layouts_against(found, {lay: f"abi/nvidia/{tags[lay][0]}" for lay in layouts})
+    for line in bad:
+        print(line)
+    print(f"{len(found)} vendored layouts, {len(manifest())} values each: {len(bad)} differences")
     return 1 if bad else 0
 
 
@@ -342,23 +619,50 @@ def ours_values() -> list[dict[str, str]]:
     return [{r.key: v for r, v in zip(rows, out[i * n:(i + 1) * n])} for i in range(len(out) // n)]
 
 
-def cmd_ours(a: argparse.Namespace) -> int:
-    """Every supported version's values, as kmod/core gives them (its defines, its row of
-    nvrm_tables[]), against its layout; a value absent from a version is not checked."""
-    bad = 0
-    ours = ours_values()
+def ours_against(ours: list[dict[str, str]], values: dict[str, dict[str, str]] | None = None,
+                 where: dict[str, str] | None = None) -> tuple[list[str], int]:
+    """The differences between kmod/core's values (ours_values()) and each supported
+    version's: its layout's in values (versions of a layout not there are skipped), or
+    abi/layouts/'s when values is None. A value absent from a version is not checked.
+    Also the number of versions checked."""
     rows = table_rows()
     if len(ours) != len(rows):
-        print(f"kmod/core/nvrm_tables.c has {len(ours)} rows, abi/ makes {len(rows)}: run gen")
-        return 1
+        return [f"kmod/core/nvrm_tables.c has {len(ours)} rows, abi/ makes {len(rows)}: run gen"], 0
+    bad = []
+    checked = 0
     for (_, versions), vals in zip(rows, ours):
         for r in versions:
-            want = read_values(r.layout)
+            if values is not None and r.layout not in values:
+                continue
+            want = values[r.layout] if values is not None else read_values(r.layout)
+            src = where[r.layout] if where else f"abi/layouts/{r.layout}.tsv"
+            checked += 1
             for k, v in vals.items():
                 if want[k] != ABSENT and v != want[k]:
-                    print(f"{r.version}: {k}: kmod/core gives {v}, abi/layouts/{r.layout}.tsv {want[k]}")
-                    bad += 1
-    print(f"{len(supported())} versions, {len(ours)} table rows: {bad} differences between kmod/core and abi/")
+                    bad.append(f"{r.version}: {k}: kmod/core gives {v}, {src} {want[k]}")
+    return bad, checked
+
+
+def cmd_ours(a: argparse.Namespace) -> int:
+    """Every supported version's values, as kmod/core gives them (its defines, its row of
+    nvrm_tables[]), against its layout; a value absent from a version is not checked.
+    With --vendored the layout's values are evaluated from abi/nvidia/ (NVIDIA's headers)
+    instead of read from abi/layouts/."""
+    ours = ours_values()
+    if a is not None and getattr(a, "vendored", False):
+        tags = vendored_tags()
+        missing = missing_vendored()
+        values = vendored_values(sorted({r.layout for r in supported()} - set(missing), key=vkey))
+        bad, checked = ours_against(ours, values, {lay: f"abi/nvidia/{tags[lay][0]}" for lay in values})
+        bad += [f"{lay}: no vendored tag in abi/nvidia/tags.tsv (run scripts/nvrm-abi.py vendor)"
+                for lay in missing]
+        what = f"NVIDIA's headers ({len(values)} vendored layouts)"
+    else:
+        bad, checked = ours_against(ours)
+        what = "abi/"
+    for line in bad:
+        print(line)
+    print(f"{checked} versions, {len(ours)} table rows: {len(bad)} differences between kmod/core and {what}")
     return 1 if bad else 0
 
 
@@ -482,6 +786,65 @@ def doc_table() -> str:
     return "\n".join(out) + "\n"
 
 
+def standin_header(values: dict[str, dict[str, str]]) -> str:
+    """The stand-in's build-time check: for each value gpuslice's header gives through a
+    define or struct (ours not '-' nor a table row), _Static_assert that it equals what
+    NVIDIA's headers give, on each vendored layout where NVIDIA has it."""
+    tags = vendored_tags()
+    out = ["/* SPDX-License-Identifier: GPL-2.0 OR MIT */",
+           "/*",
+           " * nvstub_nvidia_abi.h - NVIDIA's values for what the stand-in answers with.",
+           " * Generated by scripts/nvrm-abi.py standin from the NVIDIA headers vendored in",
+           " * abi/nvidia/headers.tar.xz (open-gpu-kernel-modules, MIT; abi/nvidia/COPYING),",
+           " * tags " + ", ".join(tags[lay][0] for lay in values) + ";",
+           " * do not edit. Kbuild forces it into nvstub_tables.c: a define or struct layout of",
+           " * kmod/core/nvrm_abi.h (which the stand-in is compiled from) that is not NVIDIA's",
+           " * on a supported release fails the stand-in's build. The per-release rows",
+           " * (nvrm_tables.c, from abi/layouts/) are checked by tests/test_nvrm_tables.py.",
+           " */",
+           "#ifndef NVSTUB_NVIDIA_ABI_H",
+           "#define NVSTUB_NVIDIA_ABI_H",
+           "",
+           "#ifdef __KERNEL__",
+           "#include <linux/stddef.h>",
+           "#else",
+           "#include <stddef.h>",
+           "#endif",
+           '#include "nvrm_abi.h"',
+           "",
+           "#define NVSTUB_NVIDIA(ours, nvidia, what) \\",
+           "\t_Static_assert((unsigned long long)(ours) == (unsigned long long)(nvidia), what)",
+           ""]
+    for r in manifest():
+        if r.ours == "-" or r.per_version:
+            continue
+        seen: dict[str, list[str]] = {}
+        for lay, vals in values.items():
+            if vals[r.key] != ABSENT:
+                seen.setdefault(vals[r.key], []).append(tags[lay][0])
+        for v, where in seen.items():
+            on = "every layout" if len(where) == len(values) else ", ".join(where)
+            what = f"{r.key} is NVIDIA's {v} ({on})".replace('"', "'")
+            out.append(f'NVSTUB_NVIDIA({r.ours}, {v}ULL, "{what}");')
+    out += ["", "#endif /* NVSTUB_NVIDIA_ABI_H */", ""]
+    return "\n".join(out)
+
+
+def cmd_standin(a: argparse.Namespace) -> int:
+    missing = missing_vendored()
+    if missing:
+        raise SystemExit(f"not vendored: {', '.join(missing)} (run scripts/nvrm-abi.py vendor)")
+    text = standin_header(vendored_values(sorted({r.layout for r in supported()}, key=vkey)))
+    if STANDIN_H.exists() and STANDIN_H.read_text() == text:
+        return 0
+    if a.check:
+        print(f"{STANDIN_H.relative_to(REPO)}: stale: run scripts/nvrm-abi.py standin")
+        return 1
+    STANDIN_H.write_text(text)
+    print(f"{STANDIN_H.relative_to(REPO)}: written")
+    return 0
+
+
 def cmd_doc(a: argparse.Namespace) -> int:
     sys.stdout.write(doc_table())
     return 0
@@ -511,14 +874,25 @@ def main() -> int:
     p.set_defaults(fn=cmd_update)
     p = sub.add_parser("check")
     p.add_argument("--mirror")
+    p.add_argument("--vendored", action="store_true", help="abi/nvidia/'s headers, no mirror")
     p.set_defaults(fn=cmd_check)
+    p = sub.add_parser("vendor")
+    p.add_argument("--mirror")
+    p.add_argument("--unpack", metavar="DIR", help="write the vendored trees to DIR/<tag>/ (no mirror)")
+    p.add_argument("layouts", nargs="*", metavar="LAYOUT", help="only these layouts (default: all)")
+    p.set_defaults(fn=cmd_vendor)
     p = sub.add_parser("gen")
     p.add_argument("--check", action="store_true")
     p.set_defaults(fn=cmd_gen)
     p = sub.add_parser("doc")
     p.set_defaults(fn=cmd_doc)
     p = sub.add_parser("ours")
+    p.add_argument("--vendored", action="store_true",
+                   help="against the values abi/nvidia/'s headers give, not abi/layouts/")
     p.set_defaults(fn=cmd_ours)
+    p = sub.add_parser("standin")
+    p.add_argument("--check", action="store_true")
+    p.set_defaults(fn=cmd_standin)
     p = sub.add_parser("diff")
     p.add_argument("a")
     p.add_argument("b")

@@ -2,7 +2,11 @@
 
 - abi/layouts/ against the tagged source of every supported release: only where a clone
   of NVIDIA/open-gpu-kernel-modules is (scripts/nvrm-abi.py's default, or $NVIDIA_OGKM);
-  skipped elsewhere, CI included (the repository carries no NVIDIA source).
+  skipped elsewhere, CI included.
+- abi/layouts/ and kmod/core against NVIDIA's own headers everywhere, CI included: the
+  extract of one tag per layout that abi/nvidia/headers.tar.xz carries (nvrm-abi.py
+  vendor), a probe compiled against each; and the static asserts the stand-in's build
+  makes of them (tests/standin/nvstub_nvidia_abi.h, nvrm-abi.py standin).
 - kmod/core against abi/: every value of abi/manifest.tsv, as the core's defines and each
   release's row of nvrm_tables[] give it, equals the release's extracted value.
 - the generated files are current; the refusal of a release without a table names the
@@ -65,6 +69,84 @@ sys.exit(m.cmd_ours(None))
 """], capture_output=True, text=True, env=env)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "535.288.01: NVOS46_PARAMS_SIZE: kmod/core gives 64" in p.stdout
+
+
+@pytest.fixture(scope="module")
+def abi_script():
+    """scripts/nvrm-abi.py as a module."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("nvrm_abi_script", SCRIPT)
+    m = importlib.util.module_from_spec(spec)
+    assert spec.loader
+    spec.loader.exec_module(m)
+    return m
+
+
+@pytest.fixture(scope="module")
+def nvidia_values(abi_script) -> dict[str, dict[str, str]]:
+    """Each layout's values as NVIDIA's expressions give them against its vendored tag
+    (abi/nvidia/headers.tar.xz): one probe per layout, compiled in parallel, no mirror."""
+    missing = abi_script.missing_vendored()
+    assert not missing, f"layouts without a vendored tag (scripts/nvrm-abi.py vendor): {missing}"
+    layouts = sorted({r.layout for r in abi_script.supported()}, key=abi_script.vkey)
+    return abi_script.vendored_values(layouts)
+
+
+def test_vendored_nvidia_headers_give_the_layouts(abi_script, nvidia_values) -> None:
+    """Every layout has a vendored tag, and NVIDIA's expressions (the manifest's second
+    column), compiled against that tag's headers, give the layout's values: what
+    `nvrm-abi.py check --vendored` checks, with no mirror."""
+    tags = abi_script.vendored_tags()
+    bad = abi_script.layouts_against(nvidia_values, {lay: f"abi/nvidia/{tags[lay][0]}" for lay in nvidia_values})
+    assert not bad, "\n".join(bad[:50])
+    assert len(nvidia_values) == len(list((REPO / "abi" / "layouts").glob("*.tsv")))
+
+
+def test_kmod_core_agrees_with_nvidia_headers(abi_script, nvidia_values) -> None:
+    """Our expressions (nvrm_abi.h's defines, each release's row of nvrm_tables.c) give
+    what NVIDIA's give against the vendored headers, for every release of every layout:
+    `nvrm-abi.py ours --vendored`."""
+    tags = abi_script.vendored_tags()
+    bad, checked = abi_script.ours_against(abi_script.ours_values(), nvidia_values,
+                                           {lay: f"abi/nvidia/{tags[lay][0]}" for lay in nvidia_values})
+    assert not bad, "\n".join(bad[:50])
+    assert checked == len(abi_script.supported())
+
+
+def test_a_wrong_offset_in_nvrm_abi_h_fails_against_nvidia_headers(abi_script, nvidia_values, tmp_path,
+                                                                   monkeypatch) -> None:
+    """The check can fail: NVOS32's status (RM_ALLOC_MEMORY's) is at 20 on every release;
+    a header that said 24 is caught, against NVIDIA's headers, on every release."""
+    bad = tmp_path / "core"
+    bad.mkdir()
+    for f in list(CORE.glob("*.h")) + [CORE / "nvrm_tables.c"]:
+        (bad / f.name).write_text(f.read_text())
+    abi_h = (bad / "nvrm_abi.h").read_text()
+    good = "#define NVOS32_OFF_STATUS\t\t\t20"
+    assert good in abi_h
+    (bad / "nvrm_abi.h").write_text(abi_h.replace(good, "#define NVOS32_OFF_STATUS\t\t\t24"))
+    monkeypatch.setattr(abi_script, "CORE", bad)
+    monkeypatch.setattr(abi_script, "TABLES_C", bad / "nvrm_tables.c")
+    tags = abi_script.vendored_tags()
+    diffs, _ = abi_script.ours_against(abi_script.ours_values(), nvidia_values,
+                                       {lay: f"abi/nvidia/{tags[lay][0]}" for lay in nvidia_values})
+    assert len(diffs) == len(abi_script.supported()), "\n".join(diffs[:20])
+    assert "580.142: NVOS32_OFF_STATUS: kmod/core gives 24, abi/nvidia/580.142 20" in diffs
+    assert "535.43.02: NVOS32_OFF_STATUS: kmod/core gives 24, abi/nvidia/535.54.03 20" in diffs
+
+
+def test_standin_check_header_is_current_and_holds(abi_script, nvidia_values, tmp_path) -> None:
+    """tests/standin/nvstub_nvidia_abi.h (forced into the stand-in's build) is what
+    `nvrm-abi.py standin` makes of the vendored headers, and its static asserts hold for
+    kmod/core/nvrm_abi.h (here on the host; the kernel build checks them again)."""
+    header = REPO / "tests" / "standin" / "nvstub_nvidia_abi.h"
+    assert header.read_text() == abi_script.standin_header(nvidia_values), \
+        "stale: run scripts/nvrm-abi.py standin"
+    src = tmp_path / "check.c"
+    src.write_text('#include "nvstub_nvidia_abi.h"\n')
+    p = subprocess.run(["gcc", "-fsyntax-only", "-Wall", f"-I{CORE}", f"-I{header.parent}", str(src)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
 
 
 @pytest.mark.skipif(not MIRROR.exists(), reason=f"no clone of open-gpu-kernel-modules at {MIRROR}")
