@@ -600,11 +600,19 @@ def test_preload_reports_a_busy_channel_as_often_as_the_controller_asks(built, t
     hold, so a busy online channel never looks quiet between two reports. The client keeps
     one entry pending for 600 ms: at 10 ms that is at most 61 reports, so more than 61 is
     the controller's period at work (how many per second: tests/bench_preload.py)."""
+    pending, _ = pending_work_reports(built, tmp_path, b'{"sample_us":100,"repeat_us":1000}')
+    assert len(pending) > 61, len(pending)  # more than GS_WORK_REPEAT_NS could give
+
+
+def pending_work_reports(built, tmp_path, asked: bytes | None) -> tuple[list[dict], float]:
+    """The CHANNEL_WORK reports of the client's channel while it has an entry pending, and
+    for how many seconds, with the controller's request asked (None: the default)."""
     sock = tmp_path / "rep.sock"
     srv = Server(sock)
     p = start_userd(built, sock)
     srv.wait(lambda c: c and any(e["event"] == 3 for e in c[0]), "the channel")
-    srv.say(b'{"sample_us":100,"repeat_us":1000}\n')
+    if asked:
+        srv.say(asked + b"\n")
     out, errs = p.communicate(timeout=60)
     assert p.returncode == 0, errs
     t = {w[1]: int(w[2]) for w in (ln.split() for ln in out.splitlines()) if w[0] == "phase"}
@@ -613,7 +621,7 @@ def test_preload_reports_a_busy_channel_as_often_as_the_controller_asks(built, t
         lines = list(srv.conns[0])
     srv.stop()
     pending = [e for e in lines if e["event"] == WORK and t["pending"] <= e["_t"] < t["fetched"]]
-    assert len(pending) > 61, len(pending)  # more than GS_WORK_REPEAT_NS could give
+    return pending, (t["fetched"] - t["pending"]) / 1e9
 
 
 def share(built, tmp_path, exporter: str, importer: str) -> tuple[dict, dict, list[str]]:
