@@ -217,3 +217,24 @@ def test_a_files_teardown_frees_every_client_once(env, so):
     assert core.stats()["used"] == 32 * MiB
     assert core.pids() == [300]
     del others
+
+
+def test_535s_memory_mapper_placeholder_holds_no_memory(tmp_path):
+    """535's NV_MEMORY_MAPPER_ALLOCATION_PARAMS is one placeholder byte (cl00fe.h): RM holds
+    no semaphore surface, and the byte must not be read as the low byte of a handle whose
+    memory the mapper would then keep charged after its free."""
+    lib_so = cs.build(tmp_path)
+    core = cs.Core(lib_so, 1 * GiB)
+    try:
+        core.lib.gs_abi_select.argtypes = [ctypes.c_char_p]
+        assert core.lib.gs_abi_select(b"535.288.01") == 0
+        rm = cs.MockRM()
+        p = Proc(core, rm)
+        mp = cs.mem_params(64 * MiB)
+        assert p.alloc(DEV, abi.NV01_MEMORY_LOCAL_USER, 0x5, mp)[0].status == 0
+        placeholder = ctypes.create_string_buffer(b"\x05", 1)
+        assert p.alloc(DEV, abi.NV_MEMORY_MAPPER, 0x6, placeholder)[0].status == 0
+        assert p.free(0x5).status == 0
+        assert core.stats()["used"] == 0
+    finally:
+        core.close()

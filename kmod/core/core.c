@@ -842,6 +842,9 @@ enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, cons
 		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
 	if (mp.max_queue_size > GS_MAPPER_QUEUE_MAX || in->nr_mappers >= GS_MAPPERS_MAX)
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, 40, NV_ERR_INSUFFICIENT_RESOURCES);
+	/* 535's placeholder byte names no semaphore surface: RM holds none (cl00fe.h) */
+	if (size < sizeof(mp.h_semaphore_surface))
+		return GS_PASS;
 	return gs_pre_holds(in, c, p->h_root, mp.h_semaphore_surface);
 }
 
