@@ -274,6 +274,7 @@ static void gs_instance_release(struct kref *ref)
 	struct gs_proc *proc, *tmp;
 
 	WARN_ON_ONCE(inst->nr_nodes);
+	gs_reaper_teardown(&inst->reaper);	/* its item may still be running */
 	gs_activity_free(inst);	/* its work item reads the core */
 	if (inst->core)
 		gs_inst_free(inst->core);
@@ -341,6 +342,7 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	mutex_init(&inst->procs_lock);
 	mutex_init(&inst->cfg_lock);
 	INIT_LIST_HEAD(&inst->procs);
+	gs_reaper_setup(&inst->reaper);
 	spin_lock_init(&inst->refused_lock);
 	gs_nl_ratelimit_init(&inst->refusal_events);
 	inst->gpu_mask = cfg->gpu_mask;
@@ -415,24 +417,33 @@ err_free:
 int gs_instance_del(const char *name)
 {
 	struct gs_instance *inst;
+	int err = 0;
 
-	/* real files nobody holds any more go first: their nodes are closed then */
-	gs_reaper_flush();
-	mutex_lock(&gs_instances_lock);
-	inst = gs_instance_find(name);
-	if (!inst) {
-		mutex_unlock(&gs_instances_lock);
+	inst = gs_instance_get(name);
+	if (!inst)
 		return -ENOENT;
+	/* its real files nobody holds any more go first: their nodes are closed then */
+	gs_reaper_flush(&inst->reaper);
+	mutex_lock(&gs_instances_lock);
+	if (!inst->live) {
+		err = -ENOENT;	/* deleted meanwhile */
+		goto out;
 	}
 	if (inst->nr_open) {
-		mutex_unlock(&gs_instances_lock);
-		return -EBUSY;
+		err = -EBUSY;
+		goto out;
 	}
 	list_del(&inst->list);
 	gs_instance_unpublish(inst);
 	mutex_unlock(&gs_instances_lock);
+	gs_instance_put(inst);	/* the list's */
 	gs_instance_put(inst);
 	return 0;
+
+out:
+	mutex_unlock(&gs_instances_lock);
+	gs_instance_put(inst);
+	return err;
 }
 
 int gs_instance_set(const struct gs_inst_cfg *cfg)
@@ -604,15 +615,20 @@ err_region:
 void gs_instances_exit(void)
 {
 	struct gs_instance *inst, *tmp;
+	LIST_HEAD(gone);
 
 	/* No node is open: each open file holds a reference on this module. */
 	mutex_lock(&gs_instances_lock);
 	list_for_each_entry_safe(inst, tmp, &gs_instances, list) {
-		list_del(&inst->list);
+		list_move_tail(&inst->list, &gone);
 		gs_instance_unpublish(inst);
-		gs_instance_put(inst);
 	}
 	mutex_unlock(&gs_instances_lock);
+	/* the release waits for the reaper's item, which takes gs_instances_lock */
+	list_for_each_entry_safe(inst, tmp, &gone, list) {
+		list_del(&inst->list);
+		gs_instance_put(inst);
+	}
 	cdev_del(&gs_cdev);
 	class_destroy(gs_class);
 	unregister_chrdev_region(gs_devt, GS_NR_MINORS);

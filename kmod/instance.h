@@ -18,6 +18,8 @@
  * and removes its nodes and minors under gs_instances_lock, so no open() can
  * find it afterwards; the core and the struct go with the last reference.
  * Open files need no reference: an instance with open files is not deleted.
+ * Released files wait on the instance's own reaper (reaper.c), whose work
+ * item the release cancels.
  */
 #ifndef GPUSLICE_INSTANCE_H
 #define GPUSLICE_INSTANCE_H
@@ -33,6 +35,7 @@
 #include "activity.h"
 #include "core.h"
 #include "netlink.h"
+#include "reaper.h"
 #include "uapi/gpuslice.h"
 
 #define GS_MAX_GPUS	GPUSLICE_MAX_GPUS
@@ -84,6 +87,7 @@ struct gs_instance {
 	struct gs_activity *act;	/* the USERD sampler (activity.c) */
 	u32 sample_us;		/* its period for this instance, 0: userd_sample_ms (READ_ONCE) */
 	u32 repeat_us;		/* CHANNEL_WORK at most this often, 0: 50 ms (READ_ONCE) */
+	struct gs_reaper reaper;	/* its released files still held (reaper.c) */
 };
 
 /* What INSTANCE_NEW / INSTANCE_SET carry; 'set' says which fields are given. */

@@ -32,9 +32,12 @@ static int __init gs_init(void)
 	err = gs_driver_init();
 	if (err)
 		goto err_uvmcall;
-	err = gs_instances_init();
+	err = gs_reaper_init();
 	if (err)
 		goto err_driver;
+	err = gs_instances_init();
+	if (err)
+		goto err_reaper;
 	err = gs_netlink_init();
 	if (err)
 		goto err_instances;
@@ -43,6 +46,8 @@ static int __init gs_init(void)
 
 err_instances:
 	gs_instances_exit();
+err_reaper:
+	gs_reaper_exit();
 err_driver:
 	gs_driver_exit();
 err_uvmcall:
@@ -55,8 +60,8 @@ err_shadow:
 static void __exit gs_exit(void)
 {
 	gs_netlink_exit();
-	gs_reaper_exit();
 	gs_instances_exit();
+	gs_reaper_exit();
 	gs_fdswap_barrier();
 	gs_driver_exit();
 	gs_uvmcall_exit();

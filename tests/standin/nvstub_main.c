@@ -108,6 +108,49 @@ bool nvstub_should_fail(unsigned int every, atomic_t *count)
 	return every && (unsigned int)atomic_inc_return(count) % every == 0;
 }
 
+/*
+ * TEST-ONLY: hold the next release of a file of minor release_hold_minor (-1,
+ * the default: none) until the parameter changes, for at most
+ * NVSTUB_RELEASE_HOLD_MAX_MS, before anything is freed and without
+ * nvstub_lock, as RM's release of a file with many clients takes long
+ * (nv.c nvidia_close() -> rm_cleanup_file_private()). One release is held at
+ * a time: the others, of any minor, go through meanwhile. release_held (read
+ * only) is 1 while one is held, so that a test knows it has begun.
+ */
+static int nvstub_release_hold_minor = -1;
+module_param_named(release_hold_minor, nvstub_release_hold_minor, int, 0644);
+MODULE_PARM_DESC(release_hold_minor,
+		 "TEST ONLY: hold the next release of this minor until it changes (max 120 s; -1: none)");
+static atomic_t nvstub_release_held = ATOMIC_INIT(0);
+
+static int nvstub_release_held_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "%d\n", atomic_read(&nvstub_release_held));
+}
+
+static const struct kernel_param_ops nvstub_release_held_ops = {
+	.get = nvstub_release_held_get,
+};
+module_param_cb(release_held, &nvstub_release_held_ops, NULL, 0444);
+MODULE_PARM_DESC(release_held, "TEST ONLY: 1 while a release is held by release_hold_minor");
+
+#define NVSTUB_RELEASE_HOLD_MAX_MS	120000
+
+static void nvstub_release_hold(unsigned int minor)
+{
+	unsigned int ms = 0;
+
+	if (READ_ONCE(nvstub_release_hold_minor) != (int)minor ||
+	    atomic_cmpxchg(&nvstub_release_held, 0, 1) != 0)
+		return;
+	while (READ_ONCE(nvstub_release_hold_minor) == (int)minor &&
+	       ms < NVSTUB_RELEASE_HOLD_MAX_MS) {
+		msleep(10);
+		ms += 10;
+	}
+	atomic_set(&nvstub_release_held, 0);
+}
+
 static atomic_t nvstub_open_count = ATOMIC_INIT(0);
 static atomic_t nvstub_ioctl_count = ATOMIC_INIT(0);
 
@@ -187,6 +230,7 @@ static int nvstub_release(struct inode *inode, struct file *filp)
 {
 	struct nvstub_file *nf = filp->private_data;
 
+	nvstub_release_hold(nf->minor);	/* TEST ONLY, see above */
 	mutex_lock(&nvstub_lock);
 	nvstub_export_file_release(nf);
 	nvstub_file_free_clients(nf);
