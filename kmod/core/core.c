@@ -270,13 +270,17 @@ static int gs_read_u32(const struct gs_io *io, nv_u64 uaddr, nv_u32 *v)
  * memory object hUserdMemory[0] at userdOffset[0], or RM's own, mapped
  * through the channel at offset 0 when hUserdMemory[0] is 0.
  */
+#define GS_CH_OFF(f)	((nv_u32)offsetof(struct nv_channel_alloc_params_head, f))
+#define GS_TSG_OFF(f)	((nv_u32)offsetof(struct nv_channel_group_alloc_params, f))
+#define GS_MAPPER_OFF(f)	((nv_u32)offsetof(struct nv_memory_mapper_alloc_params, f))
+
 static void gs_post_channel_params(const struct gs_io *io, nv_u64 p, struct gs_object *o)
 {
-	gs_read_u32(io, p + 128, &o->engine);
-	gs_read_u32(io, p + 16, &o->gp_entries);
-	gs_read_u32(io, p + 32, &o->userd_mem);
+	gs_read_u32(io, p + GS_CH_OFF(engine_type), &o->engine);
+	gs_read_u32(io, p + GS_CH_OFF(gp_fifo_entries), &o->gp_entries);
+	gs_read_u32(io, p + GS_CH_OFF(h_userd_memory), &o->userd_mem);
 	if (o->userd_mem) {
-		if (io->read(io->ctx, p + 64, &o->userd_off, sizeof(o->userd_off)))
+		if (io->read(io->ctx, p + GS_CH_OFF(userd_offset), &o->userd_off, sizeof(o->userd_off)))
 			o->userd_off = 0;
 	} else {
 		o->userd_mem = o->handle;
@@ -299,7 +303,7 @@ static void gs_post_channel_params(const struct gs_io *io, nv_u64 p, struct gs_o
 /*
  * A device's GPU (NV0080_ALLOC_PARAMETERS.deviceId, 0 without parameters) is
  * decided here, on the copy RM reads: after RM's reply the block is the
- * caller's to rewrite (shadow.c), so gs_post_alloc() takes it from c->priv[3].
+ * caller's to rewrite (shadow.c), so gs_post_alloc() takes it from c->device_gpu.
  * A GPU that is not the instance's is refused, although RM would refuse it
  * too (device.c, osIsGpuAccessible()): a call whose answer is lost is taken
  * as made.
@@ -307,8 +311,8 @@ static void gs_post_channel_params(const struct gs_io *io, nv_u64 p, struct gs_o
 static enum gs_verdict gs_pre_device_gpu(struct gs_inst *in, struct gs_call *c, nv_u32 gpu)
 {
 	if (gpu >= GPUSLICE_MAX_GPUS || !(in->gpus >> gpu & 1))
-		return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
-	c->priv[3] = gpu;
+		return gs_refuse(c, GS_REFUSE_FOREIGN, GS_ST_NVOS64);
+	c->device_gpu = gpu;
 	return GS_PASS;
 }
 
@@ -328,7 +332,7 @@ enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, cons
 	if (!p->p_alloc_parms)
 		return GS_PASS;	/* names no other client */
 	if (!io || io->read(io->ctx, p->p_alloc_parms, &u, size))
-		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, GS_ST_NVOS64, NV_ERR_INVALID_POINTER);
 	if (p->h_class == NV01_DEVICE_0) {
 		if (gs_pre_device_gpu(in, c, u.dev.device_id) != GS_PASS)
 			return GS_REPLY;
@@ -341,7 +345,7 @@ enum gs_verdict gs_pre_other_clients(struct gs_inst *in, struct gs_call *c, cons
 	}
 	for (i = 0; i < 2; i++)
 		if (named[i] && !gs_is_client(in, named[i]))
-			return gs_refuse(c, GS_REFUSE_FOREIGN, 40);
+			return gs_refuse(c, GS_REFUSE_FOREIGN, GS_ST_NVOS64);
 	return GS_PASS;
 }
 
@@ -386,7 +390,7 @@ static enum gs_verdict gs_pre_holds(struct gs_inst *in, struct gs_call *c, nv_ha
 	const struct gs_obj *vid;
 
 	if (gs_busy_conflict(in, GS_BUSY_SOURCE, client, h_mem, 0))
-		return gs_busy_refuse(c, 40);
+		return gs_busy_refuse(c, GS_ST_NVOS64);
 	gs_busy_add(in, c, GS_BUSY_SOURCE, client, h_mem, 0);
 	vid = gs_obj_find(in, client, h_mem);
 	if (vid && vid->mem) {
@@ -403,9 +407,9 @@ enum gs_verdict gs_pre_fabric(struct gs_inst *in, struct gs_call *c, const struc
 	struct nv00f8_alloc_params fp;
 
 	if (!gs_alloc_params(io, p, &fp, sizeof(fp)))
-		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, GS_ST_NVOS64, NV_ERR_INVALID_POINTER);
 	if (fp.alloc_flags & NV00F8_ALLOC_FLAGS_FLEXIBLE_FLA)
-		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_NOT_SUPPORTED);
+		return gs_refuse_as(c, GS_REFUSE_CLASS, GS_ST_NVOS64, NV_ERR_NOT_SUPPORTED);
 	return gs_pre_holds(in, c, p->h_root, fp.map_h_vid_mem);
 }
 
@@ -422,9 +426,9 @@ enum gs_verdict gs_pre_semaphore_surface(struct gs_inst *in, struct gs_call *c, 
 	struct nv_semaphore_surface_alloc_params sp;
 
 	if (!gs_alloc_params(io, p, &sp, sizeof(sp)))
-		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, GS_ST_NVOS64, NV_ERR_INVALID_POINTER);
 	if (sp.h_max_submitted_mem && sp.h_max_submitted_mem != sp.h_semaphore_mem)
-		return gs_refuse_as(c, GS_REFUSE_CLASS, 40, NV_ERR_INVALID_PARAMETER);
+		return gs_refuse_as(c, GS_REFUSE_CLASS, GS_ST_NVOS64, NV_ERR_INVALID_PARAMETER);
 	return gs_pre_holds(in, c, p->h_root, sp.h_semaphore_mem);
 }
 
@@ -471,9 +475,11 @@ struct gs_dep_fields {
  * but hold nothing counted, and their records are kept as RM keeps their
  * handles (below). Lines of the 580.142 tag.
  */
+#define GS_CH_DEPS	{ GS_CH_OFF(h_context_share), GS_CH_OFF(h_va_space), GS_CH_OFF(h_userd_memory) }
+
 static const struct gs_dep_fields gs_dep_fields[] = {
 	/* NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.hVASpace: kernel_channel_group_api.c:281-288 */
-	{ KEPLER_CHANNEL_GROUP_A, { 8 } },
+	{ KEPLER_CHANNEL_GROUP_A, { GS_TSG_OFF(h_va_space) } },
 	/* NV_CTXSHARE_ALLOCATION_PARAMETERS.hVASpace: kernel_ctxshare.c:151-159 */
 	{ FERMI_CONTEXT_SHARE_A, { GS_DEP_AT0 } },
 	/*
@@ -482,15 +488,15 @@ static const struct gs_dep_fields gs_dep_fields[] = {
 	 * hUserdMemory[0] (arch/volta/kernel_channel_gv100.c:246-254: 580 only,
 	 * OS-descriptor memory only, gs_post_deps()).
 	 */
-	{ AMPERE_CHANNEL_GPFIFO_A, { 24, 28, 32 } },
-	{ HOPPER_CHANNEL_GPFIFO_A, { 24, 28, 32 } },
-	{ BLACKWELL_CHANNEL_GPFIFO_A, { 24, 28, 32 } },
-	{ BLACKWELL_CHANNEL_GPFIFO_B, { 24, 28, 32 } },
+	{ AMPERE_CHANNEL_GPFIFO_A, GS_CH_DEPS },
+	{ HOPPER_CHANNEL_GPFIFO_A, GS_CH_DEPS },
+	{ BLACKWELL_CHANNEL_GPFIFO_A, GS_CH_DEPS },
+	{ BLACKWELL_CHANNEL_GPFIFO_B, GS_CH_DEPS },
 	/*
 	 * NV_MEMORY_MAPPER_ALLOCATION_PARAMS.hNotificationMemory (mem_mapper.c:386-391;
 	 * 580 only: 535's parameters are one placeholder byte, 550's end before it)
 	 */
-	{ NV_MEMORY_MAPPER, { 8 } },
+	{ NV_MEMORY_MAPPER, { GS_MAPPER_OFF(h_notification_memory) } },
 };
 
 /* read the handles p's new object will depend on into c->deps (0: none) */
@@ -527,7 +533,7 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 				    const struct gs_io *io, struct gs_evq *q)
 {
 	struct nvos64_params *p = c->arg;
-	const nv_u32 st = 40;	/* offsetof(struct nvos64_params, status) */
+	const nv_u32 st = GS_ST_NVOS64;
 	const struct gs_class_row *row;
 	unsigned int i;
 	nv_u32 status;
@@ -582,7 +588,7 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 				      const struct gs_io *io)
 {
 	struct nvos54_params *p = c->arg;
-	const nv_u32 st = 28;	/* offsetof(struct nvos54_params, status) */
+	const nv_u32 st = GS_ST_NVOS54;
 	const struct gs_control_row *row;
 	nv_u32 status = NV_OK;
 
@@ -716,12 +722,8 @@ enum gs_verdict gs_pre_free_handle(struct gs_inst *in, struct gs_call *c, nv_han
 static enum gs_verdict gs_pre_free(struct gs_inst *in, struct gs_call *c)
 {
 	const struct nvos00_params *p = c->arg;
-	enum gs_verdict v;
 
-	v = gs_pre_client_first(in, c, sizeof(*p), 12);
-	if (v != GS_PASS)
-		return v;
-	return gs_pre_free_handle(in, c, p->h_root, p->h_object_old, 12);
+	return gs_pre_free_handle(in, c, p->h_root, p->h_object_old, GS_ST_NVOS00);
 }
 
 /*
@@ -741,12 +743,12 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 	if (!gs_is_client(in, p->h_client) ||
 	    (!gs_is_client(in, p->h_client_src) && !c->src_sibling))
-		return gs_refuse(c, GS_REFUSE_FOREIGN, 24);
+		return gs_refuse(c, GS_REFUSE_FOREIGN, GS_ST_NVOS55);
 	status = gs_create_conflict(in, p->h_client, p->h_object, p->h_parent);
 	if (status != NV_OK)
-		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 24, status);
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, GS_ST_NVOS55, status);
 	if (gs_busy_conflict(in, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src, 0))
-		return gs_busy_refuse(c, 24);
+		return gs_busy_refuse(c, GS_ST_NVOS55);
 	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src, 0);
 	gs_busy_add(in, c, GS_BUSY_CREATE, p->h_client, p->h_object, p->h_parent);
 	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
@@ -790,7 +792,7 @@ static enum gs_verdict gs_pre_alloc_memory_system(struct gs_inst *in, struct gs_
 	enum gs_verdict v = gs_quota_check(in, c, &r, q);
 
 	if (v != GS_PASS)
-		gs_put_status(c, 40, c->status);
+		gs_put_status(c, GS_ST_NVOS02, c->status);
 	return v;
 }
 
@@ -808,12 +810,12 @@ static enum gs_verdict gs_pre_map_memory(struct gs_inst *in, struct gs_call *c)
 	const struct gs_obj *ob;
 	enum gs_verdict v;
 
-	v = gs_pre_client_first(in, c, sizeof(struct nvos33_params_with_fd), 40);
+	v = gs_pre_client_first(in, c, sizeof(struct nvos33_params_with_fd), GS_ST_NVOS33);
 	if (v != GS_PASS)
 		return v;
 	ob = gs_obj_find(in, p->h_client, p->h_memory);
 	if (ob && ob->o.klass == NV01_MEMORY_LOCAL_PRIVILEGED)
-		return gs_refuse_as(c, GS_REFUSE_GLOBAL, 40, NV_ERR_PROTECTION_FAULT);
+		return gs_refuse_as(c, GS_REFUSE_GLOBAL, GS_ST_NVOS33, NV_ERR_PROTECTION_FAULT);
 	return GS_PASS;
 }
 
@@ -839,18 +841,243 @@ enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, cons
 	/* before 580 the parameters end early (550: no notification memory;
 	 * 535: a placeholder byte): what the driver has not, reads as 0 */
 	if (!gs_alloc_params(io, p, &mp, size < sizeof(mp) ? size : sizeof(mp)))
-		return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_POINTER);
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, GS_ST_NVOS64, NV_ERR_INVALID_POINTER);
 	if (mp.max_queue_size > GS_MAPPER_QUEUE_MAX || in->nr_mappers >= GS_MAPPERS_MAX)
-		return gs_refuse_as(c, GS_REFUSE_LIMIT, 40, NV_ERR_INSUFFICIENT_RESOURCES);
+		return gs_refuse_as(c, GS_REFUSE_LIMIT, GS_ST_NVOS64, NV_ERR_INSUFFICIENT_RESOURCES);
 	/* 535's placeholder byte names no semaphore surface: RM holds none (cl00fe.h) */
 	if (size < sizeof(mp.h_semaphore_surface))
 		return GS_PASS;
 	return gs_pre_holds(in, c, p->h_root, mp.h_semaphore_surface);
 }
 
+/*
+ * RM_ALLOC_MEMORY (NVOS02): the class's answer, then the common checks; the
+ * heap-size question of NV01_MEMORY_LOCAL_USER is asked as the
+ * unprivileged object (gs_post_heap_size()); register memory by a handle
+ * the core knows, whatever RM answers.
+ */
+static enum gs_verdict gs_pre_alloc_memory(struct gs_inst *in, struct gs_call *c,
+					   const struct gs_io *io, struct gs_evq *q)
+{
+	struct nvos02_params *p = c->arg;
+	const nv_u32 st = GS_ST_NVOS02;
+	enum gs_refusal r;
+	enum gs_verdict v;
+	nv_u32 status;
+
+	c->what = p->h_class;
+	r = gs_filter_alloc_memory_class(p->h_class, &status);
+	if (r != GS_REFUSE_NONE)
+		return gs_refuse_as(c, r, st, status);
+	v = gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), st);
+	if (v != GS_PASS)
+		return v;
+	status = gs_create_conflict(in, p->h_root, p->h_object_new, p->h_object_parent);
+	if (status != NV_OK)
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, st, status);
+	if (p->h_class == NV01_MEMORY_SYSTEM) {
+		v = gs_pre_alloc_memory_system(in, c, p, q);
+		if (v != GS_PASS)
+			return v;
+	}
+	if (p->h_class == NV01_MEMORY_LOCAL_USER)
+		p->h_class = NV01_MEMORY_SYSTEM_DYNAMIC;	/* gs_post_heap_size() */
+	if (p->h_class == NV01_MEMORY_LOCAL_PRIVILEGED &&
+	    (!p->h_object_new || gs_obj_find(in, p->h_root, p->h_object_new)))
+		return gs_refuse_as(c, GS_REFUSE_MALFORMED, st, NV_ERR_INVALID_ARGUMENT);
+	gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new, p->h_object_parent);
+	return GS_PASS;
+}
+
+/*
+ * NV_ESC_REGISTER_FD: on a GPU file it names the nvidiactl file the GPU file
+ * acts for (what CUDA does). On an nvidiactl file it links that file to
+ * another (escape.c: "valid for both actual devices and ctrl devices"), and
+ * RM then checks every client named through it against the other file
+ * (rmclientValidate_IMPL compares nvfp->ctl_nvfp): the core's file of a
+ * client would no longer be RM's, and gs_pre_free() would let through a
+ * free RM refuses, whose reply a sibling thread can forge. Not from a
+ * container.
+ */
+static enum gs_verdict gs_pre_register_fd(struct gs_inst *in, struct gs_call *c,
+					  const struct gs_io *io, struct gs_evq *q)
+{
+	if (c->kind == GS_FILE_CTL)
+		return gs_fail(c, GS_REFUSE_ESCAPE, EPERM);
+	return GS_PASS;
+}
+
+/*
+ * NV_ESC_SYS_PARAMS: the first caller on the host sets the NUMA memory block
+ * size for everyone (nv.c, nv_ctl_device.numa_memblock_size); libcuda sends
+ * it on every nvidiactl. From a container: 0, not passed.
+ */
+static enum gs_verdict gs_pre_sys_params(struct gs_inst *in, struct gs_call *c,
+					 const struct gs_io *io, struct gs_evq *q)
+{
+	return GS_REPLY;
+}
+
+static enum gs_verdict gs_pre_alloc_os_event(struct gs_inst *in, struct gs_call *c,
+					     const struct gs_io *io, struct gs_evq *q)
+{
+	return gs_osev_pre(in, c);
+}
+
+/* gs_post()'s steps, below */
+static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			  struct gs_evq *q);
+static void gs_post_dup(struct gs_inst *in, struct gs_call *c, struct gs_evq *q);
+static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct gs_evq *q);
+
+/* the escapes' own steps, in the signature of struct gs_escape_row */
+static enum gs_verdict gs_pre_control_row(struct gs_inst *in, struct gs_call *c,
+					  const struct gs_io *io, struct gs_evq *q)
+{
+	return gs_pre_control(in, c, io);
+}
+
+static enum gs_verdict gs_pre_free_row(struct gs_inst *in, struct gs_call *c,
+				       const struct gs_io *io, struct gs_evq *q)
+{
+	return gs_pre_free(in, c);
+}
+
+static enum gs_verdict gs_pre_dup_row(struct gs_inst *in, struct gs_call *c,
+				      const struct gs_io *io, struct gs_evq *q)
+{
+	return gs_pre_dup(in, c);
+}
+
+static enum gs_verdict gs_pre_map_memory_row(struct gs_inst *in, struct gs_call *c,
+					     const struct gs_io *io, struct gs_evq *q)
+{
+	return gs_pre_map_memory(in, c);
+}
+
+static enum gs_verdict gs_pre_attach_gpus_row(struct gs_inst *in, struct gs_call *c,
+					      const struct gs_io *io, struct gs_evq *q)
+{
+	return gs_pre_attach_gpus(in, c);
+}
+
+static void gs_post_control(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			    struct gs_evq *q)
+{
+	const struct nvos54_params *p = (const void *)c->checked;
+	const struct gs_control_row *row = gs_control_row(p->cmd);
+
+	if (row && row->handler && row->handler->post)
+		row->handler->post(in, c, io, p, q);
+}
+
+static void gs_post_free(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			 struct gs_evq *q)
+{
+	const struct nvos00_params *p = (const void *)c->checked;
+
+	/* a lost reply frees nothing: what stays charged is never too little */
+	if (c->reply_lost || c->status != NV_OK)
+		return;
+	gs_obj_free_tree(in, p->h_root, p->h_object_old, q);
+	if (p->h_object_old == p->h_root)
+		gs_osev_gone(in, p->h_root, 0);
+}
+
+static void gs_post_dup_row(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			    struct gs_evq *q)
+{
+	gs_post_dup(in, c, q);
+}
+
+static void gs_post_alloc_memory_row(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+				     struct gs_evq *q)
+{
+	gs_post_alloc_memory(in, c, q);
+}
+
+static void gs_post_os_event(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			     struct gs_evq *q)
+{
+	gs_osev_post(in, c);
+}
+
+/*
+ * The escapes the core decides on, one row each, as nv.c's ioctl switch and
+ * DRM's ioctl table keep them: the block the core reads (a shorter one
+ * fails with EINVAL, as RM's size check fails it), where RM writes its
+ * status (GS_ST_NONE: nowhere), what the call may make, the step before RM
+ * and the step after it. GS_ESC_CLIENT_FIRST: the block starts with a
+ * client that must be the instance's. The legacy escapes OpenGL, Vulkan
+ * and the video libraries use before RM_ALLOC have their table in legacy.c;
+ * any other escape is the filter's (filter.c gs_filter_escape()).
+ */
+/* the layouts NVIDIA's headers give every supported release (abi/layouts) */
+_Static_assert(GS_ST_NVOS64 == 40 && GS_ST_NVOS54 == 28 && GS_ST_NVOS00 == 12 &&
+	       GS_ST_NVOS55 == 24 && GS_ST_NVOS57 == 20 && GS_ST_NVOS02 == 40 &&
+	       GS_ST_NVOS34 == 24 && GS_ST_NVOS56 == 32 && GS_ST_OS_EVENT == 12,
+	       "escape status offsets");
+_Static_assert(GS_CH_OFF(h_context_share) == 24 && GS_CH_OFF(h_va_space) == 28 &&
+	       GS_CH_OFF(h_userd_memory) == 32 && GS_CH_OFF(userd_offset) == 64 &&
+	       GS_CH_OFF(engine_type) == 128 && GS_TSG_OFF(h_va_space) == 8 &&
+	       GS_TSG_OFF(engine_type) == 12 && GS_MAPPER_OFF(h_notification_memory) == 8,
+	       "allocation parameter offsets");
+
+static const struct gs_escape_row gs_escapes[] = {
+	{ NV_ESC_RM_ALLOC, sizeof(struct nvos64_params), GS_ST_NVOS64,
+	  GS_ESC_CREATES | GS_ESC_CHARGES, gs_pre_alloc, gs_post_alloc },
+	{ NV_ESC_RM_CONTROL, sizeof(struct nvos54_params), GS_ST_NVOS54,
+	  0, gs_pre_control_row, gs_post_control },
+	{ NV_ESC_RM_FREE, sizeof(struct nvos00_params), GS_ST_NVOS00,
+	  GS_ESC_CLIENT_FIRST, gs_pre_free_row, gs_post_free },
+	{ NV_ESC_RM_DUP_OBJECT, sizeof(struct nvos55_params), GS_ST_NVOS55,
+	  GS_ESC_CREATES, gs_pre_dup_row, gs_post_dup_row },
+	/*
+	 * A share policy on one of the instance's own objects (what
+	 * cudaIpcGetMemHandle sets before another process duplicates the
+	 * memory): it lets other clients RM_DUP_OBJECT it, and every dup through
+	 * an instance must name the instance's clients on both sides, so
+	 * another instance still cannot take it.
+	 */
+	{ NV_ESC_RM_SHARE, sizeof(struct nvos57_params), GS_ST_NVOS57,
+	  GS_ESC_CLIENT_FIRST, NULL, NULL },
+	{ NV_ESC_RM_ALLOC_MEMORY, sizeof(struct nvos02_params_with_fd), GS_ST_NVOS02,
+	  GS_ESC_CREATES | GS_ESC_CHARGES, gs_pre_alloc_memory, gs_post_alloc_memory_row },
+	{ NV_ESC_RM_MAP_MEMORY, sizeof(struct nvos33_params_with_fd), GS_ST_NVOS33,
+	  0, gs_pre_map_memory_row, NULL },
+	{ NV_ESC_RM_UNMAP_MEMORY, sizeof(struct nvos34_params), GS_ST_NVOS34,
+	  GS_ESC_CLIENT_FIRST, NULL, NULL },
+	{ NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, sizeof(struct nvos56_params), GS_ST_NVOS56,
+	  GS_ESC_CLIENT_FIRST, NULL, NULL },
+	{ NV_ESC_ALLOC_OS_EVENT, sizeof(struct nv_ioctl_alloc_os_event), GS_ST_OS_EVENT,
+	  GS_ESC_CLIENT_FIRST, gs_pre_alloc_os_event, gs_post_os_event },
+	{ NV_ESC_FREE_OS_EVENT, sizeof(struct nv_ioctl_alloc_os_event), GS_ST_OS_EVENT,
+	  GS_ESC_CLIENT_FIRST, NULL, gs_post_os_event },
+	/* an array of gpuIds: its size is the call's (gs_pre_attach_gpus()) */
+	{ NV_ESC_ATTACH_GPUS_TO_FD, 0, GS_ST_NONE,
+	  0, gs_pre_attach_gpus_row, NULL },
+	{ NV_ESC_REGISTER_FD, 0, GS_ST_NONE,
+	  0, gs_pre_register_fd, NULL },
+	{ NV_ESC_SYS_PARAMS, 0, GS_ST_NONE,
+	  0, gs_pre_sys_params, NULL },
+};
+
+static const struct gs_escape_row *gs_escape_row(const struct gs_call *c)
+{
+	unsigned int i;
+
+	if (c->kind == GS_FILE_UVM || NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
+		return NULL;
+	for (i = 0; i < ARRAY_SIZE(gs_escapes); i++)
+		if (gs_escapes[i].escape == NV_IOC_NR(c->req))
+			return &gs_escapes[i];
+	return NULL;
+}
+
 static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 				     const struct gs_io *io, struct gs_evq *q)
 {
+	const struct gs_escape_row *row;
 	enum gs_verdict v;
 	enum gs_refusal r;
 
@@ -862,88 +1089,16 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	}
 	if (NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
 		return gs_fail(c, GS_REFUSE_ESCAPE, ENOTTY);
-	switch (c->escape) {
-	case NV_ESC_RM_ALLOC:
-		return gs_pre_alloc(in, c, io, q);
-	case NV_ESC_RM_CONTROL:
-		return gs_pre_control(in, c, io);
-	case NV_ESC_RM_FREE:
-		return gs_pre_free(in, c);
-	case NV_ESC_RM_DUP_OBJECT:
-		return gs_pre_dup(in, c);
-	case NV_ESC_RM_SHARE:
-		/*
-		 * A share policy on one of the instance's own objects (what
-		 * cudaIpcGetMemHandle sets before another process duplicates the
-		 * memory): it lets other clients RM_DUP_OBJECT it, and every dup
-		 * through an instance must name the instance's clients on both
-		 * sides, so another instance still cannot take it.
-		 */
-		return gs_pre_client_first(in, c, sizeof(struct nvos57_params), 20);
-	case NV_ESC_RM_ALLOC_MEMORY: {
-		struct nvos02_params *p = c->arg;
-		nv_u32 status;
-
-		if (gs_short(c, sizeof(struct nvos02_params_with_fd)))
+	row = gs_escape_row(c);
+	if (row) {
+		if (row->size && gs_short(c, row->size))
 			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
-		c->what = p->h_class;
-		r = gs_filter_alloc_memory_class(p->h_class, &status);
-		if (r != GS_REFUSE_NONE)
-			return gs_refuse_as(c, r, 40, status);
-		v = gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), 40);
-		if (v != GS_PASS)
-			return v;
-		status = gs_create_conflict(in, p->h_root, p->h_object_new, p->h_object_parent);
-		if (status != NV_OK)
-			return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, status);
-		if (p->h_class == NV01_MEMORY_SYSTEM) {
-			v = gs_pre_alloc_memory_system(in, c, p, q);
+		if (row->flags & GS_ESC_CLIENT_FIRST) {
+			v = gs_pre_client_first(in, c, row->size, row->status_off);
 			if (v != GS_PASS)
 				return v;
 		}
-		if (p->h_class == NV01_MEMORY_LOCAL_USER)
-			p->h_class = NV01_MEMORY_SYSTEM_DYNAMIC;	/* gs_post_heap_size() */
-		/* register memory: by a handle the core knows, whatever RM answers */
-		if (p->h_class == NV01_MEMORY_LOCAL_PRIVILEGED &&
-		    (!p->h_object_new || gs_obj_find(in, p->h_root, p->h_object_new)))
-			return gs_refuse_as(c, GS_REFUSE_MALFORMED, 40, NV_ERR_INVALID_ARGUMENT);
-		gs_busy_add(in, c, GS_BUSY_CREATE, p->h_root, p->h_object_new, p->h_object_parent);
-		return GS_PASS;
-	}
-	case NV_ESC_RM_MAP_MEMORY:
-		return gs_pre_map_memory(in, c);
-	case NV_ESC_RM_UNMAP_MEMORY:
-		return gs_pre_client_first(in, c, sizeof(struct nvos34_params), 24);
-	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
-		return gs_pre_client_first(in, c, sizeof(struct nvos56_params), 32);
-	case NV_ESC_ALLOC_OS_EVENT:
-		v = gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
-		return v == GS_PASS ? gs_osev_pre(in, c) : v;
-	case NV_ESC_FREE_OS_EVENT:
-		return gs_pre_client_first(in, c, sizeof(struct nv_ioctl_alloc_os_event), 12);
-	case NV_ESC_ATTACH_GPUS_TO_FD:
-		return gs_pre_attach_gpus(in, c);
-	case NV_ESC_REGISTER_FD:
-		/*
-		 * On a GPU file it names the nvidiactl file the GPU file acts
-		 * for (what CUDA does). On an nvidiactl file it links that file
-		 * to another (escape.c: "valid for both actual devices and ctrl
-		 * devices"), and RM then checks every client named through it
-		 * against the other file (rmclientValidate_IMPL compares
-		 * nvfp->ctl_nvfp): the core's file of a client would no longer
-		 * be RM's, and gs_pre_free() would let through a free RM refuses,
-		 * whose reply a sibling thread can forge. Not from a container.
-		 */
-		if (c->kind == GS_FILE_CTL)
-			return gs_fail(c, GS_REFUSE_ESCAPE, EPERM);
-		return GS_PASS;
-	case NV_ESC_SYS_PARAMS:
-		/*
-		 * The first caller on the host sets the NUMA memory block size
-		 * for everyone (nv.c, nv_ctl_device.numa_memblock_size); libcuda
-		 * sends it on every nvidiactl. From a container: 0, not passed.
-		 */
-		return GS_REPLY;
+		return row->pre ? row->pre(in, c, io, q) : GS_PASS;
 	}
 	if (gs_legacy_escape(c->escape))
 		return gs_legacy_pre(in, c, q);
@@ -957,21 +1112,8 @@ int gs_block_decided(const struct gs_call *c)
 {
 	if (c->kind == GS_FILE_UVM || NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
 		return 0;
-	switch (NV_IOC_NR(c->req)) {
-	case NV_ESC_RM_ALLOC:
-	case NV_ESC_RM_CONTROL:
-	case NV_ESC_RM_FREE:
-	case NV_ESC_RM_DUP_OBJECT:
-	case NV_ESC_RM_SHARE:
-	case NV_ESC_RM_ALLOC_MEMORY:
-	case NV_ESC_RM_MAP_MEMORY:
-	case NV_ESC_RM_UNMAP_MEMORY:
-	case NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO:
-	case NV_ESC_ALLOC_OS_EVENT:
-	case NV_ESC_FREE_OS_EVENT:
-	case NV_ESC_ATTACH_GPUS_TO_FD:
-		return 1;
-	}
+	if (gs_escape_row(c))
+		return NV_IOC_NR(c->req) != NV_ESC_REGISTER_FD && NV_IOC_NR(c->req) != NV_ESC_SYS_PARAMS;
 	return gs_legacy_escape(NV_IOC_NR(c->req));
 }
 
@@ -1052,17 +1194,21 @@ static void gs_refusal_names(const struct gs_call *c, struct gs_event *ev)
 /* calls after which gs_post() registers an object (gs_call.spare_obj) */
 static int gs_creates_object(const struct gs_call *c)
 {
-	if (c->kind == GS_FILE_UVM)
-		return 0;
-	return c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_DUP_OBJECT ||
-	       c->escape == NV_ESC_RM_ALLOC_MEMORY || c->escape == NV_ESC_RM_VID_HEAP_CONTROL;
+	const struct gs_escape_row *row = gs_escape_row(c);
+
+	if (row)
+		return !!(row->flags & GS_ESC_CREATES);
+	return c->kind != GS_FILE_UVM && c->escape == NV_ESC_RM_VID_HEAP_CONTROL;
 }
 
 /* calls that may charge memory (gs_call.spare_mem) */
 static int gs_may_charge(const struct gs_call *c)
 {
-	return c->escape == NV_ESC_RM_ALLOC || c->escape == NV_ESC_RM_VID_HEAP_CONTROL ||
-	       c->escape == NV_ESC_RM_ALLOC_MEMORY;
+	const struct gs_escape_row *row = gs_escape_row(c);
+
+	if (row)
+		return !!(row->flags & GS_ESC_CHARGES);
+	return c->kind != GS_FILE_UVM && c->escape == NV_ESC_RM_VID_HEAP_CONTROL;
 }
 
 static void gs_spares_free(struct gs_call *c)
@@ -1119,7 +1265,9 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	c->err = 0;
 	c->refusal = GS_REFUSE_NONE;
 	c->reserved = 0;
-	memset(c->priv, 0, sizeof(c->priv));
+	memset(&c->quota, 0, sizeof(c->quota));
+	c->device_gpu = 0;
+	c->rewritten = 0;
 	memset(c->deps, 0, sizeof(c->deps));
 	c->src_mem = NULL;
 	c->src_found = 0;
@@ -1272,7 +1420,7 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 		status = NV_OK;
 	}
 
-	if (c->priv[0]) {
+	if (c->quota.held) {
 		gs_quota_post(in, c, io, req, status, q);
 		return;
 	}
@@ -1300,10 +1448,10 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 	 * probe order (NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2 maps one to the other).
 	 */
 	if (o.klass == NV01_DEVICE_0)
-		o.gpu = (nv_u32)c->priv[3];	/* gs_pre_device_gpu() */
+		o.gpu = c->device_gpu;	/* gs_pre_device_gpu() */
 	/* engine type from the allocation parameters (nvrm_abi.h) */
 	if (o.obj_kind == GPUSLICE_OBJ_TSG && req->p_alloc_parms && io)
-		gs_read_u32(io, req->p_alloc_parms + 12, &o.engine);
+		gs_read_u32(io, req->p_alloc_parms + GS_TSG_OFF(engine_type), &o.engine);
 	else if (o.obj_kind == GPUSLICE_OBJ_CHANNEL && req->p_alloc_parms && io)
 		gs_post_channel_params(io, req->p_alloc_parms, &o);
 	/* CUDA leaves a channel's engineType 0: it runs on its TSG's engine */
@@ -1402,7 +1550,7 @@ static void gs_post_alloc_memory(struct gs_inst *in, struct gs_call *c, struct g
 		return;
 	}
 
-	if (c->priv[0]) {	/* counted (gs_pre_alloc_memory_system()) */
+	if (c->quota.held) {	/* counted (gs_pre_alloc_memory_system()) */
 		struct gs_mem_req r = gs_alloc_memory_req(p);
 
 		gs_quota_charge(in, c, &r, rep->h_object_new,
@@ -1436,6 +1584,7 @@ const struct gs_control_handler gs_schedule_handler = {
 
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret)
 {
+	const struct gs_escape_row *row;
 	struct gs_evq q;
 
 	gs_evq_init(&q);
@@ -1457,48 +1606,14 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 		c->src_mem = NULL;
 		goto out;
 	}
-	switch (c->escape) {
-	case NV_ESC_RM_ALLOC:
-		c->status = ((struct nvos64_params *)c->arg)->status;
-		gs_post_alloc(in, c, io, &q);
-		break;
-	case NV_ESC_RM_CONTROL: {
-		const struct nvos54_params *p = (const void *)c->checked;
-		const struct gs_control_row *row = gs_control_row(p->cmd);
-
-		c->status = ((struct nvos54_params *)c->arg)->status;
-		if (row && row->handler && row->handler->post)
-			row->handler->post(in, c, io, p, &q);
-		break;
-	}
-	case NV_ESC_RM_FREE: {
-		const struct nvos00_params *p = (const void *)c->checked;
-
-		c->status = ((struct nvos00_params *)c->arg)->status;
-		/* a lost reply frees nothing: what stays charged is never too little */
-		if (!c->reply_lost && c->status == NV_OK) {
-			gs_obj_free_tree(in, p->h_root, p->h_object_old, &q);
-			if (p->h_object_old == p->h_root)
-				gs_osev_gone(in, p->h_root, 0);
-		}
-		break;
-	}
-	case NV_ESC_RM_DUP_OBJECT:
-		c->status = ((struct nvos55_params *)c->arg)->status;
-		gs_post_dup(in, c, &q);
-		break;
-	case NV_ESC_RM_ALLOC_MEMORY:
-		c->status = ((struct nvos02_params *)c->arg)->status;
-		gs_post_alloc_memory(in, c, &q);
-		break;
-	case NV_ESC_ALLOC_OS_EVENT:
-	case NV_ESC_FREE_OS_EVENT:
-		gs_osev_post(in, c);
-		break;
-	default:
-		if (gs_legacy_escape(c->escape))
-			gs_legacy_post(in, c, &q);
-		break;
+	row = gs_escape_row(c);
+	if (row) {
+		if (row->status_off != GS_ST_NONE)
+			memcpy(&c->status, (const char *)c->arg + row->status_off, sizeof(c->status));
+		if (row->post)
+			row->post(in, c, io, &q);
+	} else if (gs_legacy_escape(c->escape)) {
+		gs_legacy_post(in, c, &q);
 	}
 out:
 	gs_unlock(&in->lock);

@@ -118,9 +118,23 @@ struct gs_call {
 	 * only on such a reply (uvm.c).
 	 */
 	nv_u8 reply_trusted;
-	/* private to the core between pre and post */
-	nv_u64 reserved;
-	nv_u64 priv[4];
+	/*
+	 * Private to the core between pre and post, each field for one path:
+	 * a reservation of counted memory (quota.c gs_quota_check(), held until
+	 * gs_quota_charge() or gs_quota_release()); an RM_ALLOC of a device, its
+	 * GPU as checked (core.c gs_pre_device_gpu()); a reply the core
+	 * rewrote (virt.c).
+	 */
+	nv_u64 reserved;	/* bytes reserved */
+	struct gs_call_quota {
+		nv_u8 held;	/* a reservation is held */
+		nv_u8 sys;	/* pinned system memory, else video memory */
+		nv_u32 gpu;	/* video memory: the GPU it was checked against */
+		nv_u64 asked;	/* the size that was checked */
+		nv_u64 least;	/* what PMA takes for it at least (gs_pma_size()) */
+	} quota;
+	nv_u32 device_gpu;
+	nv_u8 rewritten;
 	/*
 	 * What gs_post() adds to the registry for a call that creates an
 	 * object, allocated by gs_pre() before the driver runs: once RM has

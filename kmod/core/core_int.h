@@ -287,6 +287,44 @@ nv_u64 gs_gpu_limit(const struct gs_inst *in, nv_u32 gpu);
 int gs_charge_extra(struct gs_inst *in, struct gs_mem *m, nv_u32 gpu, nv_u64 size);
 nv_u32 gs_first_gpu(const struct gs_inst *in);
 
+/*
+ * Where RM writes the status of each escape's block (nvrm_abi.h, whose
+ * layouts tests/test_nvrm_tables.py checks against NVIDIA's headers for
+ * every supported release); GS_ST_NONE: the block has none.
+ */
+#define GS_ST_NVOS00	((nv_u32)offsetof(struct nvos00_params, status))	/* RM_FREE */
+#define GS_ST_NVOS64	((nv_u32)offsetof(struct nvos64_params, status))	/* RM_ALLOC */
+#define GS_ST_NVOS54	((nv_u32)offsetof(struct nvos54_params, status))	/* RM_CONTROL */
+#define GS_ST_NVOS55	((nv_u32)offsetof(struct nvos55_params, status))	/* RM_DUP_OBJECT */
+#define GS_ST_NVOS57	((nv_u32)offsetof(struct nvos57_params, status))	/* RM_SHARE */
+#define GS_ST_NVOS02	((nv_u32)offsetof(struct nvos02_params, status))	/* RM_ALLOC_MEMORY */
+#define GS_ST_NVOS33	((nv_u32)offsetof(struct nvos33_params, status))	/* RM_MAP_MEMORY */
+#define GS_ST_NVOS34	((nv_u32)offsetof(struct nvos34_params, status))	/* RM_UNMAP_MEMORY */
+#define GS_ST_NVOS56	((nv_u32)offsetof(struct nvos56_params, status))	/* UPDATE_DEVICE_MAPPING_INFO */
+#define GS_ST_OS_EVENT	((nv_u32)offsetof(struct nv_ioctl_alloc_os_event, status))
+#define GS_ST_NONE	0xffffffffu
+
+/*
+ * One escape the core decides on (core.c gs_escapes[]): the block it reads
+ * (size; 0: the step checks it), its status offset, flags, and the steps
+ * before RM (pre, under in->lock; NULL: the common checks alone) and after
+ * it (post, with c->status RM's; NULL: nothing to account for).
+ */
+#define GS_ESC_CLIENT_FIRST	0x1	/* the block starts with a client of the instance's */
+#define GS_ESC_CREATES		0x2	/* may register an object (gs_call.spare_obj) */
+#define GS_ESC_CHARGES		0x4	/* may charge memory (gs_call.spare_mem) */
+
+struct gs_escape_row {
+	nv_u32 escape;
+	nv_u32 size;
+	nv_u32 status_off;
+	nv_u32 flags;
+	enum gs_verdict (*pre)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+			       struct gs_evq *q);
+	void (*post)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		     struct gs_evq *q);
+};
+
 /* core.c: what the escapes' decisions share */
 void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status);
 enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32 status_off,

@@ -232,7 +232,7 @@ static void gs_vidheap_post(struct gs_inst *in, struct gs_call *c, struct gs_evq
 			gs_obj_free_tree(in, gs_u32_at(req, 0), gs_u32_at(req, NVOS32_OFF_HMEMORY), q);
 		return;
 	}
-	if (!gs_vidheap_alloc(function) || !c->priv[0])
+	if (!gs_vidheap_alloc(function) || !c->quota.held)
 		return;		/* nothing counted: a virtual range */
 	gs_vidheap_req(req, &r);
 	/*

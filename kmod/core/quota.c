@@ -222,12 +222,6 @@ nv_u64 gs_mem_bound(nv_u32 klass, const struct nv_memory_allocation_params *mp)
 	return most > least ? most : least;
 }
 
-/*
- * gs_call.priv[2] of a reservation: this bit for system memory; for video
- * memory the rest is gs_pma_size() of the request (a multiple of 64 KiB).
- */
-#define GS_PRIV_SYS	1ull
-
 static void gs_refused_event(struct gs_inst *in, struct gs_call *c,
 			     const struct gs_mem_req *r, struct gs_evq *q)
 {
@@ -340,11 +334,12 @@ enum gs_verdict gs_quota_check(struct gs_inst *in, struct gs_call *c,
 	}
 	*reserved += bound;
 	c->reserved = bound;
-	c->priv[0] = 1;		/* a reservation is held */
-	c->priv[1] = r->mp.size;	/* the size that was checked */
+	c->quota.held = 1;
+	c->quota.asked = r->mp.size;
+	c->quota.sys = sys;
 	/* what PMA takes for the request as checked: the least charged for it */
-	c->priv[2] = sys ? GS_PRIV_SYS : gs_pma_size(&r->mp, 0);
-	c->priv[3] = slot;
+	c->quota.least = sys ? 0 : gs_pma_size(&r->mp, 0);
+	c->quota.gpu = slot;
 	return GS_PASS;
 }
 
@@ -376,13 +371,13 @@ enum gs_verdict gs_quota_pre(struct gs_inst *in, struct gs_call *c, const struct
 
 void gs_quota_release(struct gs_inst *in, struct gs_call *c)
 {
-	if (c->priv[0]) {
-		if (c->priv[2] & GS_PRIV_SYS)
+	if (c->quota.held) {
+		if (c->quota.sys)
 			in->sys_reserved -= c->reserved;
 		else
-			in->gpu_reserved[c->priv[3]] -= c->reserved;
+			in->gpu_reserved[c->quota.gpu] -= c->reserved;
 		c->reserved = 0;
-		c->priv[0] = 0;
+		c->quota.held = 0;
 	}
 }
 
@@ -449,10 +444,10 @@ void gs_mem_put(struct gs_inst *in, struct gs_mem *mem)
 void gs_quota_charge(struct gs_inst *in, struct gs_call *c, const struct gs_mem_req *r,
 		     nv_handle replied, nv_u64 size, nv_u32 status, struct gs_evq *q)
 {
-	nv_u64 reserved = c->reserved, asked = c->priv[1];
-	nv_u64 least = c->priv[2] & ~GS_PRIV_SYS;
-	int sys = (int)(c->priv[2] & GS_PRIV_SYS);
-	nv_u32 slot = (nv_u32)c->priv[3];	/* the GPU it was checked against */
+	nv_u64 reserved = c->reserved, asked = c->quota.asked;
+	nv_u64 least = c->quota.least;
+	int sys = c->quota.sys;
+	nv_u32 slot = c->quota.gpu;	/* the GPU it was checked against */
 	struct gs_object o;
 	struct gs_mem *mem;
 	struct gs_obj *cl;

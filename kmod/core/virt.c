@@ -80,7 +80,7 @@ static void gs_virt_get_pids(struct gs_inst *in, struct gs_call *c, const struct
 		gp->pid_tbl[i] = 0;
 	gp->pid_tbl_count = kept;
 	io->write(io->ctx, p->params, gp, len);
-	c->priv[1] = 1;
+	c->rewritten = 1;
 out:
 	gs_free(gp);
 }
@@ -113,7 +113,7 @@ static void gs_virt_get_pid_info(struct gs_inst *in, struct gs_call *c, const st
 	if (!hidden)
 		goto out;
 	io->write(io->ctx, p->params, gp, len);
-	c->priv[1] = 1;
+	c->rewritten = 1;
 out:
 	gs_free(gp);
 }
@@ -192,7 +192,7 @@ static void gs_virt_control_post(struct gs_inst *in, struct gs_call *c, const st
 		}
 	}
 	io->write(io->ctx, p->params, fp, len);
-	c->priv[1] = 1;		/* rewritten, for tracing */
+	c->rewritten = 1;
 	gs_free(fp);
 }
 
