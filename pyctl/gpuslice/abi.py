@@ -102,6 +102,7 @@ NV_ERR_OBJECT_NOT_FOUND = 0x57
 NV_ERR_OPERATING_SYSTEM = 0x59
 NV_ERR_PROTECTION_FAULT = 0x5F
 NV_ERR_STATE_IN_USE = 0x63
+NV_ERR_RESOURCE_LOST = 0x6E  # nvstatuscodes.h: "Requested resource has been destroyed"
 
 STATUS_NAMES = {v: k for k, v in dict(globals()).items() if k.startswith(("NV_ERR_", "NV_OK"))}
 

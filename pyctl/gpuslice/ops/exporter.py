@@ -172,10 +172,16 @@ def _daemon(status: Mapping[str, Any] | None) -> list[Metric]:
     if not running or status is None:
         return out
     for key, name, doc in (("switches", "gpuslice_daemon_slot_switches", "Slot switches made by the daemon."),
-                           ("rm_calls", "gpuslice_daemon_rm_calls", "FIFO_DISABLE_CHANNELS calls made by the daemon.")):
+                           ("rm_calls", "gpuslice_daemon_rm_calls", "FIFO_DISABLE_CHANNELS calls made by the daemon."),
+                           ("stale_channels", "gpuslice_daemon_stale_channels", "Channels dropped from the daemon's "
+                            "FIFO_DISABLE_CHANNELS batches because RM answered them alone as naming no live channel.")):
         c = CounterMetricFamily(name, doc)
         c.add_metric([], status.get(key, 0))
         out.append(c)
+    held = GaugeMetricFamily("gpuslice_daemon_stale_channels_held", "Stale channels the daemon holds out of its "
+                             "batches now (the source still reports them; each is probed alone now and then).")
+    held.add_metric([], status.get("stale_now", 0))
+    out.append(held)
     lat = GaugeMetricFamily("gpuslice_daemon_recent_switch_latency_seconds", "Slot switch latency over the daemon's "
                             "last 10000 switches, all GPUs, by statistic (p50, p99, max).", labels=["stat"])
     for stat, v in sorted((status.get("switch_latency_ns") or {}).items()):

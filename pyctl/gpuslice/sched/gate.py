@@ -5,6 +5,10 @@ interruption can only over-report) and :meth:`RmGate.release_all` re-enables all
 them; the daemon calls it on every exit path. A Watchdog (a separate process, see
 watchdog.py) is told about each channel before it is first disabled and re-enables
 them all when the daemon's pipe closes - including after SIGKILL.
+
+A batch RM fails (one stale pair fails the whole call) is bisected, and a channel RM
+answers alone as naming no live channel is dropped from the batches and probed alone
+rarely after (sched/stale.py: the statuses, the search, the probes).
 """
 
 from __future__ import annotations
@@ -17,17 +21,18 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol, Sequence
 
 from gpuslice import abi
-from gpuslice.sched.rm import RmClient, RmError
+from gpuslice.sched import stale
+from gpuslice.sched.rm import RmClient, RmError, batches
 from gpuslice.sched.sources import Channel
 
 log = logging.getLogger("gpuslice.sched.gate")
 
-# statuses that mean "this channel/client no longer exists": stop tracking it
-GONE = {abi.NV_ERR_INVALID_CLIENT, abi.NV_ERR_INVALID_OBJECT_HANDLE, abi.NV_ERR_OBJECT_NOT_FOUND,
-        abi.NV_ERR_INVALID_OBJECT}
+# statuses that mean "this channel/client no longer exists" (stale.STALE, with the lines
+# of RM's source that answer them): dropped from the batches, probed alone rarely
+GONE = set(stale.STALE)
 # RM's answer for a channel that is on no runlist: not scheduled yet (every new channel's
 # first disable on the H100, kmod/core/core.h: GS_OBJ_SCHEDULED) or freed while its client
 # lives on. Such a channel runs nothing, so there is nothing to gate or to re-enable: the
@@ -40,6 +45,11 @@ NOT_ON_A_RUNLIST = abi.NV_ERR_INVALID_CHANNEL
 REFUSED_RETRY_NS = 50_000_000
 # after these a channel has nothing to re-enable and nothing to report
 NOTHING_TO_UNDO = GONE | {NOT_ON_A_RUNLIST}
+
+
+def _rm_status(e: Exception) -> int | None:
+    """What stale.bisect bisects on: any RM error (status 0: the ioctl itself failed)."""
+    return e.status if isinstance(e, RmError) else None
 
 
 class Guard(Protocol):
@@ -58,6 +68,8 @@ class GateStats:
     disable_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
     enable_ns: deque[int] = field(default_factory=lambda: deque(maxlen=10000))
     refused: int = 0  # channels RM answered NOT_ON_A_RUNLIST for (each time)
+    stale: int = 0  # channels dropped from the batches because RM answered them GONE (each drop)
+    probes: int = 0  # calls probing a dropped channel alone
 
 
 class RmGate:
@@ -82,6 +94,10 @@ class RmGate:
         self._warned: set[tuple[int, int]] = set()
         # channels RM said are on no runlist: when to try each alone again
         self.refused: dict[Channel, int] = {}
+        # channels RM said name no live channel (GONE) while the source still reports them:
+        # out of every batch, probed alone now and then (stale.due)
+        self.dropped: dict[Channel, stale.Dropped] = {}
+        self._drops = stale.DropReport()
 
     def _switch(self, gpu: int, chans: set[Channel], disable: bool) -> set[Channel]:
         """Issue the calls; return the channels that failed, refused ones included.
@@ -94,18 +110,33 @@ class RmGate:
         now = self.clock()
         waiting = {c for c in chans if c in self.refused and self.refused[c] > now}
         retry = {c for c in chans if c in self.refused} - waiting
-        batch = chans - waiting - retry
+        probes = {c for c in chans if c in self.dropped}  # apply() let through only those due
+        batch = chans - waiting - retry - probes
         before = self.rm.calls
         failed: set[Channel] = set()
         if batch:
             failed = self._batch(gpu, batch, disable, now)
+        for c in sorted(probes):  # one call each
+            self.stats.probes += 1
+            try:
+                self.rm.disable_channels(gpu, [c.pair], disable)
+                del self.dropped[c]  # a live channel under that pair again: gated as any other
+            except RmError as e:
+                if e.status in GONE:
+                    self._drop({c: e.status}, now)
+                else:  # refused for another reason: back in the batches, reported as those are
+                    del self.dropped[c]
+                    self.stats.errors += 1
+                    self._warn_once(c, e, disable, 1)
+                failed.add(c)
         for c in retry:  # one call each
             try:
                 self.rm.disable_channels(gpu, [c.pair], disable)
                 del self.refused[c]
             except RmError as e:
                 if e.status in GONE:
-                    self.forget({c})
+                    self._drop({c: e.status}, now)
+                    failed.add(c)
                     continue
                 if e.status == NOT_ON_A_RUNLIST:
                     self.refused[c] = now + REFUSED_RETRY_NS
@@ -129,15 +160,28 @@ class RmGate:
                         c.client, c.handle, e)
 
     def _batch(self, gpu: int, chans: set[Channel], disable: bool, now: int) -> set[Channel]:
+        """One call per 64 channels; a call RM fails is bisected (stale.bisect) down to the
+        channels that fail alone, so that every other channel of it is still switched."""
         by_pair = {c.pair: c for c in chans}
-        try:
-            t0 = time.perf_counter_ns()
-            n = self.rm.disable_channels(gpu, by_pair.keys(), disable)
-            (self.stats.disable_ns if disable else self.stats.enable_ns).append(
-                (time.perf_counter_ns() - t0) // max(1, n or 1))
+        bad: list[tuple[tuple[int, int], RmError]] = []
+        ns = self.stats.disable_ns if disable else self.stats.enable_ns
+
+        def call(part: Sequence[tuple[int, int]]) -> None:
+            self.rm.disable_channels(gpu, part, disable)
+
+        for chunk in batches(by_pair):
+            try:
+                t0 = time.perf_counter_ns()
+                call(chunk)
+                ns.append(time.perf_counter_ns() - t0)
+                continue
+            except RmError as exc:
+                first = exc
+            for p, err in stale.bisect(chunk, call, _rm_status, first):
+                assert isinstance(err, RmError)
+                bad.append((p, err))
+        if not bad:
             return set()
-        except RmError:
-            bad = self.rm.disable_channels_each(gpu, by_pair.keys(), disable)
         failed = {by_pair[p] for p, _e in bad}
         refused = {by_pair[p] for p, e in bad if e.status == NOT_ON_A_RUNLIST}
         for c in refused:
@@ -154,10 +198,37 @@ class RmGate:
                 by_who.setdefault((c.pid or c.client, e.status), []).append((c, e))
         for others in by_who.values():
             self._warn_once(others[0][0], others[0][1], disable, len(others))
-        gone = {by_pair[p] for p, e in bad if e.status in GONE}
-        self.forget(gone)
-        self.stats.errors += len(bad) - len(refused)
-        return failed - gone
+        gone = {by_pair[p]: e.status for p, e in bad if e.status in GONE}
+        self._drop(gone, now)
+        self.stats.errors += len(bad) - len(refused) - len(gone)
+        return failed
+
+    def _drop(self, gone: dict[Channel, int], now: int) -> None:
+        """Channels RM answered alone with a GONE status: out of this gate's sets (nothing
+        to re-enable: RM has no live channel under the pair) and of the guard's, out of
+        the batches while the source still reports them, and probed alone again at
+        stale.due's times. Counted, and logged in one line at most every
+        stale.LOG_EVERY_NS."""
+        if not gone:
+            return
+        cs = set(gone)
+        fresh = [c for c in sorted(cs) if c not in self.dropped]
+        for c, status in gone.items():
+            self.dropped[c] = stale.strike(self.dropped.get(c), status, now)
+            self.refused.pop(c, None)
+        self.disabled -= cs
+        was = cs & self.announced
+        self.announced -= was
+        if was and self.guard is not None:
+            self.guard.forget(was)
+        if fresh:
+            self.stats.stale += len(fresh)
+            c = fresh[0]
+            what = (f"0x{c.client:x}/0x{c.handle:x} of {'pid' if c.pid else 'client'} {c.pid or c.client} "
+                    f"on GPU {c.gpu}: {abi.STATUS_NAMES.get(gone[c], hex(gone[c]))}")
+            line = self._drops.note(len(fresh), what, now)
+            if line:
+                log.warning("%s", line)
 
     def apply(self, gpu: int, target: set[Channel]) -> int:
         """Make exactly ``target`` disabled among this GPU's channels: incoming channels
@@ -167,6 +238,14 @@ class RmGate:
         cur = {c for c in self.disabled if c.gpu == gpu}
         to_disable = {c for c in target if c.gpu == gpu} - cur
         to_enable = cur - target
+        held = {c: self.dropped[c] for c in to_disable if c in self.dropped}
+        if held:  # dropped ones stay out, but for the few due a probe
+            now = self.clock()
+            probe: list[Channel] = stale.due(held, now)
+            to_disable -= set(held) - set(probe)
+            line = self._drops.flush(now)
+            if line:
+                log.warning("%s", line)
         self.incoming_at = None
         if self.enable_first:
             self._enable(gpu, to_enable)
@@ -221,6 +300,7 @@ class RmGate:
         self.disabled -= cs
         for c in cs:
             self.refused.pop(c, None)
+            self.dropped.pop(c, None)
         gone = cs & self.announced
         self.announced -= gone
         if gone and self.guard is not None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from gpuslice import abi
+from gpuslice.sched.stale import bisect
 
 Pair = tuple[int, int]  # (hClient, hChannel)
 
@@ -352,21 +353,21 @@ class RmClient:
 
     def disable_channels_each(self, minor: int, pairs: Iterable[Pair], disable: bool) -> list[tuple[Pair, RmError]]:
         """Like disable_channels but never raises for RM status: a batch that fails is
-        retried one channel at a time (a vanished channel fails the whole batch).
-        Returns the channels that still failed."""
+        bisected (one stale channel fails the whole batch: sched/stale.py) down to the
+        channels that fail alone. Returns those, each with its error."""
         failed: list[tuple[Pair, RmError]] = []
         g = self.attach(minor)
+
+        def call(part: Sequence[Pair]) -> None:
+            self.control(g.subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, pack_disable_channels(part, disable))
+
+        def status_of(e: Exception) -> int | None:
+            return e.status if isinstance(e, RmError) else None
+
         for chunk in batches(pairs):
-            try:
-                self.control(g.subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, pack_disable_channels(chunk, disable))
-                continue
-            except RmError:
-                pass
-            for p in chunk:
-                try:
-                    self.control(g.subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, pack_disable_channels([p], disable))
-                except RmError as e:
-                    failed.append((p, e))
+            for p, e in bisect(chunk, call, status_of):
+                assert isinstance(e, RmError)
+                failed.append((p, e))
         return failed
 
     def set_timeslice(self, h_tsg: int, us: int) -> None:

@@ -833,6 +833,10 @@ class Scheduler:
             "switches": self.switches,
             "rm_calls": self.rm_calls,
             "disabled_now": len(self.gate.disabled),
+            # channels RM answered as naming no live channel, dropped from the gate's batches
+            # (sched/stale.py): each drop since start, and those held out now
+            "stale_channels": getattr(stats, "stale", 0),
+            "stale_now": len(getattr(self.gate, "dropped", ()) or ()),
             "wake_bias_ns": self.wake_bias_ns,
             "switch_latency_ns": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None},
             # duration of each FIFO_DISABLE_CHANNELS call (disable / re-enable), as the daemon saw it
