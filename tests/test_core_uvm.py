@@ -9,6 +9,7 @@ rewrite it (gs_call.reply_trusted), or the release of the nvidia-uvm file."""
 
 from __future__ import annotations
 
+import ctypes
 import struct
 
 import pytest
@@ -243,9 +244,29 @@ def test_a_map_with_no_gpu_or_too_many_is_left_to_uvm(env):
 def test_memory_not_counted_is_mapped_without_a_record(env):
     core, rm = env
     p = Proc(core, rm)
-    r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, DEV, BASE, 2 * MiB))
+    _, virt, _ = p.alloc(DEV, abi.NV50_MEMORY_VIRTUAL)
+    r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, virt, BASE, 2 * MiB))
     assert r.verdict == cs.GS_PASS
     assert core.stats()["used"] == 0
+
+
+def test_what_cannot_be_memory_is_refused_as_rm_refuses_it(env):
+    """RM duplicates only Memory objects for UVM (mem.c memGetByHandle_IMPL:
+    NV_ERR_INVALID_OBJECT_HANDLE otherwise, and for an invalidated object): the core answers
+    so for a device, a TSG, a channel or an invalidated record, so that memory RM might have
+    put under such a handle without the core is never held by UVM uncounted."""
+    core, rm = env
+    p = Proc(core, rm)
+    tp = ctypes.create_string_buffer(64)
+    struct.pack_into("<I", tp, 8, 0x5A5)
+    assert p.alloc(DEV, abi.FERMI_VASPACE_A, 0x5A5)[0].status == 0
+    assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, 0x700, tp)[0].status == 0
+    for h in (DEV, 0x700):
+        r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, h, BASE, 2 * MiB))
+        assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_INVALID_OBJECT_HANDLE), hex(h)
+    assert p.free(0x5A5).status == 0  # the TSG is invalidated, its handle kept
+    r = uvm(core, abi.UVM_MAP_EXTERNAL_ALLOCATION, map_arg(p.client, 0x700, BASE, 2 * MiB))
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_INVALID_OBJECT_HANDLE)
 
 
 def test_a_handle_freed_and_made_again_during_a_map_waits(env):

@@ -89,6 +89,27 @@ static const struct uvm_map_external_allocation_tail *gs_uvm_map_tail(const stru
 	return (const void *)((const char *)c->arg + gs_abi()->uvm_map_external_tail);
 }
 
+/* could the object RM has under ob's handle be memory, by the core's record? */
+static int gs_uvm_may_be_memory(const struct gs_obj *ob)
+{
+	if (ob->o.flags & GS_OBJ_LOST)
+		return 0;
+	switch (ob->o.obj_kind) {
+	case GPUSLICE_OBJ_CLIENT:
+	case GPUSLICE_OBJ_TSG:
+	case GPUSLICE_OBJ_CHANNEL:
+		return 0;
+	}
+	switch (ob->o.klass) {
+	case NV01_DEVICE_0:
+	case NV20_SUBDEVICE_0:
+	case FERMI_VASPACE_A:
+	case FERMI_CONTEXT_SHARE_A:
+		return 0;
+	}
+	return 1;
+}
+
 static nv_u32 gs_uvm_map_count(const struct gs_call *c)
 {
 	const struct uvm_map_external_allocation_tail *t = gs_uvm_map_tail(c);
@@ -286,6 +307,17 @@ static enum gs_verdict gs_uvm_pre_map(struct gs_inst *in, struct gs_call *c)
 	ob = gs_uvm_object(in, c, t->h_client, t->h_memory);
 	if (!ob || gs_uvm_full(in, c, GS_UVM_MAP))
 		return GS_REPLY;
+	/*
+	 * RM duplicates only a Memory object for UVM, and answers anything else,
+	 * and an object it invalidated, NV_ERR_INVALID_OBJECT_HANDLE
+	 * (kernel/mem_mgr/mem.c memGetByHandle_IMPL: dynamicCast of the
+	 * resource, NULL once invalidated; rmapi/nv_gpu_ops.c dupMemory). The
+	 * core answers so for what its record says cannot be memory: should RM
+	 * have put memory there without the core (a handle RM chose again once
+	 * its counter wrapped), UVM must not hold it uncounted.
+	 */
+	if (!ob->mem && !gs_uvm_may_be_memory(ob))
+		return gs_uvm_refuse(c, GS_REFUSE_MALFORMED, NV_ERR_INVALID_OBJECT_HANDLE);
 	if (gs_busy_conflict(in, GS_BUSY_SOURCE, t->h_client, t->h_memory, 0))
 		return gs_uvm_refuse(c, GS_REFUSE_MALFORMED, NV_ERR_STATE_IN_USE);
 	if (!ob->mem || gs_uvm_range_bad(p->base, p->length))
