@@ -349,6 +349,32 @@ def test_a_bind_reply_cannot_take_a_channel_out_of_the_slots(env):
     assert engine_of(core, b) == 0
 
 
+def test_an_engine_object_takes_a_channel_back_from_a_forged_video_bind(env):
+    """A bind to NVDEC whose success another thread forged (RM refused it), then a compute
+    object on the channel: RM binds the channel to GR with its first engine object, so the
+    core moves it back to GR (engines.c gs_engine_object_made()), whatever that allocation's
+    reply says; an engine object never moves a channel towards video."""
+    core, rm = env
+    p = Proc(core, rm)
+    bind = ctypes.create_string_buffer(4)
+    struct.pack_into("<I", bind, 0, 0x13)
+    chans = {abi.HOPPER_COMPUTE_A: 0x5C0000A0, abi.HOPPER_DMA_COPY_A: 0x5C0000A1, abi.HOPPER_A: 0x5C0000A2}
+    for klass, ch in chans.items():
+        assert p.alloc(DEV, abi.HOPPER_CHANNEL_GPFIFO_A, ch,
+                       ctypes.create_string_buffer(abi.CHANNEL_ALLOC_PARAMS_SIZE))[0].verdict == cs.GS_PASS
+        p.control(ch, abi.NVA06F_CTRL_CMD_BIND, bind, 4)  # the forged success
+        assert engine_of(core, ch) == 0x13
+        arg = cs.alloc_arg(p.client, ch, ch + 0x100, klass)
+        core.call(ALLOC, arg, lambda a: struct.pack_into("<I", a, 40, abi.NV_ERR_INVALID_ARGUMENT) or 0,
+                  file_id=p.file_id, pid=p.pid)  # its reply forged to a failure too
+        want = abi.NV2080_ENGINE_TYPE_COPY0 if klass == abi.HOPPER_DMA_COPY_A else abi.NV2080_ENGINE_TYPE_GR0
+        assert engine_of(core, ch) == want, hex(klass)
+    # a decoder object on a GR channel leaves it GR
+    ch = chans[abi.HOPPER_COMPUTE_A]
+    p.alloc(ch, abi.NVB8B0_VIDEO_DECODER, 0x5C0000B0)
+    assert engine_of(core, ch) == abi.NV2080_ENGINE_TYPE_GR0
+
+
 def test_register_memory_needs_a_handle_the_core_knows_and_is_recorded_whatever_rm_says(env):
     core, rm = env
     p = Proc(core, rm)

@@ -1420,6 +1420,8 @@ static void gs_post_alloc(struct gs_inst *in, struct gs_call *c, const struct gs
 		status = NV_OK;
 	}
 
+	if (!is_client)
+		gs_engine_object_made(in, req->h_root, req->h_object_parent, req->h_class, q);
 	if (c->quota.held) {
 		gs_quota_post(in, c, io, req, status, q);
 		return;

@@ -485,6 +485,8 @@ enum gs_verdict gs_pre_semaphore_surface(struct gs_inst *in, struct gs_call *c, 
 
 /* engines.c */
 int gs_engine_video(nv_u32 engine);
+void gs_engine_object_made(struct gs_inst *in, nv_handle client, nv_handle channel,
+			   nv_u32 klass, struct gs_evq *q);
 enum gs_verdict gs_pre_video_engine(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 				    struct nvos64_params *p, struct gs_evq *q);
 /* legacy.c: the escapes before RM_ALLOC that OpenGL, Vulkan and the video libraries use */

@@ -119,6 +119,39 @@ const struct gs_control_handler gs_bind_handler = {
 };
 
 /*
+ * An engine object allocated on a channel binds the channel to that
+ * object's engine (RM binds a channel with no engine at its first engine
+ * object; a channel bound elsewhere refuses the class): a compute, 3D, 2D or
+ * inline-to-memory object puts it on GR, a copy object on a copy engine. A
+ * channel the core took for a video one after a bind whose success another
+ * thread forged moves back to gating here, whatever the allocation's reply
+ * says; nothing here moves a channel towards video.
+ */
+void gs_engine_object_made(struct gs_inst *in, nv_handle client, nv_handle channel,
+			   nv_u32 klass, struct gs_evq *q)
+{
+	const struct gs_obj *ch = gs_obj_find(in, client, channel);
+	nv_u32 engine;
+
+	if (!ch || ch->o.obj_kind != GPUSLICE_OBJ_CHANNEL || !gs_engine_video(ch->o.engine))
+		return;
+	switch (klass) {
+	case HOPPER_COMPUTE_A:
+	case HOPPER_A:
+	case FERMI_TWOD_A:
+	case KEPLER_INLINE_TO_MEMORY_B:
+		engine = NV2080_ENGINE_TYPE_GR0;
+		break;
+	case HOPPER_DMA_COPY_A:
+		engine = NV2080_ENGINE_TYPE_COPY0;
+		break;
+	default:
+		return;
+	}
+	gs_obj_engine_set(in, client, channel, engine, q);
+}
+
+/*
  * NVA06C_CTRL_CMD_PREEMPT of the caller's own TSG may wait for the
  * preemption, up to 1 s (ctrla06c.h), in GSP, holding what RM holds for a
  * control: the wait is capped at GS_WAIT_MAX_US, as IDLE_CHANNELS' (legacy.c),
