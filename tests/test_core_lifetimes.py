@@ -238,3 +238,30 @@ def test_535s_memory_mapper_placeholder_holds_no_memory(tmp_path):
         assert core.stats()["used"] == 0
     finally:
         core.close()
+
+
+def test_a_channel_on_os_descriptor_userd_memory_goes_with_it_from_570_on(tmp_path):
+    """From 570 on RM makes a channel depend on its USERD memory when that is OS-descriptor
+    memory (arch/volta/kernel_channel_gv100.c:246-254; not in 550 or 535): freeing the memory
+    invalidates the channel there, and only there."""
+    lib_so = cs.build(tmp_path)
+    for version, lost in (("550.163.01", False), ("570.211.01", True), ("580.95.05", True)):
+        core = cs.Core(lib_so, 1 * GiB)
+        try:
+            core.lib.gs_abi_select.argtypes = [ctypes.c_char_p]
+            assert core.lib.gs_abi_select(version.encode()) == 0
+            rm = cs.MockRM()
+            p = Proc(core, rm)
+            a = bytearray(56)  # NVOS02 with its fd: OS-descriptor memory at 0x900
+            struct.pack_into("<IIIII", a, 0, p.client, DEV, 0x900, abi.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, 0)
+            struct.pack_into("<Q", a, 32, 0xFFFF)
+            assert core.call(abi.IOCTL_RM_ALLOC_MEMORY, a, rm.ok(40), file_id=p.file_id, pid=p.pid).status == 0
+            assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, TSG, tsg_params())[0].status == 0
+            cp = chan_params(userd=0x900)
+            assert p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, CH, cp)[0].status == 0
+            p.control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
+            assert gated(core) == [CH]
+            assert p.free(0x900).status == 0
+            assert (gated(core) == []) is lost, version
+        finally:
+            core.close()

@@ -485,7 +485,7 @@ static const struct gs_dep_fields gs_dep_fields[] = {
 	/*
 	 * NV_CHANNEL_ALLOC_PARAMS hContextShare (kernel_channel.c:1008-1014),
 	 * hVASpace (:988-1001; RM refuses it unless the parent is a device) and
-	 * hUserdMemory[0] (arch/volta/kernel_channel_gv100.c:246-254: 580 only,
+	 * hUserdMemory[0] (arch/volta/kernel_channel_gv100.c:246-254: from 570 on,
 	 * OS-descriptor memory only, gs_post_deps()).
 	 */
 	{ AMPERE_CHANNEL_GPFIFO_A, GS_CH_DEPS },
@@ -494,7 +494,7 @@ static const struct gs_dep_fields gs_dep_fields[] = {
 	{ BLACKWELL_CHANNEL_GPFIFO_B, GS_CH_DEPS },
 	/*
 	 * NV_MEMORY_MAPPER_ALLOCATION_PARAMS.hNotificationMemory (mem_mapper.c:386-391;
-	 * 580 only: 535's parameters are one placeholder byte, 550's end before it)
+	 * from 570 on: 535's parameters are one placeholder byte, 550's end before it)
 	 */
 	{ NV_MEMORY_MAPPER, { GS_MAPPER_OFF(h_notification_memory) } },
 };
@@ -1353,9 +1353,9 @@ static void gs_post_deps(struct gs_inst *in, const struct gs_call *c, struct gs_
 	for (i = 0; i < GS_CALL_DEPS; i++) {
 		const struct gs_obj *to = gs_obj_find(in, ob->o.client, c->deps[i]);
 
-		/* a channel's USERD memory: OS-descriptor memory on 580 only */
+		/* a channel's USERD memory: OS-descriptor memory, from 570 on (gs_dep_fields[]) */
 		if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL && i == 2 &&
-		    (!to || to->o.klass != NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || gs_abi_branch() < 580))
+		    (!to || to->o.klass != NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || gs_abi_branch() < 570))
 			continue;
 		gs_obj_depend(in, ob, c->deps[i]);
 	}
