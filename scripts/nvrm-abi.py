@@ -203,15 +203,20 @@ def mirror_dir(arg: str | None) -> Path:
     return d
 
 
+def unpack_tag(tag: str, mirror: Path, src: Path) -> None:
+    """NVIDIA's TAG_PATHS at tag, from the mirror, into src (made here)."""
+    arch = subprocess.run(["git", f"--git-dir={git_dir(mirror)}", "archive", tag, *TAG_PATHS],
+                          capture_output=True)
+    if arch.returncode:
+        raise SystemExit(f"git archive {tag}: {arch.stderr.decode().strip()}")
+    src.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(src)], input=arch.stdout, check=True)
+
+
 def extract(tag: str, mirror: Path) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        arch = subprocess.run(["git", f"--git-dir={git_dir(mirror)}", "archive", tag, *TAG_PATHS],
-                              capture_output=True)
-        if arch.returncode:
-            raise SystemExit(f"git archive {tag}: {arch.stderr.decode().strip()}")
-        (t / "src").mkdir()
-        subprocess.run(["tar", "-x", "-C", str(t / "src")], input=arch.stdout, check=True)
+        unpack_tag(tag, mirror, t / "src")
         return extract_tree(t / "src", [t / "src" / d for d in INCLUDE_DIRS], t)
 
 
@@ -367,13 +372,8 @@ def vendor_tag(tag: str, mirror: Path, dest: Path) -> int:
     rows = manifest()
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        arch = subprocess.run(["git", f"--git-dir={git_dir(mirror)}", "archive", tag, *TAG_PATHS],
-                              capture_output=True)
-        if arch.returncode:
-            raise SystemExit(f"git archive {tag}: {arch.stderr.decode().strip()}")
         src = t / "src"
-        src.mkdir()
-        subprocess.run(["tar", "-x", "-C", str(src)], input=arch.stdout, check=True)
+        unpack_tag(tag, mirror, src)
         dirs = [src / d for d in INCLUDE_DIRS]
         flags = [f"-I{d}" for d in dirs]
         full = extract_tree(src, dirs, t)
