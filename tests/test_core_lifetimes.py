@@ -265,3 +265,22 @@ def test_a_channel_on_os_descriptor_userd_memory_goes_with_it_from_570_on(tmp_pa
             assert (gated(core) == []) is lost, version
         finally:
             core.close()
+
+
+def test_objects_waiting_for_their_parent_are_capped(env):
+    """Objects whose parent has not registered wait to be adopted, and every registration
+    looks through them: 256 wait (core_int.h GS_MAX_STRAYS); past that an object is freed
+    with its client only, never stalling the instance's registrations."""
+    core, rm = env
+    p = Proc(core, rm)
+    parent = 0x7A000
+    for i in range(300):
+        assert p.alloc(parent, abi.NV50_MEMORY_VIRTUAL,
+                       0x7B000 + i)[0].verdict == cs.GS_PASS
+    # the parent's reply comes: the first 256 are adopted and go with it
+    assert p.alloc(DEV, abi.NV50_MEMORY_VIRTUAL, parent)[0].status == 0
+    assert p.free(parent).status == 0
+    left = {o["handle"] for o in core.objects()} & {0x7B000 + i for i in range(300)}
+    assert len(left) == 44
+    core.file_closed(p.file_id)
+    assert core.stats()["objects"] == 0

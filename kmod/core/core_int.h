@@ -166,6 +166,13 @@ struct gs_obj {
 	nv_u8 dying;		/* collected by a free (registry.c) */
 };
 
+/*
+ * Objects whose parent registers after them (its reply is still to come): a
+ * program racing its own calls has a few. Each registration looks through
+ * them; past the cap an object is freed with its client only.
+ */
+#define GS_MAX_STRAYS	256
+
 #define GS_PID_BUCKETS	256	/* gs_inst.by_pid[], by_ns_pid[], a power of two */
 
 struct gs_inst {
@@ -191,6 +198,7 @@ struct gs_inst {
 	nv_u32 nr_objects;
 	nv_u32 nr_channels;
 	nv_u32 nr_tsgs;
+	nv_u32 nr_strays;	/* objects waiting for their parent to register (registry.c) */
 	nv_u32 nr_mappers;	/* NV_MEMORY_MAPPER objects (core.c) */
 	nv_u32 nr_os_events;	/* NV_ESC_ALLOC_OS_EVENT, less the frees (legacy.c) */
 	struct gs_busy *busy;		/* handles of the calls between gs_pre() and gs_post() */

@@ -174,10 +174,15 @@ static void gs_tree_link(struct gs_inst *in, struct gs_obj *cl, struct gs_obj *o
 	if (up) {
 		ob->up = up;
 		gs_list_add(&up->kids, ob);
-	} else {
+	} else if (in->nr_strays < GS_MAX_STRAYS) {
 		ob->up = cl;
 		ob->stray = 1;
+		in->nr_strays++;
 		gs_list_add(&cl->strays, ob);
+	} else {
+		/* past the cap: freed with its client, never adopted */
+		ob->up = cl;
+		gs_list_add(&cl->kids, ob);
 	}
 	for (s = cl->strays; s; s = next) {
 		next = s->sib;
@@ -185,6 +190,7 @@ static void gs_tree_link(struct gs_inst *in, struct gs_obj *cl, struct gs_obj *o
 			continue;
 		gs_list_del(s);
 		s->stray = 0;
+		in->nr_strays--;
 		s->up = ob;
 		gs_list_add(&ob->kids, s);
 	}
@@ -578,6 +584,8 @@ static void gs_free_collected(struct gs_inst *in, struct gs_obj *kill, struct gs
 			gs_client_unlink(ob);
 		else
 			gs_list_del(ob);
+		if (ob->stray)
+			in->nr_strays--;
 	}
 	for (ob = lost; ob; ob = next) {
 		next = ob->kill;
@@ -764,6 +772,7 @@ void gs_obj_free_all(struct gs_inst *in)
 		}
 	}
 	in->clients = NULL;
+	in->nr_strays = 0;
 	memset(in->by_pid, 0, sizeof(in->by_pid));
 	memset(in->by_ns_pid, 0, sizeof(in->by_ns_pid));
 }
