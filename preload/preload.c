@@ -555,12 +555,53 @@ void gs_apply_timeslice_all(void)
 	free(l);
 }
 
+/*
+ * The call protocol (docs/core.md), the same for RM's files and nvidia-uvm's:
+ * gs_pre() on the caller's copied block; a refusal is answered from the copy
+ * (GS_REPLY) or with its errno (GS_FAIL); otherwise the real ioctl runs on the
+ * copy and gs_post() hears its result. Returns 1 when the call is answered
+ * (*ret, *err set), 0 when the driver ran (*ret its return, *err its errno):
+ * the caller then copies the block back with gs_pl_copy_out().
+ */
+static int gs_pl_call(int fd, unsigned long req, void *uarg, void *buf, nv_u32 size,
+		      struct gs_call *c, int *ret, int *err)
+{
+	enum gs_verdict v = gs_pre(gs_pl.inst, c, &gs_pl_io);
+
+	if (v == GS_FAIL) {
+		gs_report_refusal(c);
+		*ret = -1;
+		*err = c->err;
+		return 1;
+	}
+	if (v == GS_REPLY) {
+		gs_report_refusal(c);
+		*ret = gs_copy(uarg, buf, size, 1) ? -1 : 0;
+		*err = EFAULT;
+		return 1;
+	}
+	*ret = real_ioctl(fd, req, size ? buf : uarg);
+	*err = errno;
+	gs_fd_now = fd;
+	gs_post(gs_pl.inst, c, &gs_pl_io, *ret < 0 ? -*err : 0);
+	gs_fd_now = -1;
+	return 0;
+}
+
+/* the reply back to the caller after a call the driver ran successfully */
+static void gs_pl_copy_out(void *uarg, const void *buf, nv_u32 size, int *ret, int *err)
+{
+	if (*ret == 0 && gs_copy(uarg, buf, size, 1)) {
+		*ret = -1;
+		*err = EFAULT;
+	}
+}
+
 static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 {
 	nv_u64 stackbuf[512];	/* 4 KiB, 8-aligned; larger blocks go to the heap */
 	nv_u32 size = NV_IOC_SIZE(req);
 	struct gs_call c;
-	enum gs_verdict v;
 	void *buf = stackbuf;
 	nv_u32 cmd = 0;		/* an export or import control's */
 	nv_s32 pfd = -1;
@@ -611,24 +652,8 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 		if (dp->h_client_src != dp->h_client)
 			c.src_sibling = gs_sibling_client(dp->h_client_src);
 	}
-	v = gs_pre(gs_pl.inst, &c, &gs_pl_io);
-	if (v == GS_FAIL) {
-		gs_report_refusal(&c);
-		ret = -1;
-		err = c.err;
+	if (gs_pl_call(fd, req, uarg, buf, size, &c, &ret, &err))
 		goto out;
-	}
-	if (v == GS_REPLY) {
-		gs_report_refusal(&c);
-		ret = gs_copy(uarg, buf, size, 1) ? -1 : 0;
-		err = EFAULT;
-		goto out;
-	}
-	ret = real_ioctl(fd, req, size ? buf : uarg);
-	err = errno;
-	gs_fd_now = fd;
-	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
-	gs_fd_now = -1;
 	gs_userd_ioctl(&c, buf, ret);
 	if (ret == 0 && (gs_timeslice_us() || gs_pl.interleave >= 0) && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
 	    size >= sizeof(struct nvos64_params) &&
@@ -644,10 +669,7 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	if (ret == 0 && NV_IOC_NR(req) == NV_ESC_RM_SHARE && size >= sizeof(struct nvos57_params) &&
 	    ((const struct nvos57_params *)buf)->status == NV_OK)
 		gs_sibling_shared(((const struct nvos57_params *)buf)->h_client);
-	if (ret == 0 && gs_copy(uarg, buf, size, 1)) {
-		ret = -1;
-		err = EFAULT;
-	}
+	gs_pl_copy_out(uarg, buf, size, &ret, &err);
 out:
 	if (buf != stackbuf)
 		free(buf);
@@ -682,7 +704,6 @@ static int gs_uvm_ioctl_locked(int fd, nv_u64 st, unsigned long req, void *uarg)
 {
 	nv_u32 size = gs_uvm_arg_size((nv_u32)req);
 	struct gs_call c;
-	enum gs_verdict v;
 	void *buf;
 	int ret, err;
 
@@ -703,27 +724,10 @@ static int gs_uvm_ioctl_locked(int fd, nv_u64 st, unsigned long req, void *uarg)
 	c.arg_size = size;
 	c.file_id = st >> 16;
 	c.pid = getpid();
-	v = gs_pre(gs_pl.inst, &c, &gs_pl_io);
-	if (v == GS_FAIL) {
-		gs_report_refusal(&c);
-		ret = -1;
-		err = c.err;
-		goto out;
-	}
-	if (v == GS_REPLY) {
-		gs_report_refusal(&c);
-		ret = gs_copy(uarg, buf, size, 1) ? -1 : 0;
-		err = EFAULT;
-		goto out;
-	}
-	ret = real_ioctl(fd, req, buf);
-	err = errno;
+	/* the reply is taken as UVM's: nothing here can stop a rewrite anyway */
 	c.reply_trusted = 1;
-	gs_post(gs_pl.inst, &c, &gs_pl_io, ret < 0 ? -err : 0);
-	if (ret == 0 && gs_copy(uarg, buf, size, 1)) {
-		ret = -1;
-		err = EFAULT;
-	}
+	if (!gs_pl_call(fd, req, uarg, buf, size, &c, &ret, &err))
+		gs_pl_copy_out(uarg, buf, size, &ret, &err);
 out:
 	free(buf);
 	errno = err;
