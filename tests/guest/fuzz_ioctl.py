@@ -16,20 +16,33 @@ an unmapped hole), and issues ioctls drawn from these categories:
            read-only, straddling the end of the mapping, kernel or non-canonical
   foreign  B's client and object handles, and B's export file (a shareable handle),
            from A (oracle: never NV_OK)
-  uvm      nvidia-uvm commands with random and mutated blocks and fds
+  uvm      nvidia-uvm commands with random and mutated blocks and fds, and valid
+           external mappings of the thread's video memory (registration, range,
+           UVM_MAP_EXTERNAL_ALLOCATION), the memory sometimes freed while mapped
   mmap     mmap/read/poll on the nodes, mmap after RM_MAP_MEMORY
   fork     fork with inherited fds: parent and child both call, the child is
            sometimes SIGKILLed mid-call, or execs while its threads are in the driver
 
 Two modes:
-  accounting  no thread touches another's fds or pages; after the run, with every
-              process still holding its files, the stand-in's pool (FB_GET_INFO_V2
-              HEAP_FREE on the real nodes) must be used by exactly A.used + B.used,
-              then A.used + nothing once A's processes are gone, then nothing.
-              Left out because they break that equality through known bugs:
-              REGISTER_FD naming another session's nvidiactl and mappings kept past
-              a close (issue 10 item 1), and nested allocation parameters on a
-              read-only page (test_fuzz.py::test_repro_ro_alloc_params_escape_quota).
+  accounting  no thread closes or protects another's fds or pages (REGISTER_FD may
+              name another thread's nvidiactl). Every `sample_calls` calls the
+              parent parks every thread between two calls (its fork children are
+              stopped and reaped first), pauses B's victim, and compares the
+              stand-in's pool (/proc/nvstub/pool, bytes; B's share from
+              /proc/nvstub/clients) with what the instances are charged:
+                one-sided: the stand-in's bytes for A <= A.used (a call the core
+                  cannot prove harmless keeps a charge until the client goes:
+                  refused NV_MEMORY_FABRIC / NV_SEMAPHORE_SURFACE /
+                  NV_MEMORY_MAPPER, dups, UVM external mappings, REGISTER_FD
+                  naming another session's nvidiactl, allocations whose nested
+                  parameters RM cannot read or write back);
+                exact: then each thread whose session made such a call closes
+                  it, and the stand-in's bytes for A must equal A.used;
+                exact: the stand-in's bytes for B equal B.used and what its
+                  process holds.
+              A.used <= A's limit is checked every 0.5 s without pausing. After
+              the run: the same samples, then A.used = 0 and the pool holds only
+              B.used once A's processes are gone, then nothing.
   chaos       also a closer thread (close / dup2 over other threads' fds mid-call) and
               a protector thread (mprotect other threads' blocks to read-only or
               PROT_NONE mid-call); REGISTER_FD and mappings unrestricted. Only the end
@@ -58,6 +71,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 
 from gpuslice import abi
@@ -128,6 +142,23 @@ def raw_ioctl(fd: int, req: int, ptr: int) -> int:
     return -ctypes.get_errno() if r < 0 else r
 
 
+_syscall = libc.syscall
+_syscall.restype = ctypes.c_long
+SYS_PIDFD_OPEN, SYS_PIDFD_GETFD = 434, 438  # x86-64
+
+
+def pidfd_getfd(pid: int, fd: int) -> int:
+    """A duplicate of process pid's file fd in this process (pidfd_getfd(2)), or -errno."""
+    pfd = _syscall(ctypes.c_long(SYS_PIDFD_OPEN), ctypes.c_long(pid), ctypes.c_long(0))
+    if pfd < 0:
+        return -ctypes.get_errno()
+    try:
+        r = _syscall(ctypes.c_long(SYS_PIDFD_GETFD), ctypes.c_long(pfd), ctypes.c_long(fd), ctypes.c_long(0))
+        return r if r >= 0 else -ctypes.get_errno()
+    finally:
+        os.close(pfd)
+
+
 def mmap_anon(npages: int, prot: int = PROT_READ | PROT_WRITE, flags: int = 0) -> int:
     a = _mmap(None, npages * PAGE, prot, MAP_PRIVATE | MAP_ANON | flags, -1, 0)
     if a in (None, MAP_FAILED):
@@ -168,7 +199,13 @@ S_PROCREADS = 456    # /proc/<pid>/task/<tid>/fd entries the proc reader resolve
 S_PROCREAL = 457     # ... that resolved to a real NVIDIA device file (issue 11 item 3's window)
 S_TSSETS = 458       # INSTANCE_SET timeslice_us on A by the parent (lazy SET_TIMESLICE in each file)
 S_ERRNO = 460        # 460 + errno (< 140)
-NSLOT = 600
+S_ASYM = 600         # the thread's session made a call after which the charge may exceed the pool
+S_PARKED = 601       # the thread is parked for a sample: 1, 2 once its one-sided session is closed
+S_ASYMCALLS = 602    # calls that set S_ASYM (for the report)
+S_CTLFD = 603        # the fd number of the thread's nvidiactl (for other processes' REGISTER_FD)
+S_PID = 604          # in a process's first row: its pid
+S_REGOTHER = 605     # REGISTER_FD naming another process's nvidiactl (pidfd_getfd) or B's
+NSLOT = 608
 
 
 def now_ms() -> int:
@@ -313,6 +350,7 @@ class FuzzConfig:
     hang_s: float = 60.0       # a call in flight this long is a hang
     slow_s: float = 5.0
     races: bool = False        # chaos: also rewrite other threads' blocks mid-call
+    sample_calls: int = 2000   # accounting: compare the pools every this many calls (0: at the end only)
     log: object = print
 
     def weights(self) -> dict[str, int]:
@@ -359,6 +397,8 @@ class Session:
     chans: list = field(default_factory=list)
     maps: list = field(default_factory=list)  # (addr, length)
     uvm_ready: bool = False
+    uvm_registered: bool = False
+    uvm_ranges: list = field(default_factory=list)  # (base, length) of external ranges made
 
 
 class Fuzzer:
@@ -367,6 +407,7 @@ class Fuzzer:
         self.cfg = ctx.cfg
         self.tid = tid
         self.row = row * NSLOT
+        self.sess_row = self.row  # the row whose S_ASYM speaks for this thread's session (kept in fork children)
         self.st = ctx.stats
         self.rng = rng
         self.arena = Arena()
@@ -424,6 +465,23 @@ class Fuzzer:
     def ok(self, cat: str) -> None:
         self.st[self.row + S_CAT_OK + CAT["compat" if self.compat else cat]] += 1
 
+    MEMORY_HOLDING = frozenset({abi.NV01_MEMORY_LOCAL_USER, abi.NV_MEMORY_FABRIC, abi.NV_SEMAPHORE_SURFACE,
+                                abi.NV_MEMORY_MAPPER})
+
+    def _dup_source(self, src: int) -> None:
+        """A dup of src: one-sided when src holds memory (or is not one we know)."""
+        s = self.sess
+        if s is None or s.objs.get(src, abi.NV01_MEMORY_LOCAL_USER) in self.MEMORY_HOLDING:
+            self.one_sided()
+
+    def one_sided(self) -> None:
+        """The session made a call after which the core may charge more than the stand-in
+        holds until the client goes (a refused holder, a dup, a UVM mapping, REGISTER_FD
+        naming another session's nvidiactl, nested allocation parameters RM cannot use):
+        the accounting's exact sample closes it first."""
+        self.st[self.sess_row + S_ASYM] = 1
+        self.st[self.row + S_ASYMCALLS] += 1
+
     # -- session
     def open_session(self) -> None:
         ctx = self.ctx
@@ -451,6 +509,8 @@ class Fuzzer:
             raise OSError(errno.EIO, "subdevice")
         s.objs = {s.client: abi.NV01_ROOT_CLIENT, s.device: abi.NV01_DEVICE_0,
                   s.subdevice: abi.NV20_SUBDEVICE_0}
+        if not self.in_child:
+            self.st[self.row + S_CTLFD] = ctl
 
     def close_session(self) -> None:
         s, self.sess = self.sess, None
@@ -460,6 +520,8 @@ class Fuzzer:
             _munmap(addr, length)
         for fd in (s.dev, s.uvm, s.ctl):
             self.ctx.reg.close_own(fd, self.tid)
+        if not self.in_child:
+            self.st[self.sess_row + S_ASYM] = 0
 
     def ensure_session(self) -> Session:
         if self.sess is None or self.bad_streak > 6:
@@ -491,6 +553,8 @@ class Fuzzer:
         """Writes block at the arena's argument slot (or uses arg), issues nr with size."""
         size = len(block) if size is None else size
         a = self.arena
+        if nr == abi.NV_ESC_RM_DUP_OBJECT and cat != "foreign" and len(block) >= 20:
+            self._dup_source(struct.unpack_from("<I", block, 16)[0])
         if arg is None:
             a.write(a.arg, block)
             arg = a.arg
@@ -516,6 +580,8 @@ class Fuzzer:
         """Returns (ret, status, hNew)."""
         if pptr is None:
             pptr = self.params_at(params) if params else 0
+        if cls in self.HOLDERS and cat != "foreign":
+            self.one_sided()
         blk = abi.NVOS64.pack(root, parent, new, cls, pptr, 0, 0, 0, 0)
         ret, out = self.rm_call(cat, self.sess.ctl, abi.NV_ESC_RM_ALLOC, blk)
         if ret == 0 and out:
@@ -592,10 +658,12 @@ class Fuzzer:
             self.control("valid", s.client, tsg, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                          abi.GPFIFO_SCHEDULE.pack(1, 0, 0) + b"\0")
         elif k == 7:
-            # dup of a non-memory object (the stand-in does not dup memory: RM shares it)
-            cands = [h for h, c in s.objs.items() if c not in (abi.NV01_MEMORY_LOCAL_USER, abi.NV01_DEVICE_0,
-                                                             abi.NV01_ROOT_CLIENT, abi.KEPLER_CHANNEL_GROUP_A,
-                                                             abi.HOPPER_CHANNEL_GPFIFO_A)]
+            # a dup: of memory (RM shares the memdesc: the pages stay until the last handle
+            # goes) or of another object
+            cands = [h for h, c in s.objs.items() if c not in (abi.NV01_DEVICE_0, abi.NV01_ROOT_CLIENT,
+                                                             abi.KEPLER_CHANNEL_GROUP_A,
+                                                             abi.HOPPER_CHANNEL_GPFIFO_A)
+                     and (c != abi.NV01_MEMORY_LOCAL_USER or rng.random() < 0.1)]
             if not cands:
                 h = self.handle()
                 ret, st, _ = self.alloc("valid", s.client, s.device, h, abi.FERMI_VASPACE_A, None)
@@ -610,8 +678,41 @@ class Fuzzer:
                 self.ok("valid")
         elif k == 8 and s.chans:
             self.control("valid", s.client, rng.choice(s.chans), NVC36F_GET_WORK_SUBMIT_TOKEN, bytes(4))
+        elif k == 9 and rng.random() < 0.15:
+            self._register_other(s)
         else:
             self._uvm_init(s)
+
+    def _register_other(self, s: Session) -> None:
+        """REGISTER_FD on our nvidia0 naming another process's nvidiactl: another worker's,
+        taken with pidfd_getfd(2), or B's export file (opened by the parent). Our file then
+        keeps that file alive in RM."""
+        rng, cfg = self.rng, self.cfg
+        others = [p for p in range(cfg.procs) if p != self.ctx.proc_idx]
+        tmp = -1
+        if others and rng.random() < 0.7:
+            p = rng.choice(others)
+            first = p * (cfg.threads + 2)
+            pid = self.st[first * NSLOT + S_PID]
+            ofd = self.st[(first + rng.randrange(cfg.threads)) * NSLOT + S_CTLFD]
+            if not pid or not ofd:
+                return
+            tmp = pidfd_getfd(pid, ofd)
+            if tmp < 0:
+                return
+            fd = tmp
+        else:
+            fd = self.ctx.foreign["export_fd"]
+        try:
+            self.one_sided()
+            self.bump(S_REGOTHER)
+            a = self.arena
+            a.write(a.arg, abi.REGISTER_FD.pack(fd))
+            if self.call("valid", s.dev, abi.IOCTL_REGISTER_FD, a.arg) == 0:
+                self.ok("valid")
+        finally:
+            if tmp >= 0:
+                os.close(tmp)  # the registration holds its own reference
 
     def _fb_info(self, s: Session) -> tuple[int, dict]:
         p = bytearray(abi.FB_GET_INFO_V2_SIZE)
@@ -722,12 +823,12 @@ class Fuzzer:
     # Objects that keep the caller's memory alive in RM hold its charge even when their
     # allocation is answered with a failure (the reply can be forged: kmod/core/core.c
     # gs_post_holder()), so a refused one leaves the instance charged above what the
-    # stand-in holds until the client goes: never too little, but not the equality the
-    # accounting mode compares. Chaos mode picks them too.
+    # stand-in holds until the client goes: never too little. A session that tried one is
+    # one-sided (Fuzzer.one_sided()) until it is closed.
     HOLDERS = frozenset({abi.NV_MEMORY_FABRIC, abi.NV_SEMAPHORE_SURFACE, abi.NV_MEMORY_MAPPER})
 
     def random_classes(self) -> list[int]:
-        return [c for c in abi.CLASS_NAMES if self.cfg.mode == "chaos" or c not in self.HOLDERS]
+        return list(abi.CLASS_NAMES)
 
     def _fix_block(self, nr: int, b: bytearray, after_mutation: bool = False) -> bytes:
         """Handles and fds of a recorded block replaced by the thread's own."""
@@ -736,10 +837,15 @@ class Fuzzer:
         if nr == abi.NV_ESC_SYS_PARAMS:
             return abi.SYS_PARAMS.pack(self.ctx.corpus.memblock)
         if nr == abi.NV_ESC_REGISTER_FD:
-            if not chaos:
-                struct.pack_into("<i", b, 0, s.ctl)  # never another session's nvidiactl
-            elif not after_mutation:
-                struct.pack_into("<i", b, 0, self.rng.choice(list(self.ctx.reg.fds) or [s.ctl]))
+            if not after_mutation:
+                # this session's nvidiactl, or another thread's (its file then lives as long as ours)
+                fds = list(self.ctx.reg.fds) if chaos else [
+                    f for f, o in list(self.ctx.reg.fds.items()) if o != self.tid]
+                if not chaos and self.rng.random() < 0.85:
+                    fds = [s.ctl]
+                struct.pack_into("<i", b, 0, self.rng.choice(fds or [s.ctl]))
+            if len(b) >= 4 and struct.unpack_from("<i", b, 0)[0] != s.ctl:
+                self.one_sided()
             return bytes(b)
         if after_mutation:
             return bytes(b)
@@ -778,13 +884,18 @@ class Fuzzer:
         a = self.arena
         n = min(size, 4 * PAGE)
         data = bytearray(rng.randbytes(n))
-        if typ == abi.NV_IOCTL_MAGIC and nr == abi.NV_ESC_REGISTER_FD and n >= 4 and self.cfg.mode != "chaos":
-            struct.pack_into("<i", data, 0, s.ctl)
+        if typ == abi.NV_IOCTL_MAGIC and nr == abi.NV_ESC_REGISTER_FD and n >= 4 and rng.random() < 0.5:
+            struct.pack_into("<i", data, 0, rng.choice(list(self.ctx.reg.fds) or [s.ctl]))
         if n >= 8 and rng.random() < 0.5:
             # handles where handles go: most RM blocks start with the client
             struct.pack_into("<II", data, 0, s.client, rng.choice(self.my_handles() or [0]))
-        register = typ == abi.NV_IOCTL_MAGIC and nr == abi.NV_ESC_REGISTER_FD and self.cfg.mode != "chaos"
-        if rng.random() < 0.15 and not register:
+        if typ == abi.NV_IOCTL_MAGIC and nr == abi.NV_ESC_REGISTER_FD and n >= 4 and \
+                struct.unpack_from("<i", data, 0)[0] in self.ctx.reg.fds and struct.unpack_from("<i", data, 0)[0] != s.ctl:
+            self.one_sided()  # another thread's nvidiactl
+        if typ == abi.NV_IOCTL_MAGIC and nr == abi.NV_ESC_RM_DUP_OBJECT and n >= 20 and \
+                s.objs.get(struct.unpack_from("<I", data, 16)[0]) in self.MEMORY_HOLDING:
+            self.one_sided()  # a dup of our memory (random source handles name nothing)
+        if rng.random() < 0.15:
             kind, ptr = a.bad_ptr(rng, max(size, 1))
         else:
             a.write(a.arg, bytes(data))
@@ -810,8 +921,10 @@ class Fuzzer:
         if k == 2:
             return abi.NV_ESC_RM_FREE, abi.NVOS00.pack(s.client, s.device, rng.choice(s.mems or [0x5F000000]), 0)
         if k == 3:
+            src = rng.choice(list(s.objs))
+            self._dup_source(src)
             return abi.NV_ESC_RM_DUP_OBJECT, abi.NVOS55.pack(s.client, s.device, self.handle(), s.client,
-                                                             rng.choice(list(s.objs)), 0, 0)
+                                                             src, 0, 0)
         if k == 4:
             return abi.NV_ESC_RM_MAP_MEMORY, abi.NVOS33_WITH_FD.pack(s.client, s.device,
                                                                    rng.choice(s.mems or [0x5F000000]), 0, 2 * MIB,
@@ -841,11 +954,12 @@ class Fuzzer:
         s = self.ensure_session()
         rng = self.rng
         a = self.arena
-        chaos = self.cfg.mode == "chaos"
         if rng.random() < 0.4:
             # the argument block itself
             nr, blk = self._valid_block()
             kind, ptr = a.bad_ptr(rng, len(blk))
+            if nr == abi.NV_ESC_RM_ALLOC and kind == "ro":
+                self.one_sided()  # RM allocates and cannot write the block back
             if kind == "ro":
                 ptr = a.write_ro(ptr - a.ro, blk)
             elif kind == "straddle":
@@ -861,8 +975,10 @@ class Fuzzer:
             params = bytes(nvstub.mem_params(rng.choice((4096, 2 * MIB))))
             cls, h = abi.NV01_MEMORY_LOCAL_USER, self.handle()
             kind, ptr = a.bad_ptr(rng, len(params))
-            if kind == "ro" and not chaos:
-                kind, ptr = "hole", a.hole  # known bug: test_repro_ro_alloc_params_escape_quota
+            # read-only parameters: RM allocates and cannot write them back (NV_ERR_INVALID_ADDRESS
+            # with the object alive, charged by the core: test_repro_ro_alloc_params_escape_quota)
+            if kind == "ro":
+                self.one_sided()
             if kind == "ro":
                 ptr = a.write_ro(ptr - a.ro, params)
             elif kind == "straddle":
@@ -1034,9 +1150,62 @@ class Fuzzer:
         elif desc:
             self.ok("foreign")
 
+    UVM_BASE = 0x7E0000000000  # 512 MiB aligned, as tests/guest/test_standin_uvm.py maps
+
+    def _uvm_map(self, s: Session) -> None:
+        """A valid external mapping of one of the session's memory handles (nvidia-uvm keeps
+        a duplicate of the memory while it is mapped), then sometimes the memory freed while
+        mapped, the range unmapped or freed."""
+        rng = self.rng
+        self._uvm_init(s)
+        if not s.uvm_ready:
+            return
+        u = object.__new__(nvstub.Uvm)
+        u.fd = s.uvm
+        gpu0 = nvstub.standin_uuid(0)
+        n = 0
+        try:
+            if not s.uvm_registered:
+                ns = SimpleNamespace(gpu=0, ctl=s.ctl, client=s.client, device=s.device, handle=self.handle)
+                s.uvm_registered = True
+                n += 2
+                u.register_gpu(ns)
+                u.register_gpu_va_space(ns)
+            k = rng.randrange(4)
+            if k <= 1 and s.mems:
+                self.one_sided()
+                length = rng.choice((64 << 10, 2 * MIB, 4 * MIB))
+                base = self.UVM_BASE + (len(s.uvm_ranges) % 64) * 512 * MIB
+                n += 2
+                if u.create_range(base, length) == abi.NV_OK:
+                    s.uvm_ranges.append((base, length))
+                if u.map(base, length, s.client, rng.choice(s.mems), [gpu0], rm_ctrl_fd=s.ctl) == abi.NV_OK:
+                    self.ok("uvm")
+            elif k == 2 and s.uvm_ranges and s.mems:
+                # the memory freed while UVM maps it
+                self.one_sided()
+                h = rng.choice(s.mems)
+                n += 1
+                ret, st = self.free("uvm", s.client, s.device, h)
+                if ret == 0 and st == abi.NV_OK:
+                    self.forget(h)
+            elif s.uvm_ranges:
+                base, length = s.uvm_ranges.pop(rng.randrange(len(s.uvm_ranges)))
+                n += 1
+                if rng.random() < 0.5:
+                    u.unmap(base, length, gpu0)
+                else:
+                    u.free(base, length)
+        except OSError:
+            pass
+        self.st[self.row + S_CAT + CAT["uvm"]] += n
+
     def op_uvm(self) -> None:
         s = self.ensure_session()
         rng = self.rng
+        if rng.random() < 0.1:
+            self._uvm_map(s)
+            return
         if rng.random() < 0.3:
             self._uvm_init(s)
         cmds = list(abi.UVM_PARAMS)
@@ -1223,7 +1392,7 @@ class Fuzzer:
             self.st[self.row + S_EXECS] += 1
             os.execv("/bin/true", ["/bin/true"])  # de_thread() kills the hammering threads
         for _ in range(self.rng.randrange(5, 40)):
-            if self.ctx.stop.value:
+            if self.ctx.stop.value or self.ctx.pause.value:
                 break
             self._child_op()
 
@@ -1249,12 +1418,35 @@ class Fuzzer:
                 return list(self.children)
             time.sleep(0.05)
 
+    def park(self) -> None:
+        """Between two calls, for the parent's accounting sample: the fork children stop
+        (they check the pause) and are reaped, then S_PARKED = 1; in the sample's second
+        phase a one-sided session is closed, then S_PARKED = 2; until the pause ends."""
+        st, r = self.st, self.row
+        pause, stop = self.ctx.pause, self.ctx.stop
+        left = self.reap(block=True, timeout=self.cfg.hang_s)
+        for pid in left:
+            self.ctx.report_violation(f"fork child {pid} still running {self.cfg.hang_s}s after a pause")
+            self.ctx.stuck_children.append(pid)
+            self.children.remove(pid)
+        st[r + S_PARKED] = 1
+        while pause.value and not stop.value:
+            if pause.value == 2 and st[r + S_PARKED] == 1:
+                if st[r + S_ASYM]:
+                    self.close_session()
+                st[r + S_PARKED] = 2
+            time.sleep(0.005)
+        st[r + S_PARKED] = 0
+
     # -- main loop
     def run(self) -> None:
         rng = self.rng
         stop = self.ctx.stop
         ops, rebuild_at = 0, rng.randrange(500, 3000)
         while not stop.value:
+            if self.ctx.pause.value:
+                self.park()
+                continue
             ops += 1
             if ops >= rebuild_at:
                 # a fresh session now and then: the release path, and bounded state in long runs
@@ -1380,6 +1572,7 @@ class ProcCtx:
         self.proc_idx = proc_idx
         self.stats = shared["stats"]
         self.stop = shared["stop"]
+        self.pause = shared["pause"]
         self.viol_buf = shared["viol"][proc_idx]
         self.paths = shared["paths"]
         self.foreign = shared["foreign"]
@@ -1420,6 +1613,7 @@ def worker_main(cfg: FuzzConfig, proc_idx: int, shared: dict, corpus: Corpus, re
     except (OSError, ValueError):
         pass
     base = random.Random(f"{cfg.seed}:{proc_idx}")
+    ctx.stats[ctx.first_row * NSLOT + S_PID] = os.getpid()
     fuzzers = [Fuzzer(ctx, t, ctx.first_row + t, random.Random(base.getrandbits(64))) for t in range(cfg.threads)]
     ctx.arenas = [f.arena for f in fuzzers]
     threads = [threading.Thread(target=f.run, daemon=True) for f in fuzzers]
@@ -1453,7 +1647,7 @@ def worker_main(cfg: FuzzConfig, proc_idx: int, shared: dict, corpus: Corpus, re
 # ---- the victim, in instance B -----------------------------------------------------------------
 
 
-def victim_main(ctl_path: str, dev_path: str, limit: int, conn, stop, export_fd: int) -> None:
+def victim_main(ctl_path: str, dev_path: str, limit: int, conn, stop, export_fd: int, vlock) -> None:
     from gsinst import InstSession
 
     s = InstSession(ctl_path, dev_path)
@@ -1473,17 +1667,19 @@ def victim_main(ctl_path: str, dev_path: str, limit: int, conn, stop, export_fd:
     calls = 0
     max_ms = 0.0
     while not stop.value:
-        t0 = time.monotonic()
-        free = s.fb_free_kib()
-        if free != (limit - held) >> 10:
-            errors.append(f"HEAP_FREE {free} KiB, expected {(limit - held) >> 10}")
-        st, h, got = s.alloc_vidmem(2 * MIB)
-        if st != abi.NV_OK or s.free(h) != abi.NV_OK:
-            errors.append(f"alloc/free status {st:#x}")
-        if nvstub.schedule(s.ctl, s.client, tsg) != abi.NV_OK:
-            errors.append("GPFIFO_SCHEDULE refused")
-        calls += 4
-        max_ms = max(max_ms, (time.monotonic() - t0) * 1000)
+        # vlock: the parent's accounting samples read the pool between two of our rounds
+        with vlock:
+            t0 = time.monotonic()
+            free = s.fb_free_kib()
+            if free != (limit - held) >> 10:
+                errors.append(f"HEAP_FREE {free} KiB, expected {(limit - held) >> 10}")
+            st, h, got = s.alloc_vidmem(2 * MIB)
+            if st != abi.NV_OK or s.free(h) != abi.NV_OK:
+                errors.append(f"alloc/free status {st:#x}")
+            if nvstub.schedule(s.ctl, s.client, tsg) != abi.NV_OK:
+                errors.append("GPFIFO_SCHEDULE refused")
+            calls += 4
+            max_ms = max(max_ms, (time.monotonic() - t0) * 1000)
         time.sleep(0.05)
     conn.send({"calls": calls, "errors": errors[:10], "nerrors": len(errors), "max_ms": round(max_ms, 1)})
     # wait for the parent's accounting checks, then check that our objects still work
@@ -1503,8 +1699,10 @@ def victim_main(ctl_path: str, dev_path: str, limit: int, conn, stop, export_fd:
 # ---- the run --------------------------------------------------------------------------------------
 
 
-def _pool_used_kib(real: nvstub.Session, pool0: int) -> int:
-    return pool0 - real.fb_free_kib()
+def _standin_bytes(pool0: int) -> int:
+    """The stand-in's pool bytes in use beyond what was in use before the run (/proc/nvstub/pool:
+    PMA pages as the stand-in takes them, exact, where FB_GET_INFO_V2 answers in KiB)."""
+    return nvstub.pool_used() - pool0
 
 
 def _stacks(pid: int) -> str:
@@ -1543,6 +1741,7 @@ def summarize(stats, nrows: int) -> dict:
         "py_errors": tot[S_PYERR], "sessions": tot[S_SESS], "forks": tot[S_FORKS], "kills": tot[S_KILLS],
         "execs": tot[S_EXECS], "mmaps": tot[S_MMAPS], "closes": tot[S_CLOSES], "dup2s": tot[S_DUP2S],
         "protects": tot[S_PROTECTS], "proc_fd_reads": tot[S_PROCREADS], "proc_fd_real": tot[S_PROCREAL],
+        "one_sided_calls": tot[S_ASYMCALLS], "register_fd_other_process": tot[S_REGOTHER],
     }
 
 
@@ -1560,23 +1759,21 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
     report: dict = {"seed": cfg.seed, "mode": cfg.mode, "seconds": cfg.seconds, "procs": cfg.procs,
                     "threads": cfg.threads, "races": cfg.races, "problems": problems}
     mctx = mp.get_context("fork")
-    # The stand-in's pool, read on the real nodes. The session is opened only after the
-    # fuzzing processes are forked: they must not inherit real device files.
-    r0 = nvstub.Session()
-    pool0 = r0.fb_free_kib()
-    r0.close()
-    real = None
+    # The stand-in's pool, read in /proc/nvstub (no real device file is opened: the fuzzing
+    # processes must not inherit one).
+    pool0 = nvstub.pool_used()
     export_fd = -1
     t_start = time.monotonic()
     try:
         with Instance(nl, cfg.limit_a, timeslice_us=2000) as A, Instance(nl, cfg.limit_b) as B:
             # the victim
             vstop = mctx.RawValue(ctypes.c_int, 0)
+            vlock = mctx.Lock()
             vconn, vchild = mctx.Pipe()
             export_fd = nvstub.open_node(B.path("nvidiactl"))
             os.set_inheritable(export_fd, True)
             victim = mctx.Process(target=victim_main, args=(B.path("nvidiactl"), B.path("nvidia0"), cfg.limit_b,
-                                                            vchild, vstop, export_fd))
+                                                            vchild, vstop, export_fd, vlock))
             victim.start()
             if not vconn.poll(120):
                 raise RuntimeError("victim did not start")
@@ -1588,6 +1785,7 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
             shared = {
                 "stats": mctx.RawArray(ctypes.c_uint64, nrows * NSLOT),
                 "stop": mctx.RawValue(ctypes.c_int, 0),
+                "pause": mctx.RawValue(ctypes.c_int, 0),
                 "viol": [mctx.RawArray(ctypes.c_char, 2048) for _ in range(cfg.procs)],
                 "notes": [mctx.RawArray(ctypes.c_char, 4096) for _ in range(cfg.procs)],
                 "paths": {"ctl": A.path("nvidiactl"), "dev": A.path("nvidia0"), "uvm": A.path("nvidia-uvm")},
@@ -1602,14 +1800,107 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
             log(f"fuzz[{cfg.mode}] seed={cfg.seed} A={A.name} B={B.name} procs={cfg.procs} "
                 f"threads={cfg.threads} for {cfg.seconds:.0f}s")
             stats = shared["stats"]
-            real = nvstub.Session()
+            pause = shared["pause"]
+            thread_rows = [p * (cfg.threads + 2) + t for p in range(cfg.procs) for t in range(cfg.threads)]
+            over_limit: list[str] = []
+            sampling = {"samples": 0, "one_sided_sessions_closed": 0, "max_charge_over_standin": 0,
+                        "failed": 0, "last": None}
+            seen_kinds: set[str] = set()
+
+            def calls_so_far() -> int:
+                return sum(stats[r * NSLOT + S_CAT + i] for r in range(nrows) for i in range(len(CATS)))
+
+            def check_limit(where: str) -> int:
+                a_used = A.get()["mem_used"]
+                if a_used > cfg.limit_a and len(over_limit) < 5:
+                    over_limit.append(f"A's used {a_used} is over its limit {cfg.limit_a} ({where})")
+                return a_used
+
+            def fail(kind: str, msg: str) -> None:
+                sampling["failed"] += 1
+                if kind not in seen_kinds:
+                    seen_kinds.add(kind)
+                    problems.append(msg)
+
+            def wait_rows(ok, timeout: float) -> list[int]:
+                """Waits until ok(S_PARKED) for every fuzzing thread; returns the rows that are not."""
+                deadline = time.monotonic() + timeout
+                while True:
+                    bad = [r for r in thread_rows if not ok(stats[r * NSLOT + S_PARKED])]
+                    if not bad or time.monotonic() > deadline or not all(w.is_alive() for w in workers):
+                        return bad
+                    time.sleep(0.01)
+
+            def measure() -> dict:
+                with vlock:  # B's victim between two rounds
+                    a_used, b_used = A.get()["mem_used"], B.get()["mem_used"]
+                    pool = _standin_bytes(pool0)
+                    b_standin = sum(c["vidmem"] for c in nvstub.clients() if c["pid"] == foreign["pid"])
+                return {"calls": calls_so_far(), "a_used": a_used, "b_used": b_used, "standin": pool,
+                        "standin_a": pool - b_standin, "standin_b": b_standin}
+
+            def check_b(m: dict, label: str) -> None:
+                if not m["standin_b"] == m["b_used"] == foreign["held"]:
+                    fail("b", f"sample {label}: the stand-in holds {m['standin_b']} bytes for B's process, "
+                              f"B.used is {m['b_used']}, the process holds {foreign['held']}")
+
+            def sample(label: str) -> bool:
+                """Parks every fuzzing thread between two calls and compares (module docstring)."""
+                bad = wait_rows(lambda v: v == 0, cfg.hang_s)
+                if not bad:
+                    pause.value = 1
+                    bad = wait_rows(lambda v: v >= 1, cfg.hang_s + 10)
+                if bad:
+                    r = bad[0]
+                    proc = workers[r // (cfg.threads + 2)]
+                    problems.append(f"sample {label}: threads (rows {bad}) did not park within {cfg.hang_s + 10}s; "
+                                    f"row {r}'s call in flight since {stats[r * NSLOT + S_CURT0]} ms, req "
+                                    f"{stats[r * NSLOT + S_CURREQ]:#x}, in pid {proc.pid}:\n{_stacks(proc.pid)}")
+                    return False
+                asym = [r for r in thread_rows if stats[r * NSLOT + S_ASYM]]
+                m1 = measure()
+                check_limit(f"sample {label}")
+                check_b(m1, label)
+                if m1["a_used"] > cfg.limit_a:
+                    fail("limit", f"sample {label} at {m1['calls']} calls: A.used {m1['a_used']} > limit {cfg.limit_a}")
+                if m1["standin_a"] > m1["a_used"]:
+                    fail("one-sided", f"sample {label} at {m1['calls']} calls: the stand-in holds {m1['standin_a']} "
+                                      f"bytes for A, above A.used {m1['a_used']} (by {m1['standin_a'] - m1['a_used']}; "
+                                      f"{len(asym)} one-sided sessions open)")
+                sampling["max_charge_over_standin"] = max(sampling["max_charge_over_standin"],
+                                                          m1["a_used"] - m1["standin_a"])
+                pause.value = 2
+                bad = wait_rows(lambda v: v >= 2, cfg.hang_s + 10)
+                if bad:
+                    problems.append(f"sample {label}: threads (rows {bad}) did not close their one-sided sessions")
+                    return False
+                m2 = measure()
+                check_b(m2, label)
+                if m2["standin_a"] != m2["a_used"]:
+                    fail("exact", f"sample {label} at {m2['calls']} calls: with no one-sided session open the "
+                                  f"stand-in holds {m2['standin_a']} bytes for A, A.used is {m2['a_used']} "
+                                  f"(stand-in - used = {m2['standin_a'] - m2['a_used']}; {len(asym)} sessions "
+                                  f"were closed first; before: {m1})")
+                sampling["samples"] += 1
+                sampling["one_sided_sessions_closed"] += len(asym)
+                sampling["last"] = m2
+                return True
+
             end = time.monotonic() + cfg.seconds
             hung = None
             last_log = last_ts = time.monotonic()
             ts_rng = random.Random(cfg.seed ^ 0x7153)
             ts_sets = 0
+            next_sample = cfg.sample_calls
             while time.monotonic() < end and hung is None:
                 time.sleep(0.5)
+                check_limit("during the run")
+                if cfg.mode == "accounting" and cfg.sample_calls and calls_so_far() >= next_sample:
+                    if not sample(f"#{sampling['samples'] + 1}"):
+                        hung = -1
+                        break
+                    pause.value = 0
+                    next_sample = calls_so_far() + cfg.sample_calls
                 if time.monotonic() - last_ts > 3:
                     # each file of A applies the new value to its TSGs at its next call (ioctl.c)
                     last_ts = time.monotonic()
@@ -1627,7 +1918,10 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
                 if time.monotonic() - last_log > 30:
                     last_log = time.monotonic()
                     log(f"fuzz[{cfg.mode}] {summarize(stats, nrows)['calls']} calls so far")
+            if cfg.mode == "accounting" and hung is None:
+                sample("end")  # with every process holding its files, each thread parked
             shared["stop"].value = 1
+            pause.value = 0
             if hung is not None and hung >= 0:
                 proc = workers[hung // (cfg.threads + 2)]
                 req = stats[hung * NSLOT + S_CURREQ]
@@ -1666,16 +1960,15 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
             elif eng[0].disabled:
                 problems.append("B's channel was disabled")
 
-            # the accounting, with every process still holding its files
-            a_used, b_used = A.get()["mem_used"], B.get()["mem_used"]
-            pool = _pool_used_kib(real, pool0)
-            report["held_during"] = {"a_used": a_used, "b_used": b_used, "standin_kib": pool}
+            # the accounting, with every process still holding its files (the samples above
+            # compared it while the threads were parked)
+            a_used, b_used = check_limit("after the stop"), B.get()["mem_used"]
+            report["held_during"] = {"a_used": a_used, "b_used": b_used, "standin": _standin_bytes(pool0)}
+            report["samples"] = {k: v for k, v in sampling.items() if k != "last"}
+            report["samples"]["last"] = sampling["last"]
             if b_used != foreign["held"]:
                 problems.append(f"B's used is {b_used}, its process holds {foreign['held']}")
-            if a_used > cfg.limit_a + 2 * MIB:
-                problems.append(f"A's used {a_used} is over its limit {cfg.limit_a}")
-            if cfg.mode == "accounting" and pool * 1024 != a_used + b_used:
-                problems.append(f"the stand-in holds {pool} KiB, the instances {a_used} + {b_used} bytes")
+            problems.extend(over_limit)
             release.set()
             for w in workers:
                 w.join(60)
@@ -1685,11 +1978,11 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
                     w.join(10)
             d = A.get()
             report["after_a_exit"] = {"a_used": d["mem_used"], "pids": d.get("pids", []),
-                                      "standin_kib": _pool_used_kib(real, pool0)}
+                                      "standin": _standin_bytes(pool0)}
             if d["mem_used"] or d.get("pids"):
                 problems.append(f"A after its processes are gone: used {d['mem_used']}, pids {d.get('pids')}")
-            if _pool_used_kib(real, pool0) * 1024 != B.get()["mem_used"]:
-                problems.append(f"after A's processes: stand-in {_pool_used_kib(real, pool0)} KiB, "
+            if _standin_bytes(pool0) != B.get()["mem_used"]:
+                problems.append(f"after A's processes: the stand-in holds {_standin_bytes(pool0)} bytes, "
                                 f"B.used {B.get()['mem_used']}")
             vconn.send("check")
             post = vconn.recv() if vconn.poll(60) else {"post": ["victim did not answer"]}
@@ -1699,14 +1992,12 @@ def run(cfg: FuzzConfig, nl=None) -> dict:
             victim.join(60)
             os.close(export_fd)  # the last holder of B's export file: what it held goes
             export_fd = -1
-            if B.get()["mem_used"] or _pool_used_kib(real, pool0):
-                problems.append(f"after all: B.used {B.get()['mem_used']}, stand-in {_pool_used_kib(real, pool0)} KiB")
+            if B.get()["mem_used"] or _standin_bytes(pool0):
+                problems.append(f"after all: B.used {B.get()['mem_used']}, stand-in {_standin_bytes(pool0)} bytes")
         # Instance.__exit__ deleted both: EBUSY there (a leaked open file) raises
     finally:
         if export_fd >= 0:
             os.close(export_fd)
-        if real is not None:
-            real.close()
         if own_nl:
             nl.close()
     report["wall_s"] = round(time.monotonic() - t_start, 1)
@@ -1728,15 +2019,62 @@ def format_report(rep: dict) -> str:
         lines.append(f"  sessions={rep['sessions']} forks={rep['forks']} kills={rep['kills']} execs={rep['execs']} "
                      f"mmaps={rep['mmaps']} closes={rep['closes']} dup2s={rep['dup2s']} protects={rep['protects']} "
                      f"max_call_ms={rep['max_call_ms']} slow={rep['slow_calls']} py_errors={rep['py_errors']} "
-                     f"timeslice_sets={rep.get('timeslice_sets')} proc_fd_reads={rep['proc_fd_reads']} "
+                     f"timeslice_sets={rep.get('timeslice_sets')} one_sided_calls={rep.get('one_sided_calls')} "
+                     f"register_fd_other_process={rep.get('register_fd_other_process')} "
+                     f"proc_fd_reads={rep['proc_fd_reads']} "
                      f"(real device files seen through /proc: {rep['proc_fd_real']})")
         lines.append(f"  victim: {rep.get('victim')}")
         lines.append(f"  accounting while held: {rep.get('held_during')}; after A exited: {rep.get('after_a_exit')}")
+        if rep.get("samples"):
+            lines.append(f"  accounting samples: {rep['samples']}")
     for n in rep.get("fuzzer_notes", [])[:2]:
         lines.append("  fuzzer note: " + n[:600])
     for p in rep.get("problems", []):
         lines.append("  PROBLEM: " + p)
     return "\n".join(lines)
+
+
+def _kernel_bugs(since_lines: int) -> tuple[int, list[str]]:
+    """(lines in the kernel log now, the first report in it after since_lines)."""
+    import re
+    import subprocess
+
+    bad = re.compile(r"BUG:|Oops|WARNING:|general protection|KASAN|list_del corruption|list_add corruption|"
+                     r"usercopy:|Poison overwritten|Redzone|Freepointer corrupt|INFO: task .* blocked|soft lockup")
+    lines = subprocess.run(["dmesg"], capture_output=True, text=True).stdout.splitlines()
+    hits = [i for i, ln in enumerate(lines) if i >= since_lines and bad.search(ln)]
+    return len(lines), lines[hits[0]:hits[0] + 30] if hits else []
+
+
+def run_seeds(first: int, n: int, seconds: float, sample_calls: int, jsonl: str | None) -> int:
+    """The accounting mode for seeds first .. first + n - 1, one after the other in this
+    guest (scripts/fuzz-seeds.sh); prints each seed's report and `seeds passed: K/N`."""
+    failing: list[tuple[int, str]] = []
+    logn, _ = _kernel_bugs(0)
+    for seed in range(first, first + n):
+        try:
+            rep = run(FuzzConfig(seed=seed, seconds=seconds, mode="accounting", sample_calls=sample_calls,
+                                 log=lambda m: print("  " + m, flush=True)))
+        except Exception as e:  # noqa: BLE001 - a broken run is a failing seed, the next one runs
+            import traceback
+
+            rep = {"seed": seed, "mode": "accounting", "problems": [f"the run raised {type(e).__name__}: {e}\n"
+                                                                   + traceback.format_exc(limit=4)]}
+        logn, bug = _kernel_bugs(logn)
+        if bug:
+            rep["problems"].append("the kernel logged a bug during the run:\n" + "\n".join(bug))
+        print(format_report(rep), flush=True)
+        if jsonl:
+            with open(jsonl, "a") as f:
+                f.write(json.dumps({"test": "ioctl_accounting_seed", **rep}, default=str) + "\n")
+        if rep["problems"]:
+            failing.append((seed, rep["problems"][0].splitlines()[0][:300]))
+        print(f"SEED {seed} {'FAIL' if rep['problems'] else 'pass'} calls={rep.get('calls', 0)} "
+              f"samples={rep.get('samples', {}).get('samples')}", flush=True)
+    print(f"seeds passed: {n - len(failing)}/{n}")
+    for seed, why in failing:
+        print(f"failing seed {seed}: {why}")
+    return 1 if failing else 0
 
 
 if __name__ == "__main__":
@@ -1750,10 +2088,19 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=3)
     ap.add_argument("--races", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--sample-calls", type=int, default=FuzzConfig.sample_calls,
+                    help="accounting: compare the pools every this many calls (0: at the end only)")
+    ap.add_argument("--seeds", type=int, default=0,
+                    help="accounting mode for this many consecutive seeds from --seed (default 1); "
+                         "prints 'seeds passed: K/N' (scripts/fuzz-seeds.sh)")
+    ap.add_argument("--jsonl", default=None, help="with --seeds: append each seed's report here")
     a = ap.parse_args()
+    if a.seeds:
+        raise SystemExit(run_seeds(a.seed if a.seed is not None else 1, a.seeds, a.seconds, a.sample_calls,
+                                   a.jsonl))
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
     rep = run(FuzzConfig(seed=seed, seconds=a.seconds, mode=a.mode, procs=a.procs, threads=a.threads,
-                         races=a.races))
+                         races=a.races, sample_calls=a.sample_calls))
     print(format_report(rep), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rep, indent=1, default=str))

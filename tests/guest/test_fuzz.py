@@ -167,8 +167,10 @@ def _ioctl_run(nl, say, mode: str) -> None:
 
 def test_ioctl_fuzz_accounting(nl, say, kernel_log):
     """Random, trace-derived, wrong-size, bad-pointer, foreign-handle, UVM, mmap and fork
-    calls from 2 processes x 3 threads in instance A; B's process keeps working; then the
-    stand-in's bytes equal A.used + B.used, and 0 once the processes are gone."""
+    calls from 2 processes x 3 threads in instance A; B's process keeps working. Every 2000
+    calls and at the end, with every thread parked between calls: the stand-in's bytes for A
+    never above A.used, equal to it once the sessions that made one-sided calls are closed,
+    B's equal to B.used; A.used never above A's limit; 0 once the processes are gone."""
     _ioctl_run(nl, say, "accounting")
 
 
