@@ -55,6 +55,9 @@ int nvstub_gpu_by_uuid(const u8 *uuid);		/* the GPU's index, or -1 */
 #ifndef NV_ERR_INVALID_OFFSET
 #define NV_ERR_INVALID_OFFSET		0x37
 #endif
+#ifndef NV_ERR_RESOURCE_LOST
+#define NV_ERR_RESOURCE_LOST		0x6e	/* "Requested resource has been destroyed" */
+#endif
 
 /*
  * NV2080_CTRL_CMD_GPU_GET_GID_INFO (580 src/common/sdk/nvidia/inc/ctrl/
@@ -80,6 +83,8 @@ struct nvstub_gid_info_params {
  * the classes nvstub_rm.c allocates (rmapi/resource_list.h names the
  * structure of each).
  */
+#define NVSTUB_TSG_PARAMS_SIZE			20	/* nvos.h NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS */
+#define NVSTUB_CTXSHARE_PARAMS_SIZE		12	/* nvos.h NV_CTXSHARE_ALLOCATION_PARAMETERS */
 #define NVSTUB_CONTEXT_DMA_PARAMS_SIZE		32	/* nvos.h NV_CONTEXT_DMA_ALLOCATION_PARAMS */
 #define NVSTUB_SEMAPHORE_SURFACE_PARAMS_SIZE	16	/* cl00da.h NV_SEMAPHORE_SURFACE_ALLOC_PARAMETERS */
 #define NVSTUB_MEMORY_MAPPER_PARAMS_SIZE	24	/* cl00fe.h NV_MEMORY_MAPPER_ALLOCATION_PARAMS */
@@ -246,6 +251,9 @@ struct nvstub_memdesc {
 	u64 page_size;			/* memdescGetPageSize(AT_GPU) */
 };
 
+/* the dependencies an object of the modelled classes can have (a channel's three) */
+#define NVSTUB_MAX_DEPS	3
+
 /* An RM object: a node of a client's tree. */
 struct nvstub_obj {
 	u32 handle;
@@ -265,6 +273,22 @@ struct nvstub_obj {
 	u16 share_type;			/* RM_SHARE's last policy (RS_SHARE_TYPE_*), 0: none */
 	u32 share_target;
 	u32 engine_type;		/* channels: NVA06F_CTRL_CMD_BIND's engine, 0: none */
+	/*
+	 * resserv's dependants (580.142 src/nvidia/src/libraries/resserv/src/
+	 * rs_resource.c:699-716 refAddDependant): the objects this one depends
+	 * on (RsResourceRef.depBackRefMap), all of its own client, and how many
+	 * depend on it (its depRefMap's size; the dependants are found by
+	 * their deps[]). nvstub_rm.c nvstub_obj_free().
+	 */
+	struct nvstub_obj *deps[NVSTUB_MAX_DEPS];
+	unsigned int nr_dependants;
+	/*
+	 * RsResourceRef.bInvalidated (rs_client.c:840): its destructor ran as a
+	 * dependant of a freed object, its handle stays until it is freed.
+	 */
+	bool invalidated;
+	bool on_pending;		/* on a free's pending list (RsClient.pendingFreeList) */
+	struct list_head pending;
 };
 
 /* src/common/sdk/nvidia/inc/rs_access.h */

@@ -95,6 +95,12 @@ static u32 nvstub_ctrl_fb_get_info_v2(struct nvstub_ctrl_ctx *ctx, void *params)
 /*
  * ctrl2080fifo.h DISABLE_CHANNELS: the listed (hClient, hChannel) pairs may
  * belong to any client, as measured on the H100 (docs/h100-findings.md).
+ * A handle that names no channel is NV_ERR_INVALID_CHANNEL; so is an
+ * invalidated channel (nvstub_rm.c nvstub_obj_free(): its destructor ran,
+ * obj->chan is gone): 580.142 kernel_channel.c:1718-1740 CliGetKernelChannel
+ * finds the ref but dynamicCast(pResource == NULL) fails, NV_ERR_INVALID_CHANNEL
+ * (as kernel_fifo_ctrl.c:881-888 looks each pair up; on a GSP client the
+ * channel's RM_FREE reached GSP with the destructor, rs_client.c:843).
  */
 static u32 nvstub_ctrl_disable_channels(struct nvstub_ctrl_ctx *ctx, void *params)
 {
@@ -705,6 +711,15 @@ int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 	ctx.obj = nvstub_obj_get(ctx.cl, p->h_object);
 	if (!ctx.obj) {
 		st = NV_ERR_INVALID_OBJECT_HANDLE;
+		goto unlock;
+	}
+	/*
+	 * An object invalidated as a dependant of a freed one (nvstub_rm.c
+	 * nvstub_obj_free()): 580.142 rs_server.c:1556-1559 serverControl,
+	 * before the command's lookup in the object's class.
+	 */
+	if (ctx.obj->invalidated) {
+		st = NV_ERR_RESOURCE_LOST;
 		goto unlock;
 	}
 	if (c->obj_cls != ctx.obj->cls &&

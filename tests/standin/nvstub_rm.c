@@ -53,8 +53,9 @@ static const struct nvstub_class_info nvstub_classes[] = {
 	{ FERMI_VASPACE_A, { NV01_DEVICE_0, NV20_SUBDEVICE_0 }, 0 },
 	{ NV50_MEMORY_VIRTUAL, { NV01_DEVICE_0, NV20_SUBDEVICE_0 }, 0 },
 	{ NV50_THIRD_PARTY_P2P, { NV20_SUBDEVICE_0 }, 0 },
-	{ KEPLER_CHANNEL_GROUP_A, { NV01_DEVICE_0 }, 0 },
-	{ FERMI_CONTEXT_SHARE_A, { KEPLER_CHANNEL_GROUP_A }, 0 },
+	/* NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS, NV_CTXSHARE_ALLOCATION_PARAMETERS (nvos.h) */
+	{ KEPLER_CHANNEL_GROUP_A, { NV01_DEVICE_0 }, NVSTUB_TSG_PARAMS_SIZE },
+	{ FERMI_CONTEXT_SHARE_A, { KEPLER_CHANNEL_GROUP_A }, NVSTUB_CTXSHARE_PARAMS_SIZE },
 	/* NV_CHANNEL_ALLOC_PARAMS: RM reads all of it; the stand-in its head */
 	{ HOPPER_CHANNEL_GPFIFO_A, { KEPLER_CHANNEL_GROUP_A },
 	  sizeof(struct nv_channel_alloc_params_head) },
@@ -228,20 +229,51 @@ void nvstub_memdesc_release(struct nvstub_memdesc *md)
 		nvstub_memdesc_free(md);
 }
 
-/* Detach and free one object whose children are already gone. */
-static void nvstub_obj_destroy(struct nvstub_obj *obj)
+/*
+ * _refRemoveAllDependencies (rs_client.c:841, rs_resource.c): @obj stops
+ * depending on anything.
+ */
+static void nvstub_obj_drop_deps(struct nvstub_obj *obj)
 {
+	unsigned int i;
+
+	for (i = 0; i < NVSTUB_MAX_DEPS; i++) {
+		if (obj->deps[i])
+			obj->deps[i]->nr_dependants--;
+		obj->deps[i] = NULL;
+	}
+}
+
+/*
+ * The destructor (rs_client.c:811-851 clientFreeResource_IMPL: objDelete,
+ * skipped for an object already invalidated): the object's resources go (a
+ * channel leaves its TSG's runlist, memory goes back to the pool) and it
+ * depends on nothing any more; it is marked invalidated (:840).
+ */
+static void nvstub_obj_destruct(struct nvstub_obj *obj)
+{
+	if (obj->invalidated)
+		return;
+	obj->invalidated = true;
+	nvstub_obj_drop_deps(obj);
 	if (obj->md)
 		nvstub_memdesc_put(obj);
 	if (obj->chan)
 		nvstub_chan_destroy(obj);
 	if (obj->tsg)
 		nvstub_tsg_destroy(obj);
+}
+
+/* Destruct, detach and free one object whose children are already gone. */
+static void nvstub_obj_destroy(struct nvstub_obj *obj)
+{
+	nvstub_obj_destruct(obj);
 	list_del(&obj->sibling);
 	xa_erase(&obj->client->objs, obj->handle);
 	kfree(obj);
 }
 
+/* Tear a whole client down: no dependency is left to honour (nvstub_client_free()). */
 static void nvstub_obj_free_tree(struct nvstub_obj *obj)
 {
 	struct nvstub_obj *child, *tmp;
@@ -253,8 +285,126 @@ static void nvstub_obj_free_tree(struct nvstub_obj *obj)
 	nvstub_obj_destroy(obj);
 }
 
+/* refHasAncestor (rs_resource.c): is @anc a strict ancestor of @obj? */
+static bool nvstub_has_ancestor(struct nvstub_obj *obj, struct nvstub_obj *anc)
+{
+	for (obj = obj->parent; obj; obj = obj->parent)
+		if (obj == anc)
+			return true;
+	return false;
+}
+
+/*
+ * refAddDependant (rs_resource.c:699-716): @dep depends on @on, unless it is
+ * a descendant of it already (:709). Both are objects of one client.
+ */
+static void nvstub_obj_add_dep(struct nvstub_obj *dep, struct nvstub_obj *on)
+{
+	unsigned int i;
+
+	if (!on || on == &on->client->root || nvstub_has_ancestor(dep, on))
+		return;
+	for (i = 0; i < NVSTUB_MAX_DEPS; i++) {
+		if (dep->deps[i] == on)
+			return;
+		if (!dep->deps[i]) {
+			dep->deps[i] = on;
+			on->nr_dependants++;
+			return;
+		}
+	}
+	WARN_ON_ONCE(1);
+}
+
+/*
+ * clientUpdatePendingFreeList_IMPL (580.142 rs_server.c:930-992): @obj is
+ * prepended (moved to the front if @move) to the pending list, then each of
+ * its children, then each of its dependants, recursively, so that the list,
+ * freed from its head, frees every object's children and dependants before
+ * the object. The object being freed (@target, the only one on the free
+ * stack here) is never moved (the circular-dependency guard, :944-952).
+ */
+static void nvstub_pending_update(struct nvstub_obj *obj, struct nvstub_obj *target, bool move,
+				  struct list_head *pending)
+{
+	struct nvstub_obj *c;
+	unsigned long h;
+	unsigned int i;
+
+	if (move) {
+		if (obj == target)
+			return;
+		if (obj->on_pending)
+			list_move(&obj->pending, pending);
+		else
+			list_add(&obj->pending, pending);
+		obj->on_pending = true;
+	} else if (!obj->on_pending) {
+		list_add(&obj->pending, pending);
+		obj->on_pending = true;
+	}
+	list_for_each_entry(c, &obj->children, sibling)
+		nvstub_pending_update(c, target, true, pending);
+	if (!obj->nr_dependants)
+		return;
+	xa_for_each(&obj->client->objs, h, c)
+		for (i = 0; i < NVSTUB_MAX_DEPS; i++)
+			if (c->deps[i] == obj) {
+				nvstub_pending_update(c, target, true, pending);
+				break;
+			}
+}
+
+/*
+ * RM_FREE of @obj: serverFreeResourceTree (580.142 rs_server.c:1173-1376).
+ * The pending list (nvstub_pending_update()) is freed head first, @obj last
+ * (:1351-1356). An entry that has @obj as an ancestor is freed outright
+ * (handle gone); any other, a dependant of something freed that is not a
+ * descendant of @obj, and the dependant's own children and dependants, are
+ * only invalidated (:1338-1366 bInvalidateOnly; rs_client.c:855-870 skipped):
+ * the destructor runs (nvstub_obj_destruct()), the handle stays in the
+ * client, answers NV_ERR_RESOURCE_LOST to controls (rs_server.c:1556), dups
+ * (:1703) and shares (:1815), and is refused to a new object
+ * (NV_ERR_INSERT_DUPLICATE_NAME, rs_client.c:1463-1464), until the caller
+ * frees it (the free succeeds and skips the destructor: rs_server.c:239-246,
+ * rs_client.c:811) or the client goes. An invalidated TSG's destructor frees
+ * no channel: kchangrpapiDestruct (kernel_channel_group_api.c:628-637) frees
+ * the channels kchannelGetIter finds, and clientRefOrderedIterNext
+ * (rs_client.c:1708) skips refs whose pResource is NULL; its channels, being
+ * its children, were invalidated before it. RS_FREE_PRIORITY_HIGH
+ * (client.c:521-568, the channel classes) does not change what the stand-in
+ * does: no destructor here depends on another's order.
+ */
+static void nvstub_obj_free(struct nvstub_obj *obj)
+{
+	LIST_HEAD(pending);
+	struct nvstub_obj *e;
+
+	nvstub_pending_update(obj, obj, false, &pending);
+	while (!list_empty(&pending)) {
+		e = list_first_entry(&pending, struct nvstub_obj, pending);
+		list_del(&e->pending);
+		e->on_pending = false;
+		if (e == obj || nvstub_has_ancestor(e, obj))
+			nvstub_obj_destroy(e);
+		else
+			nvstub_obj_destruct(e);
+		if (e == obj)
+			break;
+	}
+	WARN_ON(!list_empty(&pending));
+}
+
 static void nvstub_client_free(struct nvstub_client *cl)
 {
+	struct nvstub_obj *o;
+	unsigned long h;
+
+	/* the whole client goes: its dependencies (all inside it) with it */
+	xa_for_each(&cl->objs, h, o) {
+		memset(o->deps, 0, sizeof(o->deps));
+		o->nr_dependants = 0;
+	}
 	nvstub_obj_free_tree(&cl->root);
 	xa_erase(&nvstub_clients, cl->root.handle);
 	xa_destroy(&cl->objs);
@@ -761,6 +911,78 @@ static u32 nvstub_obj_copy(struct nvstub_obj *obj, struct nvstub_obj *src)
 	return NV_OK;
 }
 
+/* The release's branch (its ABI row's, "580"), 0 if unknown. */
+static unsigned int nvstub_branch(void)
+{
+	unsigned int b;
+
+	return kstrtouint(nvstub_abi->branch, 10, &b) ? 0 : b;
+}
+
+/* The object @h of @obj's client, if any and not the client itself. */
+static struct nvstub_obj *nvstub_dep_target(struct nvstub_obj *obj, u32 h)
+{
+	struct nvstub_obj *t = h ? nvstub_obj_get(obj->client, h) : NULL;
+
+	return t == &obj->client->root ? NULL : t;
+}
+
+/*
+ * The dependencies a new object records (580.142 refAddDependant callers;
+ * research in gpuslice's docs): whatever handle names an object of the
+ * caller's client, the object depends on it, so that freeing it invalidates
+ * this one (nvstub_obj_free()):
+ *  - KEPLER_CHANNEL_GROUP_A on NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.hVASpace
+ *    (kernel_channel_group_api.c:281-288; 535.288.01 :286);
+ *  - FERMI_CONTEXT_SHARE_A on NV_CTXSHARE_ALLOCATION_PARAMETERS.hVASpace
+ *    (kernel_ctxshare.c:151-159; 0: the device's default VA space, none);
+ *  - a channel on NV_CHANNEL_ALLOC_PARAMS.hVASpace (kernel_channel.c:988-1001,
+ *    a channel under a device: RM refuses it under a TSG, :423-430) and on
+ *    hContextShare (:1008-1014); on hUserdMemory[0] if that memory is an OS
+ *    descriptor (arch/volta/kernel_channel_gv100.c:246-254), from 570 on
+ *    (570.195.03 has it, 550.163.01 and 535.288.01 do not);
+ *  - NV_MEMORY_MAPPER on NV_MEMORY_MAPPER_ALLOCATION_PARAMS.hNotificationMemory
+ *    (mem_mapper.c:386-391), where the release's parameters have it (570 on:
+ *    535's are one byte, 550's end before it).
+ * Not modelled, as RM-internal objects the caller never names: the channel's
+ * RM-made TSG (:980-985; here the channel carries it, and it goes with the
+ * channel's destructor as kchannelDestruct frees it, :1252-1257), the TSG's
+ * legacy context shares and KERNEL_GRAPHICS_CONTEXT (:1016-1026). Nor the
+ * lookups' failures for a handle that names nothing (the stand-in then
+ * records nothing), nor the classes no core decision rests on (virtual
+ * memory, context DMA, P2P).
+ */
+static void nvstub_obj_record_deps(struct nvstub_obj *obj, const void *params)
+{
+	const struct nv_channel_alloc_params_head *cp = params;
+	const u32 *w = params;
+	struct nvstub_obj *t;
+
+	if (!params)
+		return;
+	switch (obj->cls) {
+	case KEPLER_CHANNEL_GROUP_A:
+		nvstub_obj_add_dep(obj, nvstub_dep_target(obj, w[2]));	/* hVASpace @8 */
+		break;
+	case FERMI_CONTEXT_SHARE_A:
+		nvstub_obj_add_dep(obj, nvstub_dep_target(obj, w[0]));	/* hVASpace @0 */
+		break;
+	case HOPPER_CHANNEL_GPFIFO_A:
+	case AMPERE_CHANNEL_GPFIFO_A:
+		if (obj->parent->cls == NV01_DEVICE_0)
+			nvstub_obj_add_dep(obj, nvstub_dep_target(obj, cp->h_va_space));
+		nvstub_obj_add_dep(obj, nvstub_dep_target(obj, cp->h_context_share));
+		t = nvstub_dep_target(obj, cp->h_userd_memory[0]);
+		if (t && t->cls == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR && nvstub_branch() >= 570)
+			nvstub_obj_add_dep(obj, t);
+		break;
+	case NV_MEMORY_MAPPER:
+		if (nvstub_abi->memory_mapper_alloc_size >= 3 * sizeof(u32))
+			nvstub_obj_add_dep(obj, nvstub_dep_target(obj, w[2]));	/* @8 */
+		break;
+	}
+}
+
 /*
  * Create object @h of class @ci under @parent. Returns an NV status; on
  * NV_OK *out is the new object, linked into the tree.
@@ -777,6 +999,13 @@ static u32 nvstub_obj_create(struct nvstub_client *cl, struct nvstub_obj *parent
 		return NV_ERR_INVALID_OBJECT_PARENT;
 	if (ci->alloc_status != NV_OK)
 		return ci->alloc_status;
+	/*
+	 * Under an invalidated parent the constructors' ancestor lookups fail
+	 * (rs_resource.c:500 refFindAncestorOfType: NV_ERR_OBJECT_NOT_FOUND);
+	 * the stand-in answers that for every class.
+	 */
+	if (parent->invalidated)
+		return NV_ERR_OBJECT_NOT_FOUND;
 	if (h == 0) {
 		do {
 			h = NVSTUB_OBJECT_HANDLE_BASE | (cl->next_handle++ & 0xfffff);
@@ -805,6 +1034,8 @@ static u32 nvstub_obj_create(struct nvstub_client *cl, struct nvstub_obj *parent
 		nvstub_obj_destroy(obj);
 		return st;
 	}
+	if (!src)
+		nvstub_obj_record_deps(obj, params);
 	*handle = h;
 	*out = obj;
 	return NV_OK;
@@ -925,7 +1156,7 @@ int nvstub_esc_free(struct nvstub_file *nf, void *arg, u32 size)
 	}
 	obj = nvstub_obj_get(cl, p->h_object_old);
 	if (obj)
-		nvstub_obj_free_tree(obj);
+		nvstub_obj_free(obj);
 	return 0;
 }
 
@@ -1084,6 +1315,10 @@ int nvstub_esc_share(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
 		return 0;
 	}
+	if (obj->invalidated) {		/* rs_server.c:1815-1818 serverShareResourceAccess */
+		p->status = NV_ERR_RESOURCE_LOST;
+		return 0;
+	}
 	if (p->share_type >= RS_SHARE_TYPE_MAX) {
 		p->status = NV_ERR_INVALID_ARGUMENT;
 		return 0;
@@ -1126,6 +1361,11 @@ int nvstub_esc_dup(struct nvstub_file *nf, void *arg, u32 size)
 		p->status = NV_ERR_INVALID_OBJECT_HANDLE;
 		return 0;
 	}
+	/* rs_server.c:1703-1706 serverCopyResource, before the parent's lookup */
+	if (src->invalidated) {
+		p->status = NV_ERR_RESOURCE_LOST;
+		return 0;
+	}
 	if (!parent) {
 		p->status = NV_ERR_INVALID_OBJECT_PARENT;
 		return 0;
@@ -1157,6 +1397,8 @@ u32 nvstub_rm_dup(struct nvstub_client *cl, struct nvstub_obj *parent, u32 *h,
 	const struct nvstub_class_info *ci = nvstub_class_find(src->cls);
 	struct nvstub_obj *obj;
 
+	if (src->invalidated)		/* rs_server.c:1703-1706 */
+		return NV_ERR_RESOURCE_LOST;
 	if (!ci || src->tsg || src->chan || src->cls == NV01_DEVICE_0)
 		return NV_ERR_NOT_SUPPORTED;
 	return nvstub_obj_create(cl, parent, h, ci, NULL, src, &obj);
@@ -1164,7 +1406,7 @@ u32 nvstub_rm_dup(struct nvstub_client *cl, struct nvstub_obj *parent, u32 *h,
 
 void nvstub_rm_free_obj(struct nvstub_obj *obj)
 {
-	nvstub_obj_free_tree(obj);
+	nvstub_obj_free(obj);
 }
 
 /*
@@ -1248,7 +1490,7 @@ u32 nvstub_rm_free_locked(struct nvstub_client *cl, u32 h)
 	}
 	obj = nvstub_obj_get(cl, h);
 	if (obj)
-		nvstub_obj_free_tree(obj);
+		nvstub_obj_free(obj);
 	return NV_OK;
 }
 
