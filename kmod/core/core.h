@@ -286,8 +286,9 @@ struct gs_object {
 
 static inline int gs_object_gateable(const struct gs_object *o)
 {
-	return o->obj_kind != GPUSLICE_OBJ_CHANNEL ||
-	       ((o->flags & GS_OBJ_SCHEDULED) && !(o->flags & GS_OBJ_LOST));
+	if (o->flags & GS_OBJ_LOST)
+		return 0;
+	return o->obj_kind != GPUSLICE_OBJ_CHANNEL || (o->flags & GS_OBJ_SCHEDULED);
 }
 
 struct gs_inst;
