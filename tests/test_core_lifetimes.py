@@ -240,31 +240,86 @@ def test_535s_memory_mapper_placeholder_holds_no_memory(tmp_path):
         core.close()
 
 
-def test_a_channel_on_os_descriptor_userd_memory_goes_with_it_from_570_on(tmp_path):
-    """From 570 on RM makes a channel depend on its USERD memory when that is OS-descriptor
-    memory (arch/volta/kernel_channel_gv100.c:246-254; not in 550 or 535): freeing the memory
-    invalidates the channel there, and only there."""
-    lib_so = cs.build(tmp_path)
-    for version, lost in (("550.163.01", False), ("570.211.01", True), ("580.95.05", True)):
-        core = cs.Core(lib_so, 1 * GiB)
-        try:
-            core.lib.gs_abi_select.argtypes = [ctypes.c_char_p]
-            assert core.lib.gs_abi_select(version.encode()) == 0
-            rm = cs.MockRM()
-            p = Proc(core, rm)
-            a = bytearray(56)  # NVOS02 with its fd: OS-descriptor memory at 0x900
-            struct.pack_into("<IIIII", a, 0, p.client, DEV, 0x900, abi.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, 0)
-            struct.pack_into("<Q", a, 32, 0xFFFF)
-            assert core.call(abi.IOCTL_RM_ALLOC_MEMORY, a, rm.ok(40), file_id=p.file_id, pid=p.pid).status == 0
-            assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, TSG, tsg_params())[0].status == 0
-            cp = chan_params(userd=0x900)
-            assert p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, CH, cp)[0].status == 0
-            p.control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
-            assert gated(core) == [CH]
-            assert p.free(0x900).status == 0
-            assert (gated(core) == []) is lost, version
-        finally:
-            core.close()
+def test_a_channel_stays_gated_when_its_userd_memory_goes(env):
+    """From 570 on RM invalidates a channel whose OS-descriptor USERD memory is freed
+    (kernel_channel_gv100.c:246-254), but RM does not fix where that memory is, so the core
+    cannot tell a forged record under its handle from RM's: it does not follow that edge and
+    keeps the channel gated (the scheduler drops a channel RM answers as gone)."""
+    core, rm = env
+    p = Proc(core, rm)
+    a = bytearray(56)  # NVOS02 with its fd: OS-descriptor memory at 0x900
+    struct.pack_into("<IIIII", a, 0, p.client, DEV, 0x900, abi.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, 0)
+    struct.pack_into("<Q", a, 32, 0xFFFF)
+    assert core.call(abi.IOCTL_RM_ALLOC_MEMORY, a, rm.ok(40), file_id=p.file_id, pid=p.pid).status == 0
+    assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, TSG, tsg_params())[0].status == 0
+    cp = chan_params(userd=0x900)
+    assert p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, CH, cp)[0].status == 0
+    p.control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
+    assert p.free(0x900).status == 0
+    assert gated(core) == [CH]
+
+
+def forged(status: int = 0):
+    def drv(a: bytearray) -> int:
+        struct.pack_into("<I", a, 40, status)
+        return 0
+    return drv
+
+
+def test_a_forged_record_elsewhere_cannot_take_a_live_tsg_out_of_the_scheduler(env):
+    """RM makes VA space V under device D (its reply rewritten to a failure: the core does not
+    register it), then refuses V under another parent A (its reply rewritten to a success: the
+    core registers V under A). A TSG on V, under D, depends in RM on the real V. Freeing A frees
+    nothing of RM's TSG: the core must not drop it either. It follows a dependency only to a VA
+    space of the dependant's own device (core.c gs_dep_placed())."""
+    core, rm = env
+    p = Proc(core, rm)
+    d2 = 0x5C0000D2
+    assert p.alloc(p.client, abi.NV01_DEVICE_0, d2)[0].status == 0
+    arg = cs.alloc_arg(p.client, DEV, VAS, abi.FERMI_VASPACE_A)
+    core.call(ALLOC, arg, forged(abi.NV_ERR_INVALID_ARGUMENT), file_id=p.file_id, pid=p.pid)
+    arg = cs.alloc_arg(p.client, d2, VAS, abi.FERMI_VASPACE_A)
+    assert core.call(ALLOC, arg, forged(0), file_id=p.file_id, pid=p.pid).status == 0
+    keep = [tsg_params(VAS), chan_params()]
+    assert p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, TSG, keep[0])[0].status == 0
+    assert p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, CH, keep[1])[0].status == 0
+    p.control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE)
+    assert gated(core) == [CH]
+    assert p.free(d2, parent=p.client).status == 0
+    assert gated(core) == [CH]
+
+
+def test_one_handle_made_twice_at_once_waits(env):
+    """Two creations of one handle in flight: RM makes one and refuses the other, whose reply a
+    sibling could rewrite to a success, under another parent than RM's object. The later is
+    answered NV_ERR_STATE_IN_USE."""
+    core, rm = env
+    p = Proc(core, rm)
+    seen = {}
+
+    def during(a: bytearray) -> int:
+        seen["r"] = p.alloc(DEV, abi.FERMI_VASPACE_A, VAS)[0]
+        return rm.alloc(a)
+
+    arg = cs.alloc_arg(p.client, DEV, VAS, abi.FERMI_VASPACE_A)
+    assert core.call(ALLOC, arg, during, file_id=p.file_id, pid=p.pid).status == 0
+    assert (seen["r"].verdict, seen["r"].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
+
+
+
+def test_an_object_cannot_be_its_own_parent_nor_adopt_its_ancestor(env):
+    """RM looks a parent up before it makes an object: handle == parent is answered
+    NV_ERR_INVALID_OBJECT_PARENT before RM. And a stray whose awaited parent turns out to be
+    below it (forged replies) is not adopted: no cycle leaves records unreachable from their
+    client, which are all freed with it."""
+    core, rm = env
+    p = Proc(core, rm)
+    r, _, _ = p.alloc(0x7C1, abi.NV50_MEMORY_VIRTUAL, 0x7C1)
+    assert (r.verdict, r.status) == (cs.GS_REPLY, abi.NV_ERR_INVALID_OBJECT_PARENT)
+    assert p.alloc(0x7C3, abi.NV50_MEMORY_VIRTUAL, 0x7C2)[0].verdict == cs.GS_PASS  # a stray of 0x7C3
+    assert p.alloc(0x7C2, abi.NV50_MEMORY_VIRTUAL, 0x7C3)[0].verdict == cs.GS_PASS  # 0x7C3 under 0x7C2
+    core.file_closed(p.file_id)
+    assert core.stats()["objects"] == 0
 
 
 def test_objects_waiting_for_their_parent_are_capped(env):
@@ -284,3 +339,31 @@ def test_objects_waiting_for_their_parent_are_capped(env):
     assert len(left) == 44
     core.file_closed(p.file_id)
     assert core.stats()["objects"] == 0
+
+
+def test_os_event_calls_on_one_key_or_its_client_do_not_meet(env):
+    """An OS event's free and a new allocation of its key, or its client's free, in flight
+    together: RM may run them in the other order and keep an entry the core forgot (osapi.c
+    allocate_os_event does not check the client). The later is answered NV_ERR_STATE_IN_USE."""
+    core, rm = env
+    p = Proc(core, rm)
+    assert os_event(p, 0).verdict == cs.GS_PASS
+    seen = {}
+
+    def alloc_meanwhile(a: bytearray) -> int:
+        seen["alloc"] = os_event(p, 0)
+        struct.pack_into("<I", a, 12, 0)
+        return 0
+
+    arg = bytearray(abi.ALLOC_OS_EVENT.pack(p.client, DEV, 0, 0))
+    core.call(abi.IOCTL_RM_FREE_OS_EVENT, arg, alloc_meanwhile, file_id=p.file_id, pid=p.pid)
+    assert (seen["alloc"].verdict, seen["alloc"].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
+
+    def client_free_meanwhile(a: bytearray) -> int:
+        seen["free"] = p.free(p.client, parent=0)
+        struct.pack_into("<I", a, 12, 0)
+        return 0
+
+    arg = bytearray(abi.ALLOC_OS_EVENT.pack(p.client, DEV, 5, 0))
+    core.call(abi.IOCTL_ALLOC_OS_EVENT, arg, client_free_meanwhile, file_id=p.file_id, pid=p.pid)
+    assert (seen["free"].verdict, seen["free"].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)

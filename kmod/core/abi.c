@@ -22,17 +22,6 @@ const struct nvrm_table *gs_abi(void)
 	return gs_abi_table ? gs_abi_table : &nvrm_tables[nvrm_nr_tables - 1];
 }
 
-/* the running driver's branch as a number (580), from its row */
-nv_u32 gs_abi_branch(void)
-{
-	const char *b = gs_abi()->branch;
-	nv_u32 n = 0;
-
-	while (*b >= '0' && *b <= '9')
-		n = n * 10 + (nv_u32)(*b++ - '0');
-	return n;
-}
-
 static unsigned long gs_abi_put(char *buf, unsigned long size, unsigned long len, const char *s)
 {
 	unsigned long n = strlen(s);

@@ -447,6 +447,9 @@ nv_u32 gs_create_conflict(struct gs_inst *in, nv_handle client, nv_handle handle
 {
 	if (!handle)
 		return NV_OK;
+	/* RM looks the parent up before it makes the object: none is itself */
+	if (handle == parent)
+		return NV_ERR_INVALID_OBJECT_PARENT;
 	if (gs_obj_find(in, client, handle))
 		return NV_ERR_INSERT_DUPLICATE_NAME;
 	if (gs_busy_conflict(in, GS_BUSY_CREATE, client, handle, parent))
@@ -468,14 +471,18 @@ struct gs_dep_fields {
 #define GS_DEP_AT0	0xffffffffu
 
 /*
- * Only the dependencies that free what the core counts or gates: a channel,
- * a TSG, or an object holding a charge (a memory mapper). Virtual memory,
- * context DMAs and P2P objects depend on their VA space, memory or
- * subdevices too (virtual_mem.c, context_dma.c, p2p_api.c refAddDependant),
- * but hold nothing counted, and their records are kept as RM keeps their
- * handles (below). Lines of the 580.142 tag.
+ * Only the dependencies that take a TSG or a channel off the GPU, and only
+ * where the core can check that the object depended on is where RM requires
+ * it (gs_dep_placed()). Not followed, so that a record a forged reply put
+ * under a handle cannot make the core drop a channel RM keeps (the
+ * scheduler drops a channel RM answers as gone, sched/stale.py): a channel's
+ * OS-descriptor USERD memory (kernel_channel_gv100.c:246-254, from 570 on)
+ * and a memory mapper's notification memory (mem_mapper.c:386-391), whose
+ * place RM does not fix; and virtual memory, context DMAs and P2P objects
+ * (virtual_mem.c, context_dma.c, p2p_api.c), which hold nothing counted.
+ * Lines of the 580.142 tag.
  */
-#define GS_CH_DEPS	{ GS_CH_OFF(h_context_share), GS_CH_OFF(h_va_space), GS_CH_OFF(h_userd_memory) }
+#define GS_CH_DEPS	{ GS_CH_OFF(h_context_share), GS_CH_OFF(h_va_space) }
 
 static const struct gs_dep_fields gs_dep_fields[] = {
 	/* NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.hVASpace: kernel_channel_group_api.c:281-288 */
@@ -483,20 +490,13 @@ static const struct gs_dep_fields gs_dep_fields[] = {
 	/* NV_CTXSHARE_ALLOCATION_PARAMETERS.hVASpace: kernel_ctxshare.c:151-159 */
 	{ FERMI_CONTEXT_SHARE_A, { GS_DEP_AT0 } },
 	/*
-	 * NV_CHANNEL_ALLOC_PARAMS hContextShare (kernel_channel.c:1008-1014),
-	 * hVASpace (:988-1001; RM refuses it unless the parent is a device) and
-	 * hUserdMemory[0] (arch/volta/kernel_channel_gv100.c:246-254: from 570 on,
-	 * OS-descriptor memory only, gs_post_deps()).
+	 * NV_CHANNEL_ALLOC_PARAMS hContextShare (kernel_channel.c:1008-1014) and
+	 * hVASpace (:988-1001; RM refuses it unless the parent is a device).
 	 */
 	{ AMPERE_CHANNEL_GPFIFO_A, GS_CH_DEPS },
 	{ HOPPER_CHANNEL_GPFIFO_A, GS_CH_DEPS },
 	{ BLACKWELL_CHANNEL_GPFIFO_A, GS_CH_DEPS },
 	{ BLACKWELL_CHANNEL_GPFIFO_B, GS_CH_DEPS },
-	/*
-	 * NV_MEMORY_MAPPER_ALLOCATION_PARAMS.hNotificationMemory (mem_mapper.c:386-391;
-	 * from 570 on: 535's parameters are one placeholder byte, 550's end before it)
-	 */
-	{ NV_MEMORY_MAPPER, { GS_MAPPER_OFF(h_notification_memory) } },
 };
 
 /* read the handles p's new object will depend on into c->deps (0: none) */
@@ -918,7 +918,7 @@ static enum gs_verdict gs_pre_sys_params(struct gs_inst *in, struct gs_call *c,
 	return GS_REPLY;
 }
 
-static enum gs_verdict gs_pre_alloc_os_event(struct gs_inst *in, struct gs_call *c,
+static enum gs_verdict gs_pre_os_event(struct gs_inst *in, struct gs_call *c,
 					     const struct gs_io *io, struct gs_evq *q)
 {
 	return gs_osev_pre(in, c);
@@ -1050,9 +1050,9 @@ static const struct gs_escape_row gs_escapes[] = {
 	{ NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, sizeof(struct nvos56_params), GS_ST_NVOS56,
 	  GS_ESC_CLIENT_FIRST, NULL, NULL },
 	{ NV_ESC_ALLOC_OS_EVENT, sizeof(struct nv_ioctl_alloc_os_event), GS_ST_OS_EVENT,
-	  GS_ESC_CLIENT_FIRST, gs_pre_alloc_os_event, gs_post_os_event },
+	  GS_ESC_CLIENT_FIRST, gs_pre_os_event, gs_post_os_event },
 	{ NV_ESC_FREE_OS_EVENT, sizeof(struct nv_ioctl_alloc_os_event), GS_ST_OS_EVENT,
-	  GS_ESC_CLIENT_FIRST, NULL, gs_post_os_event },
+	  GS_ESC_CLIENT_FIRST, gs_pre_os_event, gs_post_os_event },
 	/* an array of gpuIds: its size is the call's (gs_pre_attach_gpus()) */
 	{ NV_ESC_ATTACH_GPUS_TO_FD, 0, GS_ST_NONE,
 	  0, gs_pre_attach_gpus_row, NULL },
@@ -1345,20 +1345,40 @@ static nv_u32 gs_reply_status(const struct gs_call *c, nv_u32 replied)
 	return c->reply_lost ? NV_OK : replied;
 }
 
-/* what RM made the new object ob depend on (gs_pre_deps()) */
+/*
+ * Is to, which ob names as what it depends on, where RM requires it: a VA
+ * space of ob's own device (a TSG's or a device's channel's parent, a
+ * subcontext's TSG's parent), a subcontext of the channel's own TSG? A
+ * record elsewhere under that handle is one whose creation's reply was
+ * forged (RM made the real object elsewhere, or refused it): following it
+ * would take out of the scheduler a TSG or channel RM keeps.
+ */
+static int gs_dep_placed(const struct gs_obj *ob, const struct gs_obj *to)
+{
+	const struct gs_obj *dev = ob->up;
+
+	if (!to || to->stray || ob->stray || !dev || (to->o.flags & GS_OBJ_LOST))
+		return 0;
+	switch (to->o.klass) {
+	case FERMI_VASPACE_A:
+		if (ob->o.klass == FERMI_CONTEXT_SHARE_A)
+			dev = dev->o.obj_kind == GPUSLICE_OBJ_TSG ? dev->up : NULL;
+		return dev && dev->o.klass == NV01_DEVICE_0 && to->up == dev;
+	case FERMI_CONTEXT_SHARE_A:
+		return ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL && dev->o.obj_kind == GPUSLICE_OBJ_TSG &&
+		       to->up == dev;
+	}
+	return 0;
+}
+
+/* what RM made the new object ob depend on (gs_pre_deps()), where it is placed as RM requires */
 static void gs_post_deps(struct gs_inst *in, const struct gs_call *c, struct gs_obj *ob)
 {
 	unsigned int i;
 
-	for (i = 0; i < GS_CALL_DEPS; i++) {
-		const struct gs_obj *to = gs_obj_find(in, ob->o.client, c->deps[i]);
-
-		/* a channel's USERD memory: OS-descriptor memory, from 570 on (gs_dep_fields[]) */
-		if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL && i == 2 &&
-		    (!to || to->o.klass != NV01_MEMORY_SYSTEM_OS_DESCRIPTOR || gs_abi_branch() < 570))
-			continue;
-		gs_obj_depend(in, ob, c->deps[i]);
-	}
+	for (i = 0; i < GS_CALL_DEPS; i++)
+		if (gs_dep_placed(ob, gs_obj_find(in, ob->o.client, c->deps[i])))
+			gs_obj_depend(in, ob, c->deps[i]);
 }
 
 /*

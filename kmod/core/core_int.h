@@ -251,6 +251,7 @@ int gs_is_client(struct gs_inst *in, nv_handle client);
 #define GS_BUSY_FREE	2	/* RM_FREE: the handle and all below it */
 #define GS_BUSY_SOURCE	3	/* a dup's source (exports: their pending records) */
 #define GS_BUSY_DEP	4	/* what a new object will depend on (core.c gs_dep_fields) */
+#define GS_BUSY_OSEV	5	/* an OS event's key (client, fd) allocated or freed (osevent.c) */
 int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handle handle,
 		     nv_handle parent);
 void gs_busy_add(struct gs_inst *in, struct gs_call *c, nv_u32 role, nv_handle client,
@@ -434,12 +435,6 @@ enum gs_refusal gs_filter_disable_channels(struct gs_inst *in, const struct gs_i
 enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);
 enum gs_refusal gs_filter_uvm(nv_u32 cmd);
 enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status);
-
-/* abi.c */
-nv_u32 gs_abi_branch(void);
-
-/* abi.c */
-nv_u32 gs_abi_branch(void);
 
 /* osevent.c */
 int gs_osev_spare_alloc(struct gs_call *c);

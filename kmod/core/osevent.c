@@ -63,13 +63,21 @@ static void gs_osev_del(struct gs_inst *in, struct gs_osev **pp)
 	gs_free(ev);
 }
 
-/* NV_ESC_ALLOC_OS_EVENT: a new key over the cap is answered as RM answers a failed allocation */
+/*
+ * NV_ESC_ALLOC_OS_EVENT and NV_ESC_FREE_OS_EVENT: no other call on the same
+ * key, nor a free of its client, in flight (gs_busy_conflict()); a new key
+ * over the cap is answered as RM answers a failed allocation.
+ */
 enum gs_verdict gs_osev_pre(struct gs_inst *in, struct gs_call *c)
 {
 	const struct nv_ioctl_alloc_os_event *p = c->arg;
 
-	if (in->nr_os_events >= GS_MAX_OS_EVENTS && !gs_osev_find(in, p->h_client, p->fd))
-		return gs_refuse_as(c, GS_REFUSE_LIMIT, 12, NV_ERR_INSUFFICIENT_RESOURCES);
+	if (gs_busy_conflict(in, GS_BUSY_OSEV, p->h_client, p->fd, 0))
+		return gs_busy_refuse(c, GS_ST_OS_EVENT);
+	if (c->escape == NV_ESC_ALLOC_OS_EVENT && in->nr_os_events >= GS_MAX_OS_EVENTS &&
+	    !gs_osev_find(in, p->h_client, p->fd))
+		return gs_refuse_as(c, GS_REFUSE_LIMIT, GS_ST_OS_EVENT, NV_ERR_INSUFFICIENT_RESOURCES);
+	gs_busy_add(in, c, GS_BUSY_OSEV, p->h_client, p->fd, 0);
 	return GS_PASS;
 }
 

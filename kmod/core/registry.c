@@ -157,6 +157,17 @@ static void gs_client_unlink(struct gs_obj *cl)
 	}
 }
 
+/* is anc ob's parent, or an ancestor of it? (a forged reply must not make a cycle) */
+static int gs_obj_above(const struct gs_obj *anc, const struct gs_obj *ob)
+{
+	int depth;
+
+	for (depth = 0; ob && depth < GS_MAX_DEPTH; depth++, ob = ob->up)
+		if (ob->up == anc)
+			return 1;
+	return depth >= GS_MAX_DEPTH;
+}
+
 /*
  * Link ob, a new object of a registered client, into the tree: under its
  * parent, or, while the parent is not registered, on the client's strays;
@@ -186,7 +197,7 @@ static void gs_tree_link(struct gs_inst *in, struct gs_obj *cl, struct gs_obj *o
 	}
 	for (s = cl->strays; s; s = next) {
 		next = s->sib;
-		if (s == ob || s->o.parent != ob->o.handle)
+		if (s == ob || s->o.parent != ob->o.handle || gs_obj_above(s, ob))
 			continue;
 		gs_list_del(s);
 		s->stray = 0;
@@ -665,11 +676,17 @@ static int gs_is_below(struct gs_inst *in, nv_handle client, nv_handle handle, n
  *    dependant first and invalidate it with what it depends on before the
  *    core has registered it (the core would then keep it live);
  *  - taking from a handle and creating under it: the same, the other way;
+ *  - creating one handle twice: RM makes one, and the core could register
+ *    the other (its refusal's reply rewritten to a success), under another
+ *    parent than RM's object;
  *  - creating a handle, or creating under a parent, and freeing that handle
  *    or an ancestor of the parent: RM may make the object first and free it
  *    with its ancestor, before the core has registered it (then kept for
  *    good), or free first and the core register the new object before it
  *    forgets the old, then forget both.
+ *  - allocating or freeing an OS event and doing either to the same key, or
+ *    freeing its client: RM may run them in the other order, and the core
+ *    would forget an entry RM keeps (osevent.c).
  * parent: a creation's parent (0 for the other roles). Exports pending
  * (export.c) take from their handles.
  */
@@ -690,13 +707,21 @@ int gs_busy_conflict(struct gs_inst *in, nv_u32 role, nv_handle client, nv_handl
 				return 1;
 			break;
 		case GS_BUSY_CREATE:
-			if ((b->role == GS_BUSY_SOURCE || b->role == GS_BUSY_DEP) && b->handle == handle)
+			if ((b->role == GS_BUSY_SOURCE || b->role == GS_BUSY_DEP ||
+			     b->role == GS_BUSY_CREATE) && b->handle == handle)
 				return 1;
 			if (b->role == GS_BUSY_FREE &&
 			    (b->handle == handle || (parent && gs_is_below(in, client, parent, b->handle))))
 				return 1;
 			break;
+		case GS_BUSY_OSEV:
+			if ((b->role == GS_BUSY_OSEV && b->handle == handle) ||
+			    (b->role == GS_BUSY_FREE && b->handle == client))
+				return 1;
+			break;
 		case GS_BUSY_FREE:
+			if (b->role == GS_BUSY_OSEV && handle == client)
+				return 1;
 			if (b->role == GS_BUSY_CREATE &&
 			    (b->handle == handle || (b->parent && gs_is_below(in, client, b->parent, handle))))
 				return 1;
@@ -717,7 +742,8 @@ void gs_busy_add(struct gs_inst *in, struct gs_call *c, nv_u32 role, nv_handle c
 {
 	struct gs_busy *b;
 
-	if (!handle || c->nr_busy >= sizeof(c->busy) / sizeof(c->busy[0]))
+	/* an OS event's key may be fd 0; every other role names a handle */
+	if ((!handle && role != GS_BUSY_OSEV) || c->nr_busy >= sizeof(c->busy) / sizeof(c->busy[0]))
 		return;
 	b = &c->busy[c->nr_busy++];
 	b->role = role;
