@@ -367,3 +367,47 @@ def test_os_event_calls_on_one_key_or_its_client_do_not_meet(env):
     arg = bytearray(abi.ALLOC_OS_EVENT.pack(p.client, DEV, 5, 0))
     core.call(abi.IOCTL_ALLOC_OS_EVENT, arg, client_free_meanwhile, file_id=p.file_id, pid=p.pid)
     assert (seen["free"].verdict, seen["free"].status) == (cs.GS_REPLY, abi.NV_ERR_STATE_IN_USE)
+
+
+def memory_made_while_a_sibling_frees(p: Proc, victim: int, parent: int):
+    """RM makes 1 MiB of memory under DEV, then a sibling sharing the session (the fuzzer's fork
+    child) frees `victim`, an ancestor of it, and that free runs whole before the allocation's
+    reply reaches the core. Returns whether the free ran (RM then freed the memory too)."""
+    seen = {}
+
+    def freed_meanwhile(arg: bytearray) -> int:
+        ret = p.rm.alloc(arg)
+        seen["free"] = p.free(victim, parent=parent)
+        return ret
+
+    mp = cs.mem_params(1 * MiB)
+    arg = cs.alloc_arg(p.client, DEV, 0x5D000101, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp))
+    assert p.core.call(ALLOC, arg, freed_meanwhile, file_id=p.file_id, pid=p.pid).status == 0
+    return (seen["free"].verdict, seen["free"].status) == (cs.GS_PASS, 0)
+
+
+def test_a_client_freed_while_memory_under_it_is_with_rm_leaves_no_charge(env):
+    """The fuzzer's old 1 MiB mismatch (docs/fuzzing.md): a fork child freed the session's
+    client while the parent's 1 MiB allocation under its device was with RM. The core before
+    the lifetimes let the free through (its busy check compared only the new handle), forgot
+    the client, then registered the memory under the client it had forgotten: 1 MiB charged
+    that RM had freed, and still charged after the file's release, since a release frees
+    clients and no client owned it. Now the free is answered NV_ERR_STATE_IN_USE (or, had it
+    run, nothing would be registered under the gone client)."""
+    core, rm = env
+    p = Proc(core, rm)
+    freed = memory_made_while_a_sibling_frees(p, p.client, 0)
+    assert core.stats()["used"] == (0 if freed else 1 * MiB)  # what RM holds
+    core.file_closed(p.file_id)
+    assert core.stats()["used"] == 0 and core.stats()["objects"] == 0
+
+
+def test_a_device_freed_while_memory_under_it_is_with_rm_leaves_no_charge(env):
+    """The same with the device freed: before the lifetimes the core kept 1 MiB charged for
+    memory RM had freed with the device, until the client went."""
+    core, rm = env
+    p = Proc(core, rm)
+    freed = memory_made_while_a_sibling_frees(p, DEV, p.client)
+    assert core.stats()["used"] == (0 if freed else 1 * MiB)
+    core.file_closed(p.file_id)
+    assert core.stats()["used"] == 0
