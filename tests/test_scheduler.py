@@ -14,8 +14,8 @@ from gpuslice import state as S
 from gpuslice.sched.gate import REFUSED_RETRY_NS, RmGate
 from gpuslice.sched.probes import AllActive
 from gpuslice.sched.rm import RmError
-from gpuslice.sched.scheduler import (GATED_TIMESLICE_US, OFFLINE_TIMESLICE_US, TIMESLICE_MAX_US, Scheduler,
-                                on_instance_gpus, timeslice_us)
+from gpuslice.sched.planner import GATED_TIMESLICE_US, OFFLINE_TIMESLICE_US, TIMESLICE_MAX_US, timeslice_us
+from gpuslice.sched.scheduler import Scheduler, on_instance_gpus
 from gpuslice.sched.sources import Channel, EventTracker, PreloadSource, StaticSource
 
 MS = 1_000_000
@@ -257,7 +257,7 @@ def test_late_switches_are_paid_back(policy, insts, want, correct, monkeypatch) 
     period; the scheduler measures it from when its own calls began and lengthens a's next slot
     (from the idle remainder under fixed, from b under weight), so the long-run shares hold.
     Without the correction (correct=False) the loss shows: the test can fail."""
-    import gpuslice.sched.scheduler as sch
+    import gpuslice.sched.planner as sch
 
     if not correct:
         monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
@@ -329,25 +329,25 @@ def test_planning_happens_in_a_slot_with_room(monkeypatch) -> None:
     """Planning the next period costs time (here 10 ms of a 40 ms period): it is done at
     the start of a slot at least twice that long, so it never delays a switch (with the
     8 ms idle slot last, planning there would make every period's first switch late)."""
-    import gpuslice.sched.scheduler as sch
+    import gpuslice.sched.planner as sch
 
     monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
     insts = [S.Instance("a", [0], 1, share=0.3), S.Instance("b", [0], 1, share=0.5)]
     sched, gate, clock, table, _ = make("fixed", insts)
-    real = sched._make_plan
+    real = sched.make_plan
 
     def slow_plan(gpu: int, now: int):
         clock.t += 10 * MS
         return real(gpu, now)
 
-    monkeypatch.setattr(sched, "_make_plan", slow_plan)
+    monkeypatch.setattr(sched, "make_plan", slow_plan)
     run_periods(sched, clock, 10)
     t0 = clock.t
     sched.run(lambda: False, until_ns=t0 + 50 * 40 * MS)
     assert share_of(gate, table, "a", t0, clock.t) == pytest.approx(0.3, abs=0.005)
     assert share_of(gate, table, "b", t0, clock.t) == pytest.approx(0.5, abs=0.005)
-    assert sched._planning_slot(sched.timelines[0].plan.slots) == 1  # b's 20 ms slot
-    assert 8 * MS < sched.plan_cost_ns <= 10 * MS
+    assert sch.planning_slot(sched.timelines[0].plan.slots, sched.switcher.plan_cost_ns) == 1  # b's 20 ms slot
+    assert 8 * MS < sched.switcher.plan_cost_ns <= 10 * MS
 
 
 def test_start_reenables_everything_and_close_releases() -> None:
@@ -387,7 +387,7 @@ def test_live_change_within_one_period(tmp_path) -> None:
 def test_single_full_instance_never_switches() -> None:
     sched, gate, clock, table, _ = make("weight", [S.Instance("a", [0], 1)])
     run_periods(sched, clock, 5)
-    assert not gate.disabled and sched.switches == 0
+    assert not gate.disabled and sched.switcher.switches == 0
 
 
 def test_timeslice() -> None:
@@ -703,7 +703,7 @@ def test_the_online_hold_covers_the_sources_gap_between_reports() -> None:
     reports of work that goes on (the module's: 50 ms an instance plus its sampling), so
     busy online work never looks quiet; a source that says nothing keeps --online-hold;
     the library is asked to re-report within half the hold (at least every 500 us)."""
-    from gpuslice.sched.scheduler import report_repeat_us
+    from gpuslice.sched.config import report_repeat_us
 
     class GapSource(StaticSource):
         report_gap_ns = 60 * MS
@@ -1135,8 +1135,8 @@ def test_slot_and_gated_time_and_latency_histogram() -> None:
     assert b["slot_ns"] / elapsed == pytest.approx(0.75, abs=0.03)
     assert a["gated_ns"] == pytest.approx(b["slot_ns"], abs=2 * MS)  # a waits while b runs
     assert b["gated_ns"] == pytest.approx(a["slot_ns"], abs=2 * MS)
-    assert sum(g["switch_latency_hist_ns"]) == sched.switches > 0
-    assert g["switch_latency_sum_ns"] == sum(max(0, x) for x in sched.latencies_ns)
+    assert sum(g["switch_latency_hist_ns"]) == sched.switcher.switches > 0
+    assert g["switch_latency_sum_ns"] == sum(max(0, x) for x in sched.switcher.latencies_ns)
 
 
 class Refusing(FakeRm):
@@ -1259,10 +1259,10 @@ def test_a_switch_costs_one_call_each_way_per_64_channels(instances: int, per: i
     sched = FakeSched(None, StaticSource(table), gate, AllActive(), clock=clock, state_obj=st)
     sched.start()
     sched.run(lambda: False, until_ns=clock.t + 10 * 50_000_000)
-    assert sched.switches >= 9 * instances
+    assert sched.switcher.switches >= 9 * instances
     # one call each way per 64 of the channels that change state at a switch
-    per_switch = sched.rm_calls / sched.switches
-    assert per_switch <= want, (sched.rm_calls, sched.switches)
+    per_switch = sched.switcher.rm_calls / sched.switcher.switches
+    assert per_switch <= want, (sched.switcher.rm_calls, sched.switcher.switches)
 
 
 def test_online_work_preempts_offline_at_once_and_offline_resumes() -> None:

@@ -21,7 +21,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence, Sized, runtime_checkable
 
 from gpuslice import abi
 from gpuslice.sched import stale
@@ -50,6 +50,48 @@ NOTHING_TO_UNDO = GONE | {NOT_ON_A_RUNLIST}
 def _rm_status(e: Exception) -> int | None:
     """What stale.bisect bisects on: any RM error (status 0: the ioctl itself failed)."""
     return e.status if isinstance(e, RmError) else None
+
+
+class Gate(Protocol):
+    """What the scheduler gates with (RmGate; tests record instead). ``disabled``: the
+    channels it holds disabled now."""
+
+    disabled: set[Channel]
+
+    def apply(self, gpu: int, target: set[Channel]) -> int:
+        """Make ``target`` the disabled channels of ``gpu``; return the RM calls made."""
+
+    def enable_all(self, chans: Iterable[Channel]) -> None: ...
+    def forget(self, chans: Iterable[Channel]) -> None: ...
+    def release_all(self) -> None: ...
+
+
+# Optional capabilities of a gate (isinstance with each tells whether it has one).
+
+@runtime_checkable
+class EnablesFirst(Protocol):
+    """After apply(): when the incoming slot's channels were enabled, if before the
+    outgoing ones were disabled, else None. Without it a slot is settled from the end of
+    its switch."""
+
+    @property
+    def incoming_at(self) -> int | None: ...
+
+
+@runtime_checkable
+class HasStats(Protocol):
+    """Counts its calls (GateStats: call durations, stale drops) for status.json."""
+
+    @property
+    def stats(self) -> GateStats: ...
+
+
+@runtime_checkable
+class DropsStale(Protocol):
+    """Holds channels RM answered as gone out of its batches (sched/stale.py): how many now."""
+
+    @property
+    def dropped(self) -> Sized: ...
 
 
 class Guard(Protocol):

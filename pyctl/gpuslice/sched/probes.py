@@ -34,20 +34,38 @@ busy: a gated channel shows no new work, and a process whose threads sleep while
 wait looks idle (policy.sticky_active).
 
 `gpuctl daemon --probe MODULE:CLASS` takes any other class with the method of
-:class:`Probe`, constructed with no arguments (how tests plug in their own).
+:class:`Probe`, constructed with no arguments (how tests plug in their own). One that
+can also be asked with the scheduler's short hold for online instances declares it as
+:class:`HoldProbe` (``takes_hold = True``).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from gpuslice.sched.sources import Channel
 
 
 class Probe(Protocol):
     def active(self, chans: Mapping[str, set[Channel]]) -> set[str]: ...
+
+
+@runtime_checkable
+class HoldProbe(Protocol):
+    """A probe that takes a hold of the caller's: ``active(chans, hold_ns=H)`` counts an
+    instance busy only within H of its last work (the online hold). ``takes_hold`` says
+    whether it does (AnyOf: whether any of its probes does); :func:`hold_probe`."""
+
+    takes_hold: bool
+
+    def active(self, chans: Mapping[str, set[Channel]], hold_ns: int | None = None) -> set[str]: ...
+
+
+def hold_probe(p: Probe) -> HoldProbe | None:
+    """``p`` as a probe that takes a hold, or None where it takes none."""
+    return p if isinstance(p, HoldProbe) and p.takes_hold else None
 
 
 class AllActive:
@@ -187,15 +205,17 @@ class AnyOf:
 
     def __init__(self, *probes: Probe) -> None:
         self.probes = probes
-        self.takes_hold = any(getattr(p, "takes_hold", False) for p in probes)
+        self.takes_hold = any(hold_probe(p) is not None for p in probes)
 
     def active(self, chans: Mapping[str, set[Channel]], hold_ns: int | None = None) -> set[str]:
         out: set[str] = set()
         for p in self.probes:
             if hold_ns is None:
                 out |= p.active(chans)
-            elif getattr(p, "takes_hold", False):
-                out |= p.active(chans, hold_ns=hold_ns)  # type: ignore[call-arg]
+            else:
+                hp = hold_probe(p)
+                if hp is not None:
+                    out |= hp.active(chans, hold_ns=hold_ns)
         return out
 
 

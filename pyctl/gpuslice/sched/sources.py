@@ -16,7 +16,11 @@ reported a channel:
 * StaticSource  - a fixed table (host tests, benchmarks).
 
 `gpuctl daemon --source MODULE:CLASS` takes any other class with the methods of
-:class:`Source`, constructed with no arguments (how tests plug in their own).
+:class:`Source`, constructed with no arguments (how tests plug in their own). What a
+source can do beyond that is declared by the optional protocols below (ReportsGap,
+KnowsInstances, SamplesFast, SetsTimeslices, SeesWork, Waitable): the scheduler uses a
+capability only where the source has it, and a source without any of them is scheduled
+from refresh() and channels() alone.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 from gpuslice import netlink as nl
 from gpuslice.sched.rm import owns_channel
@@ -63,6 +67,59 @@ class Source(Protocol):
         """Current channels per instance."""
 
     def close(self) -> None: ...
+
+
+# Optional capabilities of a source (isinstance with each tells whether it has one).
+
+@runtime_checkable
+class ReportsGap(Protocol):
+    """Says the longest gap it leaves between two reports of work that goes on (ns); the
+    online hold is never shorter. Without it: no floor (0)."""
+
+    @property
+    def report_gap_ns(self) -> int: ...
+
+
+@runtime_checkable
+class KnowsInstances(Protocol):
+    """Listens per instance (PreloadSource: a socket each): told the configured names
+    whenever the configuration changes."""
+
+    def set_instances(self, names: Iterable[str]) -> None: ...
+
+
+@runtime_checkable
+class SamplesFast(Protocol):
+    """Can ask the processes of some instances to sample every ``sample_us`` and repeat a
+    report of ongoing work every ``repeat_us``: told the online instances of GPUs with
+    offline ones whenever the configuration changes."""
+
+    def set_fast(self, names: Iterable[str], sample_us: int, repeat_us: int = 0) -> None: ...
+
+
+@runtime_checkable
+class SetsTimeslices(Protocol):
+    """Sets the hardware timeslice of each instance's TSGs itself (the user-space build's
+    library, as the module does for its own): told them whenever the configuration changes."""
+
+    def set_timeslices(self, us: Mapping[str, int]) -> None: ...
+
+
+@runtime_checkable
+class SeesWork(Protocol):
+    """Knows when each channel's latest submission was reported: {(client, handle): ns
+    on the scheduler's clock}. Without it a preemption is timed from when the probe saw
+    the work."""
+
+    def work_seen(self) -> dict[tuple[int, int], int]: ...
+
+
+@runtime_checkable
+class Waitable(Protocol):
+    """Has file descriptors that become readable when new reports arrive: while a GPU
+    watches its online instances, the loop's sleep ends on them."""
+
+    def filenos(self) -> list[int]: ...
 
 
 _EVENT_BY_NAME = {v: k for k, v in nl.EVENT_NAMES.items()}
@@ -387,6 +444,7 @@ class PreloadSource(EventTracker):
         self._fast: frozenset[str] = frozenset()
         self._fast_us = (0, 0)
         self._timeslice: dict[str, int] = {}
+        self._accept_failed = False  # an accept failed (out of fds): logged once
 
     def _listen(self, path: str, mode: int, private_in: str) -> socket.socket:
         """A socket at ``path`` with ``mode``, made in a private directory in
@@ -475,7 +533,7 @@ class PreloadSource(EventTracker):
             except BlockingIOError:
                 return
             except OSError as e:  # out of fds (EMFILE, ENFILE): the others are served
-                if not getattr(self, "_accept_failed", False):
+                if not self._accept_failed:
                     log.warning("preload socket: accept: %s", e)
                 self._accept_failed = True
                 return
