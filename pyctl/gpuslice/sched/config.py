@@ -37,12 +37,19 @@ def report_repeat_us(hold_ns: int) -> int:
     return max(500, min(10_000, hold_ns // 2000))
 
 
-def hold_ns(online_hold_ns: int, source: Source) -> int:
+def gap_source(source: Source) -> ReportsGap | None:
+    """``source`` as one that says its gap between reports, or None. Asked once per
+    source: a source's report_gap_ns may read a file (NetlinkSource)."""
+    return source if isinstance(source, ReportsGap) else None
+
+
+def hold_ns(online_hold_ns: int, gap: ReportsGap | None) -> int:
     """The online hold in effect: --online-hold, but never shorter than the longest gap
-    the source leaves between two reports of work that goes on (sources.ReportsGap; the
-    module reports an instance at most every 50 ms, kmod/activity.c: a shorter hold would
-    let busy online work look quiet and the offline work back beside it)."""
-    return max(online_hold_ns, source.report_gap_ns if isinstance(source, ReportsGap) else 0)
+    the source leaves between two reports of work that goes on (``gap``: the source, if
+    it says, gap_source; the module reports an instance at most every 50 ms,
+    kmod/activity.c: a shorter hold would let busy online work look quiet and the
+    offline work back beside it)."""
+    return max(online_hold_ns, gap.report_gap_ns if gap is not None else 0)
 
 
 class Config:

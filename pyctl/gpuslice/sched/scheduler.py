@@ -83,7 +83,8 @@ class Scheduler:
                  online_hold_ns: int = 5_000_000, preempt_after_ns: int = 0,
                  online_sample_us: int = ONLINE_SAMPLE_US) -> None:
         self.config = Config(state_path, netlink, state_obj)
-        self.source = source
+        self._source = source
+        self._gap = config.gap_source(source)
         self.probe = probe
         self.clock = clock
         self.wake_fd = wake_fd
@@ -108,6 +109,15 @@ class Scheduler:
     @property
     def state(self) -> st.State:
         return self.config.state
+
+    @property
+    def source(self) -> Source:
+        return self._source
+
+    @source.setter
+    def source(self, source: Source) -> None:
+        self._source = source
+        self._gap = config.gap_source(source)
 
     @property
     def gate(self) -> Gate:
@@ -139,7 +149,7 @@ class Scheduler:
 
     def hold_ns(self) -> int:
         """The online hold in effect (config.hold_ns)."""
-        return config.hold_ns(self.online_hold_ns, self.source)
+        return config.hold_ns(self.online_hold_ns, self._gap)
 
     def plan_outdated(self) -> bool:
         """Whether the state file changed since it was read; if so the next plan reads it."""
