@@ -275,7 +275,7 @@ class NetlinkSource(EventTracker):
                 self._fast[name] = v
         self._want_fast = want
 
-    set_fast = set_module_sampling  # the scheduler's name for it (Scheduler._sync_sampling)
+    set_fast = set_module_sampling  # the scheduler's name for it (config.Config.tell_source)
 
     def _ask(self, name: str, v: tuple[int, int]) -> bool:
         try:
