@@ -21,7 +21,8 @@
 #include <linux/xarray.h>
 #include <linux/types.h>
 
-#include "nvrm_abi.h"
+/* NVIDIA's values and layouts, from its headers (abi/nvidia/): scripts/nvrm-abi.py standin */
+#include "nvstub_abi.h"
 
 #define NVSTUB_MAX_GPUS	8
 #define NVSTUB_FIRST_SLOT	6
@@ -46,26 +47,16 @@ void nvstub_gpu_uuid(unsigned int gpu, u8 *uuid);
 int nvstub_gpu_by_uuid(const u8 *uuid);		/* the GPU's index, or -1 */
 
 /*
- * Status codes missing from nvrm_abi.h
- * (580 src/common/sdk/nvidia/inc/nvstatuscodes.h).
+ * The heap owners RM keeps for itself: RM's own header, not the user ABI
+ * (580 src/nvidia/generated/g_heap_nvoc.h), so not among the vendored headers.
  */
-#ifndef NV_ERR_GPU_UUID_NOT_FOUND
-#define NV_ERR_GPU_UUID_NOT_FOUND	0x12
-#endif
-#ifndef NV_ERR_INVALID_OFFSET
-#define NV_ERR_INVALID_OFFSET		0x37
-#endif
-#ifndef NV_ERR_RESOURCE_LOST
-#define NV_ERR_RESOURCE_LOST		0x6e	/* "Requested resource has been destroyed" */
-#endif
+#define HEAP_OWNER_RM_SCRATCH_BEGIN	0xDEAF0000
+#define HEAP_OWNER_RM_SCRATCH_END	(HEAP_OWNER_RM_SCRATCH_BEGIN + 3)
 
 /*
  * NV2080_CTRL_CMD_GPU_GET_GID_INFO (580 src/common/sdk/nvidia/inc/ctrl/
  * ctrl2080/ctrl2080gpu.h NV2080_CTRL_GPU_GET_GID_INFO_PARAMS, 268 bytes).
  */
-#ifndef NV2080_CTRL_CMD_GPU_GET_GID_INFO
-#define NV2080_CTRL_CMD_GPU_GET_GID_INFO	0x2080014a
-#endif
 #define NVSTUB_GID_MAX_LENGTH			0x100	/* NV2080_GPU_MAX_GID_LENGTH */
 #define NVSTUB_GID_FLAGS_FORMAT_MASK		0x3	/* _FORMAT 1:0 */
 #define NVSTUB_GID_FLAGS_FORMAT_BINARY		0x2
@@ -187,7 +178,7 @@ struct nvstub_os47 {
 extern int nvstub_num_gpus;
 extern unsigned int nvstub_fb_mib;
 extern char *nvstub_version;
-extern const struct nvrm_table *nvstub_abi;
+extern const struct nvstub_table *nvstub_abi;
 extern unsigned int nvstub_race_delay_us;
 extern struct mutex nvstub_lock;
 extern const struct file_operations nvstub_fops;

@@ -687,7 +687,7 @@ int nvstub_esc_control(struct nvstub_file *nf, void *arg, u32 size)
 		return 0;
 	}
 	uparams = u64_to_user_ptr(p->params);
-	/* 535's GET_EXPORT_OBJECT_INFO is shorter (struct nvrm_table) */
+	/* 535's GET_EXPORT_OBJECT_INFO is shorter (struct nvstub_table) */
 	psize = p->cmd == NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO ?
 		nvstub_abi->export_object_info_size : c->params_size;
 	if (p->params_size != psize || !uparams) {

@@ -3,7 +3,7 @@
  * nvstub_main.c - character devices, file operations and escape dispatch of
  * nvstub, a TEST DOUBLE of NVIDIA's nvidia.ko (see README.md).
  *
- * nvstub answers the NVIDIA RM user ABI (kmod/core/nvrm_abi.h) on the real
+ * nvstub answers the NVIDIA RM user ABI (nvstub_abi.h) on the real
  * device numbers: /dev/nvidia0..N-1 (195:0..N-1) and /dev/nvidiactl (195:255),
  * plus /dev/nvidia-uvm (nvstub_uvm.c). It exists so that gpuslice's
  * interposer can be tested in a VM: nothing here drives hardware. Behaviour
@@ -33,8 +33,8 @@ module_param_named(fb_mib, nvstub_fb_mib, uint, 0444);
 MODULE_PARM_DESC(fb_mib, "video memory pool per GPU, MiB");
 
 char *nvstub_version = "580.159.04";
-/* the layouts of the release nvstub_version names (kmod/core/nvrm_tables.c) */
-const struct nvrm_table *nvstub_abi;
+/* the layouts of the release nvstub_version names (nvstub_tables.c) */
+const struct nvstub_table *nvstub_abi;
 module_param_named(version, nvstub_version, charp, 0444);
 MODULE_PARM_DESC(version, "driver version string reported to user space");
 
@@ -688,9 +688,9 @@ static int __init nvstub_init(void)
 	    nvstub_fb_mib == 0 || strlen(nvstub_version) >= NV_RM_API_VERSION_STRING_LENGTH)
 		return -EINVAL;
 	/* a release with no table (the refusal tests' 999.1.2) answers as the newest */
-	nvstub_abi = nvrm_table_find(nvstub_version);
+	nvstub_abi = nvstub_table_find(nvstub_version);
 	if (!nvstub_abi)
-		nvstub_abi = &nvrm_tables[nvrm_nr_tables - 1];
+		nvstub_abi = &nvstub_tables[nvstub_nr_tables - 1];
 	nvstub_devt = MKDEV(NV_MAJOR_DEVICE_NUMBER, 0);
 	ret = register_chrdev_region(nvstub_devt, 256, "nvidia");
 	if (ret)
