@@ -808,6 +808,108 @@ STANDIN_EXTRA = [
 STANDIN_AS = {
     ("nv2080_ctrl_gpu_pid_info", "data"): ("nv_u64", 8),  # a union of six NvU64 (vidMemUsage)
 }
+# The stand-in's own copies of NVIDIA's blocks and values (nvstub.h: the deprecated escapes'
+# blocks, NVOS32's union, the GID-info control, allocation sizes): (its expression, NVIDIA's
+# expression on the newest vendored tag, or "KEY@LAYOUT" for a manifest key on one layout),
+# asserted in nvstub_tables.c's kernel build.
+_OS32 = "NVOS32_PARAMETERS"
+STANDIN_OWN = [
+    ("NVSTUB_GID_MAX_LENGTH", "NV2080_GPU_MAX_GID_LENGTH"),
+    ("NVSTUB_GID_FLAGS_FORMAT_MASK", "DRF_SHIFTMASK(NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT)"),
+    ("NVSTUB_GID_FLAGS_FORMAT_BINARY", "NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY"
+                                       " << DRF_SHIFT(NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT)"),
+    ("NVSTUB_GID_FLAGS_TYPE_MASK", "DRF_SHIFTMASK(NV2080_GPU_CMD_GPU_GET_GID_FLAGS_TYPE)"),
+    ("sizeof(struct nvstub_gid_info_params)", "sizeof(NV2080_CTRL_GPU_GET_GID_INFO_PARAMS)"),
+    ("offsetof(struct nvstub_gid_info_params, flags)", "offsetof(NV2080_CTRL_GPU_GET_GID_INFO_PARAMS, flags)"),
+    ("offsetof(struct nvstub_gid_info_params, length)", "offsetof(NV2080_CTRL_GPU_GET_GID_INFO_PARAMS, length)"),
+    ("offsetof(struct nvstub_gid_info_params, data)", "offsetof(NV2080_CTRL_GPU_GET_GID_INFO_PARAMS, data)"),
+    ("NVSTUB_TSG_PARAMS_SIZE", "sizeof(NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS)"),
+    ("NVSTUB_CTXSHARE_PARAMS_SIZE", "sizeof(NV_CTXSHARE_ALLOCATION_PARAMETERS)"),
+    ("NVSTUB_CONTEXT_DMA_PARAMS_SIZE", "sizeof(NV_CONTEXT_DMA_ALLOCATION_PARAMS)"),
+    ("NVSTUB_SEMAPHORE_SURFACE_PARAMS_SIZE", "sizeof(NV_SEMAPHORE_SURFACE_ALLOC_PARAMETERS)"),
+    ("NVSTUB_MEMORY_MAPPER_PARAMS_SIZE", "sizeof(NV_MEMORY_MAPPER_ALLOCATION_PARAMS)"),
+    ("NVSTUB_GR_ALLOC_PARAMS_SIZE", "sizeof(NV_GR_ALLOCATION_PARAMETERS)"),
+    ("NVSTUB_MEMORY_VIRTUAL_PARAMS_SIZE", "sizeof(NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS)"),
+    ("NVSTUB_SYSMEM_DYNAMIC_HVASPACE", "NV_MEMORY_VIRTUAL_SYSMEM_DYNAMIC_HVASPACE"),
+    ("sizeof(struct nvstub_memory_virtual_params)", "sizeof(NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS)"),
+    ("offsetof(struct nvstub_memory_virtual_params, limit)", "offsetof(NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS, limit)"),
+    ("offsetof(struct nvstub_memory_virtual_params, h_va_space)",
+     "offsetof(NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS, hVASpace)"),
+    ("NVSTUB_A06F_SCHEDULE_PARAMS_SIZE", "sizeof(NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS)"),
+    ("RS_SHARE_TYPE_ALL", "RS_SHARE_TYPE_ALL"),
+    ("RS_SHARE_TYPE_CLIENT", "RS_SHARE_TYPE_CLIENT"),
+    ("RS_SHARE_TYPE_PID", "RS_SHARE_TYPE_PID"),
+    ("RS_SHARE_TYPE_MAX", "RS_SHARE_TYPE_MAX"),
+    ("RS_SHARE_ACTION_FLAG_REVOKE", "RS_SHARE_ACTION_FLAG_REVOKE"),
+    ("NVSTUB_OS32_ALLOC_SIZE", "NVOS32_FUNCTION_ALLOC_SIZE"),
+    ("NVSTUB_OS32_FREE", "NVOS32_FUNCTION_FREE"),
+    ("NVSTUB_OS32_INFO", "NVOS32_FUNCTION_INFO"),
+    ("NVSTUB_OS32_ALLOC_TILED_PITCH_HEIGHT", "NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT"),
+    ("NVSTUB_OS32_ALLOC_SIZE_RANGE", "NVOS32_FUNCTION_ALLOC_SIZE_RANGE"),
+    ("NVSTUB_OS32_GET_MEM_ALIGNMENT", "NVOS32_FUNCTION_GET_MEM_ALIGNMENT"),
+    ("NVSTUB_OS32_IVC_HEAP_DONT_ALLOCATE", "NVOS32_IVC_HEAP_NUMBER_DONT_ALLOCATE_ON_IVC_HEAP"),
+    ("NVSTUB_OS32_FLAGS_HANDLE_PROVIDED", "NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED"),
+    ("NVSTUB_OS32_FLAGS_USE_BEGIN_END", "NVOS32_ALLOC_FLAGS_USE_BEGIN_END"),
+    ("NVSTUB_OS32_FLAGS_VIRTUAL", "NVOS32_ALLOC_FLAGS_VIRTUAL"),
+    ("NVSTUB_OS32_FREE_HANDLE_PROVIDED", "NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED"),
+    ("NVSTUB_OS32_ATTR2_USE_EGM", "DRF_SHIFTMASK(NVOS32_ATTR2_USE_EGM)"),
+    ("sizeof(struct nvstub_os32)", f"sizeof({_OS32})"),
+] + [(f"offsetof(struct nvstub_os32, {a})", f"offsetof({_OS32}, {b})") for a, b in (
+    ("h_object_parent", "hObjectParent"), ("function", "function"), ("h_va_space", "hVASpace"),
+    ("ivc_heap_number", "ivcHeapNumber"), ("status", "status"), ("total", "total"), ("free", "free"),
+    ("data", "data"), ("data.free.owner", "data.Free.owner"), ("data.free.h_memory", "data.Free.hMemory"),
+    ("data.free.flags", "data.Free.flags"), ("data.info.attr", "data.Info.attr"),
+    ("data.info.offset", "data.Info.offset"), ("data.info.size", "data.Info.size"),
+    ("data.info.base", "data.Info.base"))] + [
+    (f"offsetof(struct nvstub_os32, data.size.{a})", f"offsetof({_OS32}, data.AllocSize.{b})") for a, b in (
+        ("owner", "owner"), ("h_memory", "hMemory"), ("type", "type"), ("flags", "flags"), ("attr", "attr"),
+        ("format", "format"), ("compr_covg", "comprCovg"), ("zcull_covg", "zcullCovg"),
+        ("partition_stride", "partitionStride"), ("width", "width"), ("height", "height"), ("size", "size"),
+        ("alignment", "alignment"), ("offset", "offset"), ("limit", "limit"), ("address", "address"),
+        ("range_begin", "rangeBegin"), ("range_end", "rangeEnd"), ("attr2", "attr2"),
+        ("ctag_offset", "ctagOffset"), ("numa_node", "numaNode"))] + [
+    (f"offsetof(struct nvstub_os32, data.size.{a})", f"offsetof({_OS32}, data.AllocTiledPitchHeight.{b})")
+    for a, b in (("attr", "height"), ("format", "pitch"), ("compr_covg", "attr"), ("zcull_covg", "width"),
+                 ("partition_stride", "format"), ("width", "comprCovg"), ("height", "zcullCovg"),
+                 ("pad", "partitionStride"))] + [
+    (f"offsetof(struct nvstub_os32, data.range.{a})", f"offsetof({_OS32}, data.AllocSizeRange.{b})") for a, b in (
+        ("owner", "owner"), ("h_memory", "hMemory"), ("type", "type"), ("flags", "flags"), ("attr", "attr"),
+        ("format", "format"), ("compr_covg", "comprCovg"), ("zcull_covg", "zcullCovg"),
+        ("partition_stride", "partitionStride"), ("size", "size"), ("alignment", "alignment"),
+        ("offset", "offset"), ("limit", "limit"), ("range_begin", "rangeBegin"), ("range_end", "rangeEnd"),
+        ("address", "address"), ("attr2", "attr2"), ("ctag_offset", "ctagOffset"), ("numa_node", "numaNode"))] + [
+    (f"offsetof(struct nvstub_os32, data.align.{a})", f"offsetof({_OS32}, data.AllocHintAlignment.{b})")
+    for a, b in (("type", "alignType"), ("attr", "alignAttr"), ("input_flags", "alignInputFlags"),
+                 ("size", "alignSize"), ("height", "alignHeight"), ("width", "alignWidth"),
+                 ("pitch", "alignPitch"), ("mask", "alignMask"), ("kind", "alignKind"),
+                 ("adjust", "alignAdjust"), ("attr2", "alignAttr2"))] + [
+    (f"{w}(struct nvstub_os{n}{', ' + a if a else ''})",
+     f"{w}(NVOS{n}_PARAMETERS{', ' + b if b else ''})") for n, w, a, b in (
+        ("30", "sizeof", "", ""), ("30", "offsetof", "h_device", "hDevice"),
+        ("30", "offsetof", "h_channel", "hChannel"), ("30", "offsetof", "num_channels", "numChannels"),
+        ("30", "offsetof", "ph_clients", "phClients"), ("30", "offsetof", "ph_devices", "phDevices"),
+        ("30", "offsetof", "ph_channels", "phChannels"), ("30", "offsetof", "flags", "flags"),
+        ("30", "offsetof", "timeout", "timeout"), ("30", "offsetof", "status", "status"),
+        ("39", "sizeof", "", ""), ("39", "offsetof", "h_subdevice", "hSubDevice"),
+        ("39", "offsetof", "h_object_new", "hObjectNew"), ("39", "offsetof", "h_class", "hClass"),
+        ("39", "offsetof", "flags", "flags"), ("39", "offsetof", "selector", "selector"),
+        ("39", "offsetof", "h_memory", "hMemory"), ("39", "offsetof", "offset", "offset"),
+        ("39", "offsetof", "limit", "limit"), ("39", "offsetof", "status", "status"),
+        ("46", "sizeof", "", ""), ("46", "offsetof", "h_device", "hDevice"), ("46", "offsetof", "h_dma", "hDma"),
+        ("46", "offsetof", "h_memory", "hMemory"), ("46", "offsetof", "offset", "offset"),
+        ("46", "offsetof", "length", "length"), ("46", "offsetof", "flags", "flags"),
+        ("46", "offsetof", "flags2", "flags2"), ("46", "offsetof", "kind_override", "kindOverride"),
+        ("46", "offsetof", "dma_offset", "dmaOffset"), ("46", "offsetof", "status", "status"),
+        ("47", "sizeof", "", ""), ("47", "offsetof", "h_device", "hDevice"), ("47", "offsetof", "h_dma", "hDma"),
+        ("47", "offsetof", "h_memory", "hMemory"), ("47", "offsetof", "flags", "flags"),
+        ("47", "offsetof", "dma_offset", "dmaOffset"), ("47", "offsetof", "size", "size"),
+        ("47", "offsetof", "status", "status"))] + [
+    ("sizeof(struct nvstub_export_info_535)", "sizeof nv0000_get_export_object_info_params@535.288.01"),
+    ("offsetof(struct nvstub_export_info_535, max_objects)",
+     "nv0000_get_export_object_info_params.max_objects@535.288.01"),
+    ("offsetof(struct nvstub_export_info_535, metadata)",
+     "nv0000_get_export_object_info_params.metadata@535.288.01"),
+]
 # C types by (size, signed) for NVIDIA's integer fields; 'char' for a signed byte array
 STANDIN_INT = {(1, 0): "nv_u8", (1, 1): "char", (2, 0): "nv_u16", (2, 1): "nv_s16", (4, 0): "nv_u32",
                (4, 1): "nv_s32", (8, 0): "nv_u64", (8, 1): "nv_s64"}
@@ -930,7 +1032,8 @@ def standin_files() -> tuple[str, str]:
         unpack_vendored(t / "nvidia", [tag])
         root = t / "nvidia" / tag
         flist = [f for st in sorted(fields) for f in fields[st]]
-        exprs = list(extra)
+        own_n = [n for _, n in STANDIN_OWN if "@" not in n]
+        exprs = list(extra) + own_n
         for f in flist:
             fe = f"((({f.ntype} *)0)->{f.npath})"
             exprs += [f"__builtin_classify_type({fe})", f"sizeof({fe})",
@@ -944,6 +1047,15 @@ def standin_files() -> tuple[str, str]:
                 raise SystemExit(f"{n}: not in NVIDIA's headers ({tag})")
             defines[n] = v
         k = len(extra)
+        own_v = dict(zip(own_n, out[k:k + len(own_n)]))
+        k += len(own_n)
+        for n, v in own_v.items():
+            if v == ABSENT:
+                raise SystemExit(f"{n}: does not compile against NVIDIA's headers ({tag})")
+        for _, n in STANDIN_OWN:
+            if "@" in n:
+                key, lay = n.split("@")
+                own_v[n] = values[lay][key]
         align: dict[str, int] = {}
         for f in flist:
             cls, size, isptr, esize, ecls, sign, esign, al = out[k:k + 8]
@@ -1146,6 +1258,17 @@ def standin_files() -> tuple[str, str]:
                 line = "\t"
             line += item
         c += [line + "NULL", "};", ""]
+    c += ["#ifdef __KERNEL__",
+          "/*",
+          " * The stand-in's own copies of NVIDIA's blocks and values (nvstub.h), against",
+          f" * NVIDIA's (tag {tags[newest][0]} unless named).",
+          " */",
+          '#include "nvstub.h"',
+          ""]
+    for ours, n in STANDIN_OWN:
+        where = f"\t/* {n.split('@')[1]} */" if "@" in n else ""
+        c.append(f"NVSTUB_ABI({ours}, {standin_cint(int(own_v[n]))});{where}")
+    c += ["#endif", ""]
     c.append("const struct nvstub_table nvstub_tables[] = {")
     for i, lay in enumerate(layouts):
         vals = values[lay]

@@ -175,6 +175,23 @@ struct nvstub_os47 {
 	u32 status, pad1;
 };
 
+/* 535's NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS (ctrl0000unix.h): no
+ * gpuInstanceId, 76 bytes */
+struct nvstub_export_info_535 {
+	s32 fd;
+	u32 device_instance;
+	u16 max_objects;
+	u8 metadata[NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE];
+};
+
+/* NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS (ctrla06fgpfifo.h): three NvBool */
+#define NVSTUB_A06F_SCHEDULE_PARAMS_SIZE	3
+
+/*
+ * nvstub_tables.c asserts each value and layout above against NVIDIA's headers
+ * (abi/nvidia/, scripts/nvrm-abi.py standin: STANDIN_OWN).
+ */
+
 extern int nvstub_num_gpus;
 extern unsigned int nvstub_fb_mib;
 extern char *nvstub_version;

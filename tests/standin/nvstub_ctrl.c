@@ -33,8 +33,6 @@ struct nvstub_ctrl_ctx {
 
 /* obj_cls of the KernelChannel controls: any channel class (HOPPER_, AMPERE_CHANNEL_GPFIFO_A) */
 #define NVSTUB_ANY_CHANNEL	0xffffffff
-/* NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS: bEnable, bSkipSubmit, bSkipEnable */
-#define NVSTUB_A06F_SCHEDULE_PARAMS_SIZE	3
 
 struct nvstub_ctrl {
 	u32 cmd;

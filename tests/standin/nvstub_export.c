@@ -340,15 +340,6 @@ out:
 	return st;
 }
 
-/* 535's NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS (ctrl0000unix.h): no
- * gpuInstanceId, 76 bytes */
-struct nvstub_export_info_535 {
-	s32 fd;
-	u32 device_instance;
-	u16 max_objects;
-	u8 metadata[NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE];
-};
-
 u32 nvstub_ctrl_export_info(struct nvstub_file *nf, struct nvstub_client *cl, void *params)
 {
 	struct nv0000_get_export_object_info_params *p = params;

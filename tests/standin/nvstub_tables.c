@@ -72,6 +72,169 @@ static const char *const nvstub_versions_9[] = {	/* tag 580.142 */
 	"580.126.16", "580.126.18", "580.126.20", "580.142", "580.159.04", NULL
 };
 
+#ifdef __KERNEL__
+/*
+ * The stand-in's own copies of NVIDIA's blocks and values (nvstub.h), against
+ * NVIDIA's (tag 580.142 unless named).
+ */
+#include "nvstub.h"
+
+NVSTUB_ABI(NVSTUB_GID_MAX_LENGTH, 0x100);
+NVSTUB_ABI(NVSTUB_GID_FLAGS_FORMAT_MASK, 3);
+NVSTUB_ABI(NVSTUB_GID_FLAGS_FORMAT_BINARY, 2);
+NVSTUB_ABI(NVSTUB_GID_FLAGS_TYPE_MASK, 4);
+NVSTUB_ABI(sizeof(struct nvstub_gid_info_params), 0x10c);
+NVSTUB_ABI(offsetof(struct nvstub_gid_info_params, flags), 4);
+NVSTUB_ABI(offsetof(struct nvstub_gid_info_params, length), 8);
+NVSTUB_ABI(offsetof(struct nvstub_gid_info_params, data), 0xc);
+NVSTUB_ABI(NVSTUB_TSG_PARAMS_SIZE, 0x14);
+NVSTUB_ABI(NVSTUB_CTXSHARE_PARAMS_SIZE, 0xc);
+NVSTUB_ABI(NVSTUB_CONTEXT_DMA_PARAMS_SIZE, 0x20);
+NVSTUB_ABI(NVSTUB_SEMAPHORE_SURFACE_PARAMS_SIZE, 0x10);
+NVSTUB_ABI(NVSTUB_MEMORY_MAPPER_PARAMS_SIZE, 0x18);
+NVSTUB_ABI(NVSTUB_GR_ALLOC_PARAMS_SIZE, 0x10);
+NVSTUB_ABI(NVSTUB_MEMORY_VIRTUAL_PARAMS_SIZE, 0x18);
+NVSTUB_ABI(NVSTUB_SYSMEM_DYNAMIC_HVASPACE, 0xffffffffU);
+NVSTUB_ABI(sizeof(struct nvstub_memory_virtual_params), 0x18);
+NVSTUB_ABI(offsetof(struct nvstub_memory_virtual_params, limit), 8);
+NVSTUB_ABI(offsetof(struct nvstub_memory_virtual_params, h_va_space), 0x10);
+NVSTUB_ABI(NVSTUB_A06F_SCHEDULE_PARAMS_SIZE, 3);
+NVSTUB_ABI(RS_SHARE_TYPE_ALL, 1);
+NVSTUB_ABI(RS_SHARE_TYPE_CLIENT, 3);
+NVSTUB_ABI(RS_SHARE_TYPE_PID, 4);
+NVSTUB_ABI(RS_SHARE_TYPE_MAX, 8);
+NVSTUB_ABI(RS_SHARE_ACTION_FLAG_REVOKE, 1);
+NVSTUB_ABI(NVSTUB_OS32_ALLOC_SIZE, 2);
+NVSTUB_ABI(NVSTUB_OS32_FREE, 3);
+NVSTUB_ABI(NVSTUB_OS32_INFO, 5);
+NVSTUB_ABI(NVSTUB_OS32_ALLOC_TILED_PITCH_HEIGHT, 6);
+NVSTUB_ABI(NVSTUB_OS32_ALLOC_SIZE_RANGE, 0xe);
+NVSTUB_ABI(NVSTUB_OS32_GET_MEM_ALIGNMENT, 0x12);
+NVSTUB_ABI(NVSTUB_OS32_IVC_HEAP_DONT_ALLOCATE, 0);
+NVSTUB_ABI(NVSTUB_OS32_FLAGS_HANDLE_PROVIDED, 0x4000);
+NVSTUB_ABI(NVSTUB_OS32_FLAGS_USE_BEGIN_END, 0x20000);
+NVSTUB_ABI(NVSTUB_OS32_FLAGS_VIRTUAL, 0x80000);
+NVSTUB_ABI(NVSTUB_OS32_FREE_HANDLE_PROVIDED, 1);
+NVSTUB_ABI(NVSTUB_OS32_ATTR2_USE_EGM, 0x1000000);
+NVSTUB_ABI(sizeof(struct nvstub_os32), 0xb8);
+NVSTUB_ABI(offsetof(struct nvstub_os32, h_object_parent), 4);
+NVSTUB_ABI(offsetof(struct nvstub_os32, function), 8);
+NVSTUB_ABI(offsetof(struct nvstub_os32, h_va_space), 0xc);
+NVSTUB_ABI(offsetof(struct nvstub_os32, ivc_heap_number), 0x10);
+NVSTUB_ABI(offsetof(struct nvstub_os32, status), 0x14);
+NVSTUB_ABI(offsetof(struct nvstub_os32, total), 0x18);
+NVSTUB_ABI(offsetof(struct nvstub_os32, free), 0x20);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.free.owner), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.free.h_memory), 0x2c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.free.flags), 0x30);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.info.attr), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.info.offset), 0x30);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.info.size), 0x38);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.info.base), 0x40);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.owner), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.h_memory), 0x2c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.type), 0x30);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.flags), 0x34);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.attr), 0x38);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.format), 0x3c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.compr_covg), 0x40);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.zcull_covg), 0x44);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.partition_stride), 0x48);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.width), 0x4c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.height), 0x50);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.size), 0x58);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.alignment), 0x60);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.offset), 0x68);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.limit), 0x70);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.address), 0x78);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.range_begin), 0x80);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.range_end), 0x88);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.attr2), 0x90);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.ctag_offset), 0x94);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.numa_node), 0x98);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.attr), 0x38);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.format), 0x3c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.compr_covg), 0x40);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.zcull_covg), 0x44);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.partition_stride), 0x48);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.width), 0x4c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.height), 0x50);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.size.pad), 0x54);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.owner), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.h_memory), 0x2c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.type), 0x30);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.flags), 0x34);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.attr), 0x38);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.format), 0x3c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.compr_covg), 0x40);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.zcull_covg), 0x44);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.partition_stride), 0x48);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.size), 0x50);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.alignment), 0x58);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.offset), 0x60);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.limit), 0x68);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.range_begin), 0x70);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.range_end), 0x78);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.address), 0x80);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.attr2), 0x88);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.ctag_offset), 0x8c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.range.numa_node), 0x90);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.type), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.attr), 0x2c);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.input_flags), 0x30);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.size), 0x38);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.height), 0x40);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.width), 0x44);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.pitch), 0x48);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.mask), 0x50);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.kind), 0x54);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.adjust), 0x58);
+NVSTUB_ABI(offsetof(struct nvstub_os32, data.align.attr2), 0x5c);
+NVSTUB_ABI(sizeof(struct nvstub_os30), 0x38);
+NVSTUB_ABI(offsetof(struct nvstub_os30, h_device), 4);
+NVSTUB_ABI(offsetof(struct nvstub_os30, h_channel), 8);
+NVSTUB_ABI(offsetof(struct nvstub_os30, num_channels), 0xc);
+NVSTUB_ABI(offsetof(struct nvstub_os30, ph_clients), 0x10);
+NVSTUB_ABI(offsetof(struct nvstub_os30, ph_devices), 0x18);
+NVSTUB_ABI(offsetof(struct nvstub_os30, ph_channels), 0x20);
+NVSTUB_ABI(offsetof(struct nvstub_os30, flags), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os30, timeout), 0x2c);
+NVSTUB_ABI(offsetof(struct nvstub_os30, status), 0x30);
+NVSTUB_ABI(sizeof(struct nvstub_os39), 0x38);
+NVSTUB_ABI(offsetof(struct nvstub_os39, h_subdevice), 4);
+NVSTUB_ABI(offsetof(struct nvstub_os39, h_object_new), 8);
+NVSTUB_ABI(offsetof(struct nvstub_os39, h_class), 0xc);
+NVSTUB_ABI(offsetof(struct nvstub_os39, flags), 0x10);
+NVSTUB_ABI(offsetof(struct nvstub_os39, selector), 0x14);
+NVSTUB_ABI(offsetof(struct nvstub_os39, h_memory), 0x18);
+NVSTUB_ABI(offsetof(struct nvstub_os39, offset), 0x20);
+NVSTUB_ABI(offsetof(struct nvstub_os39, limit), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os39, status), 0x30);
+NVSTUB_ABI(sizeof(struct nvstub_os46), 0x40);
+NVSTUB_ABI(offsetof(struct nvstub_os46, h_device), 4);
+NVSTUB_ABI(offsetof(struct nvstub_os46, h_dma), 8);
+NVSTUB_ABI(offsetof(struct nvstub_os46, h_memory), 0xc);
+NVSTUB_ABI(offsetof(struct nvstub_os46, offset), 0x10);
+NVSTUB_ABI(offsetof(struct nvstub_os46, length), 0x18);
+NVSTUB_ABI(offsetof(struct nvstub_os46, flags), 0x20);
+NVSTUB_ABI(offsetof(struct nvstub_os46, flags2), 0x24);
+NVSTUB_ABI(offsetof(struct nvstub_os46, kind_override), 0x28);
+NVSTUB_ABI(offsetof(struct nvstub_os46, dma_offset), 0x30);
+NVSTUB_ABI(offsetof(struct nvstub_os46, status), 0x38);
+NVSTUB_ABI(sizeof(struct nvstub_os47), 0x30);
+NVSTUB_ABI(offsetof(struct nvstub_os47, h_device), 4);
+NVSTUB_ABI(offsetof(struct nvstub_os47, h_dma), 8);
+NVSTUB_ABI(offsetof(struct nvstub_os47, h_memory), 0xc);
+NVSTUB_ABI(offsetof(struct nvstub_os47, flags), 0x10);
+NVSTUB_ABI(offsetof(struct nvstub_os47, dma_offset), 0x18);
+NVSTUB_ABI(offsetof(struct nvstub_os47, size), 0x20);
+NVSTUB_ABI(offsetof(struct nvstub_os47, status), 0x28);
+NVSTUB_ABI(sizeof(struct nvstub_export_info_535), 0x4c);	/* 535.288.01 */
+NVSTUB_ABI(offsetof(struct nvstub_export_info_535, max_objects), 8);	/* 535.288.01 */
+NVSTUB_ABI(offsetof(struct nvstub_export_info_535, metadata), 0xa);	/* 535.288.01 */
+#endif
+
 const struct nvstub_table nvstub_tables[] = {
 	{
 		.branch = "535",
