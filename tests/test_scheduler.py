@@ -260,7 +260,7 @@ def test_late_switches_are_paid_back(policy, insts, want, correct, monkeypatch) 
     import gpuslice.sched.planner as sch
 
     if not correct:
-        monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
+        monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed: dict(shares))
     sched, gate, clock, table, _ = make(policy, insts)
     sched.__class__ = LateSched
     run_periods(sched, clock, 10)
@@ -331,7 +331,7 @@ def test_planning_happens_in_a_slot_with_room(monkeypatch) -> None:
     8 ms idle slot last, planning there would make every period's first switch late)."""
     import gpuslice.sched.planner as sch
 
-    monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed, limit=0.25: dict(shares))
+    monkeypatch.setattr(sch, "corrected_shares", lambda shares, owed: dict(shares))
     insts = [S.Instance("a", [0], 1, share=0.3), S.Instance("b", [0], 1, share=0.5)]
     sched, gate, clock, table, _ = make("fixed", insts)
     real = sched.make_plan
@@ -1250,12 +1250,12 @@ def test_a_switch_costs_one_call_each_way_per_64_channels(instances: int, per: i
     enable per switch for up to 64 channels (the call's maximum), one more pair per
     further 64. Through the scheduler: every switch of a weight policy's plan."""
     rm = FakeRm()
-    gate = RmGate(rm, RecGuard(rm), enable_first=True)  # type: ignore[arg-type]
+    clock = Clock()  # the gate's too: when a slot began is read from it
+    gate = RmGate(rm, RecGuard(rm), enable_first=True, clock=clock)  # type: ignore[arg-type]
     names = [f"i{k:02d}" for k in range(instances)]
     table = {n: {Channel(0, 100 + k, h) for h in range(per)} for k, n in enumerate(names)}
     st = S.State(instances={n: S.Instance(n, [0], 1 << 30) for n in names},
                  gpus={0: S.GpuPolicy("weight", 50_000_000)})
-    clock = Clock()
     sched = FakeSched(None, StaticSource(table), gate, AllActive(), clock=clock, state_obj=st)
     sched.start()
     sched.run(lambda: False, until_ns=clock.t + 10 * 50_000_000)

@@ -271,8 +271,7 @@ def slot_plan(shares: Mapping[str, float], period_ns: int, order: Iterable[str] 
     return slots
 
 
-def corrected_shares(shares: Mapping[str, float], owed: Mapping[str, float],
-                     limit: float = 0.25) -> dict[str, float]:
+def corrected_shares(shares: Mapping[str, float], owed: Mapping[str, float]) -> dict[str, float]:
     """Slot lengths for the next period, corrected by what each slot is owed.
 
     ``owed[n]`` is how much less than its share slot n really got so far, as a fraction
@@ -285,20 +284,24 @@ def corrected_shares(shares: Mapping[str, float], owed: Mapping[str, float],
 
     Corrections sum to zero (the total stays what the policy gave: caps and the idle
     remainder hold on average): owing that every slot shares alike is nobody's.
-    Each correction is at most ``limit`` of the slot's share; slots without a share
-    get none.
+    Each slot is paid what it is owed (beyond the mean) in one period, as far as the
+    others can give it: a slot shrinks at most to nothing. So a tenant whose work cannot
+    be stopped at once (an OpenGL frame is left only when it ends, and a disable waits for
+    it) and runs past its slots pays the overrun back by skipping whole slots until its
+    account is level: its long-run share is its share whatever its frames take
+    (tests/test_sched_overrun.py). Slots without a share get none.
     """
     names = [n for n, s in shares.items() if s > 0]
     if len(names) < 2:
         return dict(shares)
     want = {n: owed.get(n, 0.0) for n in names}
     mean = sum(want.values()) / len(names)
-    corr = {n: min(limit * shares[n], max(-limit * shares[n], want[n] - mean)) for n in names}
+    corr = {n: max(-shares[n], want[n] - mean) for n in names}
     excess = sum(corr.values())
     side = [n for n in names if (corr[n] > 0) == (excess > 0) and corr[n] != 0]
     mass = sum(abs(corr[n]) for n in side)
     if excess and mass:
-        # shrink the side that overshoots: magnitudes only get smaller, so limits hold
+        # shrink the side that overshoots: magnitudes only get smaller, so no slot goes below 0
         for n in side:
             corr[n] -= excess * abs(corr[n]) / mass
     out = dict(shares)

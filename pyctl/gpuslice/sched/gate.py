@@ -292,7 +292,7 @@ class RmGate:
         if self.enable_first:
             self._enable(gpu, to_enable)
             # the incoming channels may run from here on if nothing else runs
-            self.incoming_at = time.monotonic_ns()
+            self.incoming_at = self.clock()
             self._disable(gpu, to_disable)
         else:
             self._disable(gpu, to_disable)

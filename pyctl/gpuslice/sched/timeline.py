@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 from gpuslice.policy import Slot
 from gpuslice.sched.planner import Plan
 
+# how much a slot's account may hold, in periods either way: enough for a render tenant
+# whose frames outlast the period twice over (its disable waits for the frame, and the
+# plan made during one period settles only in the next, so two overruns can stand at once);
+# beyond it, time is forgotten rather than repaid over seconds
+OWED_MAX = 4.0
 LATENCY_BUCKETS = 32  # of a GPU's switch-latency histogram (log2 ns, as GPUSLICE_LOCK_HIST_BUCKETS)
 
 
@@ -93,7 +98,7 @@ class GpuTimeline:
             done = self.switched + [("", 0, t)]
             for (n, planned, t0), (_n, _p, t1) in zip(done, done[1:]):
                 owe = self.owed.get(n, 0.0) + (planned - (t1 - t0)) / self.plan.period_ns
-                self.owed[n] = max(-0.5, min(0.5, owe))
+                self.owed[n] = max(-OWED_MAX, min(OWED_MAX, owe))
             self.switched = []
         self.switched.append((slot.name or "", slot.length_ns, t))
         self.last_owner = slot.name

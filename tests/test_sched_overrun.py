@@ -1,0 +1,104 @@
+"""Tenants whose work cannot be stopped at once, on the daemon loop with a fake clock.
+
+An OpenGL context on Hopper is left only between frames: FIFO_DISABLE_CHANNELS of a
+render tenant returns when its frame ends (on an H100, a 26 ms frame made disables take
+up to 27 ms), so the tenant runs past every slot it gets. Here a gate whose disable of
+the render tenant's channels takes until its current frame ends (frames back to back
+from the moment it was enabled) plays that GPU; the render tenant's time is from its
+enable to the return of its disable, as on the GPU's runlist. The daemon's accounts
+(sched/timeline.py) and slot corrections (policy.corrected_shares) must hold it to its
+share: it skips slots until what it took past them is paid back.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuslice import state as S
+from gpuslice.sched.scheduler import Scheduler
+from gpuslice.sched.sources import Channel, StaticSource
+
+MS = 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000 * MS
+
+    def __call__(self) -> int:
+        return self.t
+
+
+class FrameGate:
+    """A gate over one GPU whose ``render`` channels finish their frame before a disable returns."""
+
+    def __init__(self, clock: Clock, render: set[Channel], frame_ns: int) -> None:
+        self.clock, self.render, self.frame_ns = clock, render, frame_ns
+        self.disabled: set[Channel] = set()
+        self.render_since: int | None = None  # enabled (its frames running) since
+        self.render_ns = 0  # time the render tenant held the GPU
+        self.disable_ns: list[int] = []
+
+    def apply(self, gpu: int, target: set[Channel]) -> int:
+        if target == self.disabled:
+            return 0
+        now = self.clock()
+        if self.render_since is not None and self.render <= target:
+            # the disable returns when the frame in flight ends
+            ran = now - self.render_since
+            end = self.render_since + -(-ran // self.frame_ns) * self.frame_ns
+            self.clock.t = max(now, end)
+            self.disable_ns.append(self.clock.t - now)
+            self.render_ns += self.clock.t - self.render_since
+            self.render_since = None
+        elif self.render_since is None and not (self.render & target):
+            self.render_since = now
+        self.disabled = set(target)
+        return 1
+
+    def enable_all(self, chans) -> None:  # type: ignore[no-untyped-def]
+        self.disabled -= set(chans)
+
+    def forget(self, chans) -> None:  # type: ignore[no-untyped-def]
+        self.disabled -= set(chans)
+
+    def release_all(self) -> None:
+        self.disabled.clear()
+
+
+class FakeSched(Scheduler):
+    def _wait(self, seconds: float) -> None:
+        self.clock.t += max(1, int(seconds * 1e9))  # type: ignore[attr-defined]
+
+
+class AllProbe:
+    def active(self, chans: dict[str, set[Channel]]) -> set[str]:
+        return {n for n, c in chans.items() if c}
+
+
+def chans(idx: int) -> set[Channel]:
+    return {Channel(0, 0xC1D00000 + idx, 0x5C000000 + i, pid=100 + idx) for i in range(2)}
+
+
+@pytest.mark.parametrize("policy,insts,share", [
+    ("weight", [S.Instance("c", [0], 1, weight=19), S.Instance("r", [0], 1, weight=1)], 0.05),
+    ("weight", [S.Instance("c", [0], 1, weight=1), S.Instance("r", [0], 1, weight=1)], 0.5),
+    ("fixed", [S.Instance("c", [0], 1, share=0.8), S.Instance("r", [0], 1, share=0.1)], 0.1),
+    ("burst", [S.Instance("a", [0], 1, weight=10), S.Instance("b", [0], 1, weight=5),
+               S.Instance("c", [0], 1, weight=3), S.Instance("r", [0], 1, weight=1),
+               S.Instance("d", [0], 1, weight=1)], 0.05),
+])
+@pytest.mark.parametrize("frame_ms", [26, 8])
+def test_a_tenant_that_runs_past_its_slots_is_held_to_its_share(policy, insts, share, frame_ms) -> None:
+    table = {i.name: chans(k) for k, i in enumerate(insts)}
+    state = S.State(instances={i.name: i for i in insts}, gpus={0: S.GpuPolicy(policy, 50 * MS)})
+    clock = Clock()
+    gate = FrameGate(clock, table["r"], frame_ms * MS)
+    sched = FakeSched(None, StaticSource(table), gate, AllProbe(), clock=clock, state_obj=state)
+    sched.start()
+    sched.run(lambda: False, until_ns=clock.t + 2_000 * MS)  # settle
+    t0, r0 = clock.t, gate.render_ns + (clock.t - gate.render_since if gate.render_since else 0)
+    sched.run(lambda: False, until_ns=t0 + 10_000 * MS)
+    r1 = gate.render_ns + (clock.t - gate.render_since if gate.render_since else 0)
+    got = (r1 - r0) / (clock.t - t0)
+    assert got == pytest.approx(share, abs=0.01), (policy, frame_ms, got, gate.disable_ns[-5:])
