@@ -25,12 +25,9 @@ STANDIN = REPO / "tests" / "standin"
 
 
 def standin_sources() -> list[Path]:
-    """The stand-in's tracked sources and build files."""
-    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "tests/standin"], capture_output=True,
-                         text=True, check=True).stdout.split()
-    files = [REPO / f for f in out if re.search(r"\.(c|h)$|(^|/)(Kbuild|Makefile)$", f)]
-    files += [p for p in (STANDIN / "nvstub_abi.h", STANDIN / "nvstub_tables.c") if p not in files]
-    return files
+    """The stand-in's sources and build files (kbuild's own output left out)."""
+    return sorted(p for p in STANDIN.iterdir()
+                  if (p.suffix in (".c", ".h") and not p.name.endswith(".mod.c")) or p.name in ("Kbuild", "Makefile"))
 
 
 def test_standin_does_not_use_kmod_core() -> None:
@@ -80,3 +77,17 @@ def test_standin_abi_is_generated_from_the_vendored_headers(abi_script, tmp_path
         assert re.search(rf"NVSTUB_ABI\(offsetof\(struct {name}, ", header), name
     for name in ("nvos64_params", "nvos54_params", "nv_ioctl_card_info", "uvm_register_gpu_params"):
         assert re.search(rf"NVSTUB_ABI\(sizeof\(struct {name}\), \d+\);", header), name
+
+
+def test_a_layout_that_is_not_nvidias_fails_the_build(tmp_path) -> None:
+    """The asserts can fail: NVOS64's hClass as 8 bytes moves every field after it."""
+    header = (STANDIN / "nvstub_abi.h").read_text()
+    bad = re.sub(r"(struct nvos64_params \{.*?\n)\tnv_u32 h_class;", r"\1\tnv_u64 h_class;", header, count=1,
+                 flags=re.S)
+    assert bad != header
+    (tmp_path / "nvstub_abi.h").write_text(bad)
+    src = tmp_path / "check.c"
+    src.write_text('#include "nvstub_abi.h"\n')
+    p = subprocess.run(["gcc", "-fsyntax-only", f"-I{tmp_path}", str(src)], capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "offsetof(struct nvos64_params, p_alloc_parms)" in p.stderr
