@@ -7,7 +7,7 @@ behind a stand-in compiled from the same header.
 - tests/standin/nvstub_abi.h and nvstub_tables.c are what `scripts/nvrm-abi.py standin`
   makes of the headers vendored in abi/nvidia/headers.tar.xz alone (no mirror; made here
   with kmod/core out of reach), and they compile, their static asserts of NVIDIA's sizes
-  and offsets holding.
+  and offsets holding; a layout that is not NVIDIA's fails them.
 """
 
 from __future__ import annotations
