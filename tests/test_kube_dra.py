@@ -187,6 +187,27 @@ def test_prepare_is_idempotent_across_versions_and_calls(plugin: Plugin) -> None
     assert len(plugin.instances()) == 1 and len(plugin.specs()) == 1
 
 
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_a_claim_twice_in_one_request_is_answered_once(plugin: Plugin, version: str) -> None:
+    """The kubelet lists a claim once per pod reference: one call may name it twice (and
+    a second claim between). Each UID is answered once, with its devices once, on the
+    first call and on a repeat of it."""
+    k = plugin.start()
+    two = claim(results=[result("a", "gpu-0"), result("b", "gpu-1")])
+    ref, other = plugin.api.add(two), plugin.api.add(claim(name="c2"))
+    for _ in range(2):
+        out = k.prepare([ref, other, ref, ref], version)
+        assert sorted(out) == sorted([ref[1], other[1]])
+        r = out[ref[1]]
+        assert r.error == ""
+        assert [(list(d.request_names), d.device_name) for d in r.devices] == [(["a", "b"], "gpu-0"), (["b"], "gpu-1")]
+        assert sum(len(d.cdi_device_ids) for d in r.devices) == 1
+        assert len(out[other[1]].devices) == 1
+    assert len(plugin.instances()) == 2 and len(plugin.specs()) == 2
+    assert k.unprepare([ref, ref, other], version) == {ref[1]: "", other[1]: ""}
+    assert plugin.instances() == {} and plugin.checkpoint() == {}
+
+
 def test_unprepare_removes_everything_and_unknown_is_fine(plugin: Plugin) -> None:
     k = plugin.start()
     ref = plugin.api.add(claim())

@@ -290,7 +290,7 @@ def _dra_servicer(pb: Any, pbg: Any, driver: Driver, errors: Callable[[BaseExcep
     class Servicer(pbg.DRAPluginServicer):  # type: ignore[misc, name-defined]
         def NodePrepareResources(self, request: Any, context: Any) -> Any:
             resp = pb.NodePrepareResourcesResponse()
-            for c in request.claims:
+            for c in unique_claims(request.claims):
                 r = resp.claims[c.uid]
                 try:
                     for d in driver.prepare(c.uid, c.namespace, c.name):
@@ -306,7 +306,7 @@ def _dra_servicer(pb: Any, pbg: Any, driver: Driver, errors: Callable[[BaseExcep
 
         def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
             resp = pb.NodeUnprepareResourcesResponse()
-            for c in request.claims:
+            for c in unique_claims(request.claims):
                 r = resp.claims[c.uid]
                 try:
                     driver.unprepare(c.uid)
@@ -316,6 +316,19 @@ def _dra_servicer(pb: Any, pbg: Any, driver: Driver, errors: Callable[[BaseExcep
             return resp
 
     return Servicer()
+
+
+def unique_claims(claims: Sequence[Any]) -> list[Any]:
+    """Each claim UID of a request once, at its first place. The kubelet lists a claim
+    once per reference of its pods, so one claim may come twice in one call; the
+    response is a map by UID, and a claim's devices must be listed in it once."""
+    seen: set[str] = set()
+    out = []
+    for c in claims:
+        if c.uid not in seen:
+            seen.add(c.uid)
+            out.append(c)
+    return out
 
 
 def error_text(e: BaseException) -> str:
