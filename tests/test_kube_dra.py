@@ -382,6 +382,34 @@ def test_amounts_the_node_does_not_advertise(plugin: Plugin, memory: str, comput
     assert plugin.instances() == {}
 
 
+@pytest.mark.parametrize("memory,compute,key,bad", [
+    ("4Gi", "20.5", "compute", "20.5"),  # once taken as 21%
+    ("4Gi", "30500m", "compute", "30500m"),
+    ("4Gi", "29.9999", "compute", "29.9999"),
+    ("268435455.5", "30", "memory", "268435455.5"),  # once taken as 256Mi
+])
+def test_a_fraction_is_off_the_grid_as_memory_off_it_is(plugin: Plugin, memory: str, compute: str, key: str,
+                                                        bad: str) -> None:
+    """The allocator writes whole amounts on the request policy's grid (Quantity.Value()
+    arithmetic): a fractional consumedCapacity was not written by it, and is refused with
+    the error an off-grid amount gets, for compute as for memory; nothing is created."""
+    k = plugin.start()
+    ref = plugin.api.add(claim(memory=memory, compute=compute))
+    whole = {"compute": 100, "memory": GPU_MEM}[key]
+    assert k.prepare([ref])[ref[1]].error == (f"gpu-0: consumedCapacity.{key} {bad} is not an amount the node "
+                                              f"advertises (a whole number on its request policy's grid, at "
+                                              f"most {whole})")
+    assert plugin.instances() == {} and plugin.specs() == [] and plugin.checkpoint() == {}
+
+
+def test_whole_amounts_in_any_notation_are_taken(plugin: Plugin) -> None:
+    k = plugin.start()
+    ref = plugin.api.add(claim(memory="0.5Gi", compute="30000m"))
+    assert k.prepare([ref])[ref[1]].error == ""
+    inst = plugin.instances()[K.instance_name(ref[1])]
+    assert (inst.memory, inst.share) == (512 * MI, 0.3)
+
+
 def test_results_not_ours_or_not_here(plugin: Plugin) -> None:
     k = plugin.start()
     elsewhere = plugin.api.add(claim(name="e", results=[result("gpu", "gpu-0", pool="node-b")]))

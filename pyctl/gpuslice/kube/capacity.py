@@ -90,7 +90,7 @@ _QUANTITY_RE = re.compile(
 )
 
 
-def parse_quantity(s: str | int) -> int:
+def parse_quantity(s: str | int, *, whole: bool = False) -> int:
     """The value of a Kubernetes ``resource.Quantity`` as an exact non-negative integer.
 
     Accepts what the API server accepts in JSON: a string such as ``"4Gi"``,
@@ -99,7 +99,9 @@ def parse_quantity(s: str | int) -> int:
     trimmed as ``Quantity.UnmarshalJSON`` does, or a JSON integer. A value that is
     not an integer rounds up like ``Quantity.Value()`` (``"500m"`` -> 1,
     ``"1.1Ki"`` -> 1127). Raises ValueError on malformed, negative or
-    larger-than-int64 input.
+    larger-than-int64 input. ``whole``: a value that is not an integer raises
+    ValueError instead of rounding up (for amounts the allocator wrote: it writes whole
+    amounts on an integer grid, never a fraction).
     """
     if isinstance(s, bool) or not isinstance(s, (str, int)):
         raise ValueError(f"not a quantity: {s!r} (use a string such as '4Gi' or an integer)")
@@ -134,8 +136,12 @@ def parse_quantity(s: str | int) -> int:
     if exp10 >= 19:
         raise ValueError(f"quantity too large (more than 2^63-1): {s!r}")
     if exp10 < -(ndigits + 19):
+        if whole:
+            raise ValueError(f"{s!r} is not a whole number")
         return 1  # 0 < value < 1: rounds up to 1
     value = Fraction(mantissa) * Fraction(10) ** exp10 * (1 << exp2)
+    if whole and value.denominator != 1:
+        raise ValueError(f"{s!r} is not a whole number")
     result = -((-value.numerator) // value.denominator)  # ceil
     if result > INT64_MAX:
         raise ValueError(f"quantity too large (more than 2^63-1): {s!r}")

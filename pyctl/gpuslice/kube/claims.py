@@ -230,9 +230,13 @@ def _amount(consumed: Mapping[str, Any], key: str, whole: int, policy: C.Request
         v = C.parse_quantity(consumed[key])
     except ValueError as e:
         raise ClaimError(f"{device}: consumedCapacity.{key}: {e}") from None
+    try:  # the allocator writes whole amounts on the grid (Quantity.Value()): a fraction is off it
+        C.parse_quantity(consumed[key], whole=True)
+    except ValueError:
+        v = -1
     if not C.valid_amount(v, policy, whole):
         raise ClaimError(f"{device}: consumedCapacity.{key} {consumed[key]} is not an amount the node "
-                         f"advertises (at most {whole}, by its request policy)")
+                         f"advertises (a whole number on its request policy's grid, at most {whole})")
     return v
 
 
