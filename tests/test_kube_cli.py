@@ -169,3 +169,45 @@ def test_unreachable_api_server_is_one_line(tmp_path: Path) -> None:
                        env={**os.environ, "PYTHONPATH": str(REPO / "pyctl")})
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1 and "cannot publish the ResourceSlices" in lines[0], r.stderr
+
+
+def tgkill(pid: int, tid: int, sig: int) -> None:
+    """``sig`` to thread ``tid`` of process ``pid`` alone (tgkill(2)): the kernel may
+    hand a process's signal to any thread that does not block it, a gRPC thread too."""
+    import ctypes
+    import platform
+
+    nr = {"x86_64": 234, "aarch64": 131}.get(platform.machine())
+    if nr is None:
+        pytest.skip(f"no tgkill number known for {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(nr, pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill {pid} {tid}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_taken_by_a_grpc_thread_stops_the_plugin(tmp_path: Path, api: FakeApiServer, procs: list[Proc],
+                                                          sig: int) -> None:
+    """SIGTERM or SIGINT delivered to one of gRPC's threads (not the main one, where Python
+    runs handlers) stops the plugin as one delivered to the main thread does: it exits 0
+    within a generous deadline (a liveness bound, not a speed one; the republish period
+    is 10 minutes) and removes both sockets."""
+    p = Proc(tmp_path, api)
+    procs.append(p)
+    p.start()
+    assert p.p is not None
+    dra_sock, reg_sock = tmp_path / "plugin" / "dra.sock", p.registry / "gpuslice.dev-reg.sock"
+    assert dra_sock.exists() and reg_sock.exists()
+    task = Path(f"/proc/{p.p.pid}/task")
+    names = {int(t.name): (t / "comm").read_text().strip() for t in task.iterdir()}
+    grpc_threads = sorted(t for t, n in names.items() if t != p.p.pid and n.startswith(("grpc", "event_engine")))
+    assert grpc_threads, names
+    tgkill(p.p.pid, grpc_threads[0], sig)
+    try:
+        p.p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running 20 s after signal {sig} to thread {names[grpc_threads[0]]}") from None
+    rc, err = p.stop()
+    assert rc == 0, err
+    assert f"signal {int(sig)}: stopping" in err
+    assert not dra_sock.exists() and not reg_sock.exists()

@@ -8,8 +8,11 @@ group's options: ``--state`` (``ctx.obj["state"]``) and ``--kernel``.
 from __future__ import annotations
 
 import logging
+import os
+import select
 import signal
 import threading
+import time
 from typing import Any
 
 import click
@@ -18,9 +21,46 @@ from gpuslice.policy import POLICIES
 from . import DRIVER
 
 
+class _SignalStop(threading.Event):
+    """An event set at SIGTERM or SIGINT, whose wait() in the main thread wakes for them.
+
+    The kernel hands a process's signal to any thread that does not block it, often
+    one of gRPC's; Python then runs the handler in the main thread, but only once that
+    thread runs Python code again, and a main thread asleep in Event.wait(600) would not.
+    So the main thread waits in select() on the wakeup pipe that Python's C handler
+    writes to from whichever thread took the signal (signal.set_wakeup_fd), and looks
+    again at least every second."""
+
+    SLICE = 1.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rfd, wfd = os.pipe()
+        for fd in (self._rfd, wfd):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return super().wait(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = self.SLICE if end is None else min(self.SLICE, end - time.monotonic())
+            if left <= 0:
+                break
+            select.select([self._rfd], [], [], left)  # returns at a signal; its handler runs after
+            try:
+                while os.read(self._rfd, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        return self.is_set()
+
+
 def _stop_on_signals(log: logging.Logger) -> threading.Event:
-    """An event set, with a log line, at SIGTERM or SIGINT: what the plugins run until."""
-    stop = threading.Event()
+    """An event set, with a log line, at SIGTERM or SIGINT, whichever thread the kernel
+    gave the signal to: what the plugins run until (in the main thread)."""
+    stop = _SignalStop()
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping", signum)
