@@ -101,15 +101,16 @@ def test_min_share_is_percent_too(run) -> None:
 def test_period_out_of_range_is_a_usage_error_in_words(run) -> None:
     usage_error(run("policy", "set", "fixed", "--period", "20s"), "--period 20s: must be between 1ms and 10s")
     usage_error(run("policy", "set", "fixed", "--period", "500us"), "--period 500us: must be between 1ms and 10s")
-    ok(run("policy", "set", "fixed", "--period", "50"))
-    assert S.load(run.path).policy_of(0).period_ns == 50_000_000  # a bare number is ms ...
-    assert "bare number is milliseconds" in " ".join(ok(run("policy", "set", "--help")).split())  # ... and said so
+    usage_error(run("policy", "set", "fixed", "--period", "50", "--gpu", "0"), "--period 50: must be between 1ms and 10s")
+    ok(run("policy", "set", "fixed", "--period", "0.05", "--gpu", "0"))
+    assert S.load(run.path).policy_of(0).period_ns == 50_000_000  # a bare number is seconds ...
+    assert "bare number is seconds" in " ".join(ok(run("policy", "set", "--help")).split())  # ... and said so
 
 
 def test_duration_errors_name_the_option_and_exit_2(run, tmp_path) -> None:
     usage_error(run("top", "--interval", "0"), "--interval 0: must be more than 0")
-    usage_error(run("top", "--interval", "5min"), "--interval 5min: unknown unit 'min'; write ns, us, ms or s "
-                "(a bare number is ms)")
+    usage_error(run("top", "--interval", "5min"), "--interval 5min: unknown unit 'min'; write ns, us, ms, s, m "
+                "(minutes) or h; a bare number is seconds")
     base = ["daemon", "--ctl", str(tmp_path / "nvidiactl"), "--no-watchdog", "--source", "preload",
             "--preload-sock", str(tmp_path / "p.sock"), "--probe", "all", "--status-file", str(tmp_path / "s")]
     res = run(*base, "--online-sample", "3ms", "--online-hold", "5ms")
@@ -190,7 +191,7 @@ def test_a_share_ignored_by_the_policy_is_warned(run) -> None:
 
 
 def test_fixed_without_a_share_left_nothing_is_warned(run) -> None:
-    ok(run("policy", "set", "fixed"))
+    ok(run("policy", "set", "fixed", "--gpu", "0"))
     ok(run("instance", "create", "a", "--memory", "1Gi", "--share", "100%"))
     res = run("instance", "create", "b", "--memory", "1Gi")
     assert res.exit_code == 0
@@ -204,7 +205,7 @@ def test_policy_set_warns_for_the_instances_of_its_gpu(run) -> None:
     ok(run("policy", "set", "fixed", "--gpu", "0,1"))
     ok(run("instance", "create", "a", "--memory", "1Gi", "--share", "30%"))
     ok(run("instance", "create", "c", "--gpu", "1", "--memory", "1Gi", "--share", "30%"))
-    res = run("policy", "set", "weight")
+    res = run("policy", "set", "weight", "--gpu", "0")
     assert res.exit_code == 0
     assert warnings(res) == ["gpu 0: a: share 30.0% is ignored under weight (only the fixed policy uses it)"]
 

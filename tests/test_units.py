@@ -39,14 +39,16 @@ def test_parse_share_rejects(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text,ns", [("50ms", 50_000_000), ("500us", 500_000), ("2s", 2_000_000_000), ("100ns", 100), ("20", 20_000_000),
-                ("1.5ms", 1_500_000)],
+    "text,ns", [("50ms", 50_000_000), ("500us", 500_000), ("2s", 2_000_000_000), ("100ns", 100), ("20", 20_000_000_000),
+                ("1.5ms", 1_500_000), ("0.05", 50_000_000), ("2m", 120_000_000_000), ("1h", 3_600_000_000_000),
+                ("50MS", 50_000_000), ("500µs", 500_000), (" 5 s ", 5_000_000_000)],
 )
 def test_parse_duration(text: str, ns: int) -> None:
     assert units.parse_duration_ns(text) == ns
 
 
-@pytest.mark.parametrize("text", ["", "ms", "5 min", "0ms", "-5ms", "0.1ns"])
+@pytest.mark.parametrize("text", ["", "ms", "5 min", "0ms", "-5ms", "0.1ns", "5M", "1e3", "nan", "inf", "5s5",
+                                  "1m30s", "0", "0.0"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         units.parse_duration_ns(text)
@@ -152,3 +154,105 @@ def test_a_bare_fraction_is_ambiguous(text: str) -> None:
 def test_share_percent_round_trips(ppt: int) -> None:
     f = ppt / 10000
     assert units.share_to_ppt(units.parse_share(units.format_share(f))) == pytest.approx(ppt, abs=5)
+
+
+# ---- durations: one syntax for every command and plugin (units.Duration) ----------------------
+
+_DUR_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "": 1_000_000_000}
+
+
+@given(st.integers(min_value=1, max_value=10**6), st.sampled_from(sorted(_DUR_UNITS)))
+def test_duration_round_trips_every_unit(n: int, unit: str) -> None:
+    """A whole number of any unit parses to that many nanoseconds (a bare number: seconds),
+    and what format_duration_ns prints of it parses back to the same."""
+    ns = units.parse_duration_ns(f"{n}{unit}")
+    assert ns == n * _DUR_UNITS[unit]
+    assert units.parse_duration_ns(units.format_duration_ns(ns)) == ns or "." in units.format_duration_ns(ns)
+
+
+@given(st.text(max_size=12))
+def test_duration_refuses_junk_in_one_line(text: str) -> None:
+    """Whatever the text, parse_duration_ns returns a positive count or raises a
+    ValueError of one line; the click type says it as ``--opt TEXT: ...`` (exit 2)."""
+    try:
+        ns = units.parse_duration_ns(text)
+    except ValueError as e:
+        assert "\n" not in str(e) and str(e)
+    else:
+        assert ns >= 1
+    import click
+    from click.testing import CliRunner
+
+    @click.command()
+    @click.option("--every", type=units.Duration())
+    def cmd(every: int) -> None:
+        click.echo(repr(every))
+
+    res = CliRunner().invoke(cmd, ["--every", text])
+    if res.exit_code == 2:
+        assert f"--every {text}: " in res.output
+    else:
+        assert res.exit_code == 0 and int(res.output) == units.parse_duration_ns(text)
+
+
+@pytest.mark.parametrize("text", ["5x", "five", "5min", "-1", "", "1s2", "M", "5 M", "1e3s"])
+def test_duration_junk_is_refused(text: str) -> None:
+    with pytest.raises(ValueError) as e:
+        units.parse_duration_ns(text)
+    assert "\n" not in str(e.value)
+
+
+def test_duration_type_range_zero_and_seconds() -> None:
+    t = units.Duration(1_000_000, 10 * 10**9, zero=True)
+    assert t.parse("0") == 0 and t.parse("0ms") == 0 and t.parse("2") == 2 * 10**9
+    with pytest.raises(ValueError, match="must be 0 \\(off\\) or between 1ms and 10s"):
+        t.parse("11")
+    assert units.Duration(seconds=True).convert("250ms", None, None) == pytest.approx(0.25)
+    assert units.Duration(seconds=True).convert("5", None, None) == pytest.approx(5.0)
+    with pytest.raises(ValueError):
+        units.Duration().parse("0")  # 0 is "off" only where the option says so
+
+
+def _duration_options() -> list[tuple[str, str]]:
+    """Every option of every gpuctl command (the plugins and trace included) whose name
+    says it is a duration."""
+    from gpuslice.cli import main
+
+    found = []
+
+    def walk(cmd: object, path: str) -> None:
+        import click
+        for p in getattr(cmd, "params", []):
+            if isinstance(p, click.Option) and any(w in p.name for w in ("interval", "period", "duration", "hold",
+                                                                          "poll", "after", "sample", "retry",
+                                                                          "republish", "timeout")):
+                found.append((path, p))
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}".strip())
+
+    walk(main, "")
+    return found
+
+
+def test_every_duration_option_takes_the_one_syntax() -> None:
+    """top --interval, trace -i, the daemon's and guard's options and the plugins'
+    --retry/--republish: all units.Duration, so `5` is 5 seconds and `5ms` is taken."""
+    opts = _duration_options()
+    names = {f"{c} {max(p.opts, key=len)}" for c, p in opts}
+    for must in ("top --interval", "daemon --online-hold", "daemon --preempt-poll", "guard --interval",
+                 "policy set --period", "device-plugin --retry", "kubelet-plugin --republish"):
+        assert must in names, (must, sorted(names))
+    bad = [f"{c} {max(p.opts, key=len)}: {p.type!r}" for c, p in opts if not isinstance(p.type, units.Duration)]
+    assert bad == []
+
+
+def test_trace_interval_takes_suffixes() -> None:
+    import click
+    from gpuslice.trace import live
+
+    opt = next(p for p in live.trace.params if p.name == "interval")
+    assert isinstance(opt.type, units.Duration)
+    with pytest.raises(click.BadParameter, match="must be at least 10ms"):
+        opt.type.convert("5ms", None, None)  # below its floor, in words
+    assert opt.type.convert("5", None, None) == pytest.approx(5.0)
+    assert opt.type.convert("20ms", None, None) == pytest.approx(0.02)

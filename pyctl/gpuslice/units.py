@@ -6,9 +6,10 @@ bytes (``8Gi``, ``8GiB``, ``8GB``, ``4096B``); a bare number is refused (``--mem
 was once an 8-byte instance), as is a unit of another case (``8gib``, ``8m``: in
 Kubernetes ``m`` is milli). Shares are percent of one GPU in (0, 100]: ``30%`` or
 ``30`` (``0.5%``); a bare number below 1 (``0.3``) is refused as ambiguous. Durations are
-``50ms``, ``500us``, ``2s`` or ``100000ns``; a bare number is milliseconds. Every
-parser raises ValueError with a one-line message that does not repeat the text (the
-caller names the option and the value).
+``100ns``, ``500us``, ``50ms``, ``2s``, ``1.5s``, ``10m`` or ``1h``; a bare number is seconds
+(``5`` is 5s, ``0.05`` is 50ms), in every command and plugin: :class:`Duration` is the
+click parameter type they all use. Every parser raises ValueError with a one-line
+message that does not repeat the text (the caller names the option and the value).
 
 The preload library's GPUSLICE_MEM_LIMIT keeps its own units (preload/preload.c: bytes,
 or K/M/G/T binary): :func:`parse_env_memory`.
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
-from typing import Callable
+from typing import Any, Callable
+
+import click
 
 from gpuslice.netlink import MAX_GPUS
 
@@ -37,13 +40,16 @@ SIZE_UNITS_HELP = ("Ki, Mi, Gi, Ti, KiB, MiB, GiB, TiB (powers of 1024), k, K, M
 _ENV_SIZE_RE = re.compile(r"([0-9]+)(?:([kmgtKMGT])[iI]?)?[bB]?")
 
 _DURATION_NS: dict[str, int] = {
-    "": 1_000_000,  # bare numbers are milliseconds
+    "": 1_000_000_000,  # a bare number is seconds
     "ns": 1,
     "us": 1_000,
     "µs": 1_000,
     "ms": 1_000_000,
     "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
 }
+DURATION_UNITS_HELP = "ns, us, ms, s, m (minutes) or h; a bare number is seconds"
 
 _NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _SIZE_RE = re.compile(_NUM + r"\s*([a-zA-Z]*)")
@@ -180,19 +186,86 @@ def share_to_ppt(f: float) -> int:
 
 
 def parse_duration_ns(text: str) -> int:
-    """Nanoseconds in ``text`` (``50ms``, ``500us``, ``1s``, ``2000000ns``; bare = ms). > 0."""
+    """Nanoseconds in ``text``: ``100ns``, ``500us``, ``50ms``, ``1.5s``, ``10m``, ``1h``,
+    or a bare number of seconds (``5``, ``0.05``). Units are lower case (``MS`` is taken
+    as ``ms``; ``M`` is refused: minutes or mega?). More than 0, at least 1ns."""
     m = _DUR_RE.fullmatch(text.strip())
     if not m:
-        raise ValueError("not a duration (write e.g. 50ms, 500us, 1s)")
-    unit = m.group(2).lower()
-    if unit not in _DURATION_NS:
-        raise ValueError(f"unknown unit {m.group(2)!r}; write ns, us, ms or s (a bare number is ms)")
-    value = Decimal(m.group(1)) * _DURATION_NS[unit]
+        raise ValueError(f"not a duration (write e.g. 50ms, 500us, 2s; {DURATION_UNITS_HELP})")
+    unit = m.group(2)
+    if unit in ("M", "H") or unit.lower() not in _DURATION_NS:
+        raise ValueError(f"unknown unit {unit!r}; write {DURATION_UNITS_HELP}")
+    value = Decimal(m.group(1)) * _DURATION_NS[unit.lower()]
     if value == 0:
         raise ValueError("must be more than 0")
     if value < 1:
         raise ValueError("must be at least 1ns")
     return int(value)
+
+
+def is_zero_duration(text: str) -> bool:
+    """0, 0s, 0ms, 0.0s, ...: a duration that means "off" where an option takes it."""
+    m = _DUR_RE.fullmatch(text.strip())
+    return bool(m and m.group(2).lower() in _DURATION_NS and m.group(2) not in ("M", "H")
+                and Decimal(m.group(1)) == 0)
+
+
+class OptionValueError(click.BadParameter):
+    """A bad option value, said as ``--memory 8: no unit; ...``: the option, the value
+    as given, what is wrong with it (a usage error: exit status 2)."""
+
+    def __init__(self, message: str, value: str, ctx: click.Context | None, param: click.Parameter | None) -> None:
+        super().__init__(message, ctx, param)
+        self.value = value
+
+    def format_message(self) -> str:
+        p = self.param
+        name = (max(p.opts, key=len) if isinstance(p, click.Option) and p.opts
+                else p.human_readable_name if p is not None else "value")
+        return f"{name} {self.value}: {self.message}"
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """The click parameter type of every duration option (gpuctl's commands, the trace
+    command, the Kubernetes plugins): :func:`parse_duration_ns` within [lo_ns, hi_ns]
+    (``--period 20s: must be between 1ms and 10s``), converted to nanoseconds (an int),
+    or with ``seconds`` to seconds (a float). ``zero``: 0 is also taken (it means "off").
+    Errors are one line naming the option and the value as given (exit status 2)."""
+
+    name = "duration"
+
+    def __init__(self, lo_ns: int = 1, hi_ns: int | None = None, zero: bool = False, seconds: bool = False) -> None:
+        self.lo_ns, self.hi_ns, self.zero, self.seconds = lo_ns, hi_ns, zero, seconds
+
+    def parse(self, text: str) -> int:
+        """Nanoseconds in ``text`` within this type's range; ValueError, one line, if not."""
+        if self.zero and is_zero_duration(text):
+            return 0
+        try:
+            ns = parse_duration_ns(text)
+        except ValueError as e:
+            if not str(e).startswith("not a duration"):
+                raise
+            examples = [e for e in ("50ms", "20ms", "1s", "2s", "500us", "100ns", "10m")
+                        if self.lo_ns <= parse_duration_ns(e) and (self.hi_ns is None or parse_duration_ns(e) <= self.hi_ns)]
+            raise ValueError(f"not a duration (write e.g. {', '.join(examples[:3])}; {DURATION_UNITS_HELP})") from None
+        if ns < self.lo_ns or (self.hi_ns is not None and ns > self.hi_ns):
+            fmt = format_duration_ns
+            rng = (f"between {fmt(self.lo_ns)} and {fmt(self.hi_ns)}" if self.hi_ns is not None
+                   else f"at least {fmt(self.lo_ns)}")
+            raise ValueError(f"must be {'0 (off) or ' if self.zero else ''}{rng}")
+        return ns
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value  # a default given as a number: already converted
+        if ctx is not None and param is not None and param.name:
+            ctx.meta[f"gpuslice.given.{param.name}"] = value  # for errors that involve other options
+        try:
+            ns = self.parse(str(value))
+        except ValueError as e:
+            raise OptionValueError(str(e), str(value), ctx, param) from None
+        return ns / 1e9 if self.seconds else ns
 
 
 def format_duration_ns(ns: int) -> str:

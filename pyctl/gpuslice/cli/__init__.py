@@ -3,7 +3,7 @@
 Units accepted everywhere: sizes as Kubernetes quantities, always with a unit (Ki, Mi,
 Gi, Ti or KiB, MiB, GiB, TiB: powers of 1024; k, M, G, T or kB, MB, GB, TB: powers of
 1000; B: bytes); shares in percent of one GPU (30% or 30; a bare 0.3 is refused as
-ambiguous); durations with ns/us/ms/s (a bare number is ms). Every command prints a table, or
+ambiguous); durations with ns/us/ms/s/m (a bare number is seconds). Every command prints a table, or
 JSON with --json. Errors are one line on stderr and a non-zero exit status.
 
 A module per command group: common (errors, parameter types, output, :func:`kernel`),
@@ -38,8 +38,8 @@ __all__ = ["main", "GpuctlError", "kernel", "_make_probe", "_make_source", "_spa
               "fail without it; yes = every command needs it; no = never (create, set and delete only change "
               "the state file).")
 @click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
-              help="CDI spec that `instance create`, `delete` and `restore` regenerate, e.g. "
-              "/etc/cdi/gpuslice.yaml (env GPUSLICE_CDI_SPEC; default: none).")
+              help="CDI spec that `instance create`, `delete` and `restore` keep current and `doctor` checks "
+              "(env GPUSLICE_CDI_SPEC; default: /etc/cdi/gpuslice.yaml where /etc/cdi exists; '' for none).")
 @click.version_option(package_name="gpuslice")
 @click.pass_context
 def main(ctx: click.Context, state_path: str, kernel: str, cdi_spec: str | None) -> None:

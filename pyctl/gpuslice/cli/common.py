@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
@@ -43,19 +42,7 @@ class GpuctlError(Exception):
     """A one-line, user-facing error."""
 
 
-class OptionValueError(click.BadParameter):
-    """A bad option value, said as ``--memory 8: no unit; ...``: the option, the value
-    as given, what is wrong with it (a usage error: exit status 2)."""
-
-    def __init__(self, message: str, value: str, ctx: click.Context | None, param: click.Parameter | None) -> None:
-        super().__init__(message, ctx, param)
-        self.value = value
-
-    def format_message(self) -> str:
-        p = self.param
-        name = (max(p.opts, key=len) if isinstance(p, click.Option) and p.opts
-                else p.human_readable_name if p is not None else "value")
-        return f"{name} {self.value}: {self.message}"
+OptionValueError = units.OptionValueError  # ``--memory 8: no unit; ...`` (exit status 2)
 
 
 class _Unit(click.ParamType):  # type: ignore[type-arg]
@@ -93,35 +80,10 @@ MIN_SHARE = _Unit("share", _min_share)
 SHARE_HELP = "Percent of the GPU: 30% or 30 (0.5% for half a percent; a bare 0.3 is refused)."
 
 
-def _is_zero(t: str) -> bool:
-    """0, 0ms, 0.0s, ...: a duration that means "off"."""
-    return bool(re.fullmatch(r"\s*0*\.?0*\s*(ns|us|ms|s)?\s*", t, re.I) and re.search(r"0", t))
-
-
-def duration(lo_ns: int = 1, hi_ns: int | None = None, zero: bool = False) -> _Unit:
-    """A duration option type (a bare number is ms) within [lo_ns, hi_ns]; ``zero``: 0 is
-    also taken (it means "off"). Out of range: ``--period 20s: must be between 1ms and 10s``."""
-    fmt = units.format_duration_ns
-
-    examples = [e for e in ("50ms", "20ms", "1s", "2000us", "500us", "100ns")
-                if lo_ns <= units.parse_duration_ns(e) and (hi_ns is None or units.parse_duration_ns(e) <= hi_ns)]
-
-    def parse(t: str) -> int:
-        if zero and _is_zero(t):
-            return 0
-        try:
-            ns = units.parse_duration_ns(t)
-        except ValueError as e:
-            if str(e).startswith("not a duration"):  # its examples may be out of this option's range
-                raise ValueError(f"not a duration (write e.g. {', '.join(examples[:3])}; a bare number is ms)") \
-                    from None
-            raise
-        if ns < lo_ns or (hi_ns is not None and ns > hi_ns):
-            rng = f"between {fmt(lo_ns)} and {fmt(hi_ns)}" if hi_ns is not None else f"at least {fmt(lo_ns)}"
-            raise ValueError(f"must be {'0 (off) or ' if zero else ''}{rng}")
-        return ns
-
-    return _Unit("duration", parse)
+def duration(lo_ns: int = 1, hi_ns: int | None = None, zero: bool = False) -> units.Duration:
+    """A duration option type (units.Duration: a bare number is seconds) within [lo_ns,
+    hi_ns], in nanoseconds; ``zero``: 0 is also taken (it means "off")."""
+    return units.Duration(lo_ns, hi_ns, zero)
 
 
 DURATION = duration()

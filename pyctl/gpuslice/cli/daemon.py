@@ -53,7 +53,7 @@ def _remove_own_report(path: str) -> None:
               show_default=True, metavar="ORDER",
               help="enable-first (no idle gap) or disable-first (exclusive slots).")
 @click.option("--preempt-poll", type=duration(100_000), default="1ms", show_default=True,
-              help="How often to look for online work while offline instances run.")
+              help="How often to look for online work while offline instances run (a bare number: seconds).")
 @click.option("--online-hold", type=DURATION, default="5ms", show_default=True,
               help="An online instance counts as busy this long after its last submission.")
 @click.option("--preempt-after", type=DURATION_OR_0, default="0", show_default=True,
@@ -166,22 +166,26 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
 @click.command()
 @click.option("--ctl", default="/dev/nvidiactl", show_default=True, help="RM control node to query RM through.")
 @click.option("--interval", type=DURATION, default="100ms", show_default=True,
-              help="How often RM's per-process memory is read.")
+              help="How often RM's per-process memory is read (a bare number is seconds, no longer milliseconds).")
 @click.option("--source", type=click.Choice(["netlink", "environ"]), default="netlink", show_default=True,
               help="Where instances come from: the module, or (user-space build) every process with "
               "libgpuslice.so preloaded, each its own slice with its GPUSLICE_MEM_LIMIT.")
 @click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPUs for --source environ.")
-@click.option("--once", is_flag=True, help="One poll: print the breaches found and exit (kills them too).")
+@click.option("--once", is_flag=True, help="One poll: print the breaches found and exit (a dry run unless --kill).")
+@click.option("--kill/--dry-run", default=None,
+              help="SIGKILL a breach's largest process, or only report it (default: --kill when polling, "
+              "--dry-run with --once).")
 @click.option("--duration", type=DURATION, help="Exit after this long (default: until SIGTERM/SIGINT).")
 @click.option("--status-file", default=GUARD_STATUS, show_default=True, help="Where to report.")
 @json_option
 @click.pass_context
 def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[int], once: bool,
-          duration: int | None, status_file: str) -> None:
+          kill: bool | None, duration: int | None, status_file: str) -> None:
     """Hold each instance's memory limit against RM's own count: SIGKILL the largest process
     of an instance whose processes hold more video memory than its limit and than the module
-    charged (what a thread racing the module's check can get). `gpuctl daemon` runs it."""
-    from gpuslice.sched.reconcile import Reconciler, environ_slices, netlink_slices
+    charged (what a thread racing the module's check can get). `gpuctl daemon` runs it.
+    --once prints one poll's breaches and kills nothing unless given --kill."""
+    from gpuslice.sched.reconcile import Kill, Reconciler, breaches, environ_slices, netlink_slices, rm_usage
     from gpuslice.sched.rm import RmClient, RmError
 
     _require_driver(ctl)
@@ -194,27 +198,48 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
         rm = RmClient(ctl).open()
     except (OSError, RmError) as e:
         raise GpuctlError(f"cannot open an RM client on {ctl}: {e}") from None
+    dry_run = not (once if kill is None else kill)
     rec = Reconciler(rm, slices)
+    if dry_run:  # the breaches Reconciler.poll would find, and no kill
+        def dry_poll() -> list[Kill]:
+            sl = slices()
+            found = breaches(sl, rm_usage(rm, {g for s in sl for g in s.gpus})) if any(s.pids for s in sl) else []
+            rec.polls += 1
+            for b in found:
+                logging.warning("instance %s holds %d bytes in RM's count (limit %d, charged %d): pid %d (%d bytes) "
+                                "not killed (dry run)", b.name, b.rm_bytes, b.limit, b.used, b.pid, b.pid_bytes)
+            done = [Kill(time.time(), b, False) for b in found]
+            rec.kills.extend(done)
+            return done
+
+        poll = dry_poll
+    else:
+        poll = rec.poll
     until = time.monotonic_ns() + duration if duration else None
     failed = 0
     try:
         while "sig" not in stop and (until is None or time.monotonic_ns() < until):
             t = time.monotonic()
             try:
-                found = rec.poll()
+                found = poll()
                 failed = 0
             except (OSError, RmError) as e:
                 failed += 1
                 if failed == 1:
                     logging.error("poll failed (retrying): %s", e)
                 found = []
-            _write_json(status_file, {"pid": os.getpid(), "time": time.time(), **rec.summary()})
+            if not (once and dry_run):  # a one-off look leaves the running guard's report alone
+                _write_json(status_file, {"pid": os.getpid(), "time": time.time(), "dry_run": dry_run,
+                                          **rec.summary()})
             if once:
                 rows = [{"instance": k.breach.name, "pid": k.breach.pid, "rm_bytes": k.breach.rm_bytes,
-                         "limit": k.breach.limit, "used": k.breach.used, "killed": k.killed} for k in found]
-                emit(ctx, rows, lambda: table(rows, [("instance", "INSTANCE"), ("pid", "PID"),
-                                                     ("rm_bytes", "RM BYTES"), ("limit", "LIMIT"),
-                                                     ("used", "CHARGED"), ("killed", "KILLED")]))
+                         "limit": k.breach.limit, "used": k.breach.used, "killed": k.killed, "dry_run": dry_run}
+                        for k in found]
+                text_rows = [{**r, "killed": "no (dry run)" if dry_run else ("yes" if r["killed"] else "failed")}
+                             for r in rows]
+                emit(ctx, rows, lambda: table(text_rows, [("instance", "INSTANCE"), ("pid", "PID"),
+                                                          ("rm_bytes", "RM BYTES"), ("limit", "LIMIT"),
+                                                          ("used", "CHARGED"), ("killed", "KILLED")]))
                 return
             time.sleep(max(0.0, interval / 1e9 - (time.monotonic() - t)))
     finally:

@@ -81,7 +81,7 @@ def _us(ns: int | None) -> str:
 
 
 @click.command()
-@click.option("--interval", type=DURATION, default="1s", show_default=True, help="Refresh interval.")
+@click.option("--interval", type=DURATION, default="1s", show_default=True, help="Refresh interval, e.g. 500ms or 2s (a bare number is seconds, no longer milliseconds).")
 @click.option("-n", "--iterations", type=click.IntRange(min=1), help="Stop after N refreshes (default: until Ctrl-C).")
 @click.option("--status-file", default=STATUS_PATH, show_default=True, help="Where the daemon reports.")
 @json_option

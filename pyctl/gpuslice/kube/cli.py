@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from gpuslice.policy import POLICIES
+from gpuslice.units import Duration
 from . import DRIVER
 
 
@@ -89,8 +90,9 @@ def register(main: click.Group) -> None:
 @click.option("--driver-root", default="/", show_default=True, metavar="DIR",
               help="Where the host's root is mounted (in a container, e.g. /host): the driver files the "
               "CDI spec mounts are looked up there.")
-@click.option("--retry", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True, metavar="SECONDS",
-              help="How often instances that could not be deleted or made are tried again.")
+@click.option("--retry", type=Duration(100_000_000, 3600 * 10**9, seconds=True), default="10s", show_default=True,
+              help="How often instances that could not be deleted or made are tried again, 100ms to 1h "
+              "(a bare number is seconds).")
 @click.option("-v", "--verbose", count=True, help="-vv: debug output.")
 @click.pass_context
 def device_plugin(ctx: click.Context, config_path: str, device_plugin_dir: str, cdi_dir: str, gpu_source: str,
@@ -164,8 +166,8 @@ QUANTITY.name = "quantity"
               help="Where the host's root is mounted (in a container, e.g. /host): the driver files the "
               "CDI specs mount are looked up there.")
 @click.option("--no-share", is_flag=True, help="Publish whole GPUs only (no consumable capacity).")
-@click.option("--republish", type=click.FloatRange(1, 86400), default=600.0, show_default=True,
-              metavar="SECONDS", help="How often the ResourceSlices are checked against the GPUs.")
+@click.option("--republish", type=Duration(10**9, 86400 * 10**9, seconds=True), default="10m", show_default=True,
+              help="How often the ResourceSlices are checked against the GPUs, 1s to 24h (a bare number is seconds).")
 @click.option("-v", "--verbose", count=True, help="-vv: debug output.")
 @click.pass_context
 def kubelet_plugin(ctx: click.Context, node_name: str, plugin_dir: str, registry_dir: str, cdi_dir: str,

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import click
 
+from gpuslice import units
 from gpuslice.trace import bpf as tracebpf
 from gpuslice.trace import fmt as tracefmt
 from gpuslice.state import STATUS_PATH, valid_name
@@ -280,7 +281,8 @@ def trace_refusals(bcc: Any, out: Out, interval: float | None, count: int | None
 
 
 @click.command("trace")
-@click.option("-i", "--interval", type=click.FloatRange(min=0.01), help="Print every SECONDS (default: at Ctrl-C).")
+@click.option("-i", "--interval", type=units.Duration(lo_ns=10_000_000, seconds=True),
+              help="Print every INTERVAL, e.g. 5s, 500ms or 5 (a bare number is seconds; default: at Ctrl-C).")
 @click.option("-c", "--count", type=click.IntRange(min=1), help="Stop after N intervals.")
 @click.option("--instance", metavar="NAME", help="Only calls of this instance.")
 @click.option("--pid", type=click.IntRange(min=1), help="Only calls of this process (tgid).")
