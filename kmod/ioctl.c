@@ -2,9 +2,11 @@
 /*
  * ioctl.c - one interposed ioctl on a gpuslice node.
  *
- *   copy the argument block in -> gs_pre() -> (GS_PASS) copy the block back,
- *   swap in the private fd table, call the real driver, swap back ->
- *   copy the reply in -> gs_post() -> copy the block out -> tracepoints.
+ *   copy the argument block (and its nested block) in -> gs_call_run()
+ *   (core/call.c: gs_pre(), and for GS_PASS the ops below: stage the block
+ *   in a shadow slot, swap in the private fd table, call the real driver,
+ *   swap back, read the reply back -> gs_post() -> copy the block out)
+ *   -> tracepoints.
  *
  * GS_REPLY: the core's block (status set) is the reply and the ioctl returns
  * 0, as RM does for a refused call. GS_FAIL: the ioctl fails with -c.err.
@@ -56,7 +58,7 @@
 struct gs_uio {
 	struct gs_nested n;
 	void *buf;		/* n.size bytes copied from n.uaddr, or NULL */
-	bool dirty;		/* the core wrote to buf */
+	bool dirty;		/* the core or the driver wrote to buf: it goes back */
 };
 
 static void *gs_uio_at(struct gs_uio *u, nv_u64 uaddr, nv_u32 len)
@@ -322,24 +324,15 @@ static long gs_call_uvm_trusted(struct gs_file *gf, struct gs_call *c, u64 *drv_
 }
 
 /*
- * The nested reply (RM's, as the core rewrote it) to the caller. RM answers
- * NV_ERR_INVALID_ADDRESS, its work done, when it cannot copy its reply out
- * (rs_server.c serverAllocApiCopyOut(), serverControlApiCopyOut()): so does
- * this, when the caller's parameters cannot take the reply.
+ * The nested reply (RM's, as the core rewrote it) to the caller, if the core
+ * or the driver wrote to the copy: -EFAULT when the caller's parameters
+ * cannot take it (gs_call_run() then answers as RM does).
  */
-static void gs_nested_out(struct gs_call *c, const struct gs_uio *u)
+static int gs_nested_out(const struct gs_uio *u)
 {
-	u32 off = c->escape == NV_ESC_RM_ALLOC ? 40 : 28;	/* status */
-	u32 st;
-
-	if (!u->buf || !u->n.stage ||
-	    !copy_to_user(u64_to_user_ptr(u->n.uaddr), u->buf, u->n.size))
-		return;
-	memcpy(&st, c->arg + off, sizeof(st));
-	if (st == NV_OK) {
-		st = NV_ERR_INVALID_ADDRESS;
-		memcpy(c->arg + off, &st, sizeof(st));
-	}
+	if (!u->buf || !u->n.stage || !u->dirty)
+		return 0;
+	return copy_to_user(u64_to_user_ptr(u->n.uaddr), u->buf, u->n.size) ? -EFAULT : 0;
 }
 
 /*
@@ -398,23 +391,104 @@ static void gs_map_memory_reply(struct gs_instance *inst, const struct gs_call *
 	gs_activity_map_memory(inst, req->fd, &note);
 }
 
+/* one call through gs_call_run(): what the module's ops need of it */
+struct gs_ioctl_call {
+	struct gs_file *gf;
+	struct gs_uio u;
+	unsigned int cmd;
+	void __user *arg;
+	bool compat;
+	bool decode;		/* !gs_passthrough_only */
+	bool uvm_locked;	/* a UVM call decided on by its block, under gf->uvm_lock */
+	nv_s32 fd;		/* the fd an export or import control names, or -1 */
+	struct file *fd_file;	/* its file, if one of the instance's nvidiactl nodes */
+	u64 drv_ns;
+};
+
+/*
+ * The driver reads the block the core decided on, from a page the caller
+ * cannot write (shadow.c); UVM ioctls and the plain escapes are decided on
+ * their number alone and read where the caller put them.
+ */
+static long gs_op_driver(void *ctx, struct gs_call *c, int *unread)
+{
+	struct gs_ioctl_call *ic = ctx;
+	bool fault = false;
+	long ret = -ENODEV;
+
+	/* the driver's nested reply, read back into the copy, goes to the caller */
+	ic->u.dirty = true;
+	if (ic->uvm_locked && gs_uvm_releases(c->escape))
+		ret = gs_call_uvm_trusted(ic->gf, c, &ic->drv_ns);
+	if (ret == -ENODEV)
+		ret = gs_call_real(ic->gf, c, &ic->u, ic->cmd, ic->arg, ic->compat,
+				   ic->decode && c->arg_size &&
+				   (gs_block_decided(c) || c->kind == GS_FILE_UVM),
+				   ic->fd, ic->fd_file, &ic->drv_ns, &fault);
+	/*
+	 * The driver ran but its reply is gone: it could not write it
+	 * (-EFAULT: another thread unmapped the block mid-call, after RM
+	 * acted) or we cannot read it. The core then assumes the call
+	 * succeeded: what it charged stays.
+	 */
+	c->reply_lost = (!ret && fault) || ret == -EFAULT;
+	*unread = fault;
+	return ret;
+}
+
+static void gs_op_after(void *ctx, struct gs_call *c, long ret)
+{
+	struct gs_ioctl_call *ic = ctx;
+
+	if (ret)
+		return;
+	gs_check_version_reply(c);
+	if (ic->decode)
+		gs_map_memory_reply(ic->gf->node->inst, c);
+}
+
+static int gs_op_nested_out(void *ctx, const struct gs_call *c)
+{
+	struct gs_ioctl_call *ic = ctx;
+
+	return gs_nested_out(&ic->u);
+}
+
+static int gs_op_copy_out(void *ctx, const struct gs_call *c, long ret)
+{
+	struct gs_ioctl_call *ic = ctx;
+
+	if (c->arg_size && copy_to_user(ic->arg, c->arg, c->arg_size))
+		return -EFAULT;
+	return 0;
+}
+
+static const struct gs_call_ops gs_ioctl_ops = {
+	.driver = gs_op_driver,
+	.after = gs_op_after,
+	.nested_out = gs_op_nested_out,
+	.copy_out = gs_op_copy_out,
+};
+
 long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat)
 {
 	struct gs_file *gf = file->private_data;
 	struct gs_instance *inst = gf->node->inst;
-	bool decode = !gs_passthrough_only;
-	u64 t0 = ktime_get_ns(), drv_ns = 0;
+	struct gs_ioctl_call ic = {
+		.gf = gf,
+		.cmd = cmd,
+		.arg = arg,
+		.compat = compat,
+		.decode = !gs_passthrough_only,
+		.fd = -1,
+	};
+	u64 t0 = ktime_get_ns();
 	u8 stack_arg[GS_STACK_ARG];
-	enum gs_verdict verdict;
-	struct gs_uio u = { };
 	struct gs_io io = {
 		.read = gs_io_read,
 		.write = gs_io_write,
-		.ctx = &u,
+		.ctx = &ic.u,
 	};
-	bool fault = false, uvm_locked;
-	struct file *fd_file = NULL;
-	nv_s32 fd = -1;
 	struct gs_call c = {
 		.kind = gf->node->kind,
 		.gpu_minor = gf->node->gpu,
@@ -430,7 +504,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 	if (c.kind == GS_FILE_UVM) {
 		c.escape = cmd;
 		/* the nvidia-uvm commands decided on by their block (core/uvm.c) */
-		c.arg_size = decode ? gs_uvm_arg_size(cmd) : 0;
+		c.arg_size = ic.decode ? gs_uvm_arg_size(cmd) : 0;
 	} else {
 		c.arg_size = _IOC_SIZE(cmd);
 		c.arg = stack_arg;
@@ -448,82 +522,35 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 			goto out_free;
 		}
 	}
-	if (decode && c.kind != GS_FILE_UVM) {
-		ret = gs_uio_fill(&u, &c);
+	if (ic.decode && c.kind != GS_FILE_UVM) {
+		ret = gs_uio_fill(&ic.u, &c);
 		if (ret)
 			goto out_free;
-		if (gs_call_fd(&c, &io, &fd)) {
-			fd_file = gs_fd_file(inst, fd, &c.fd_file_id);
+		if (gs_call_fd(&c, &io, &ic.fd)) {
+			ic.fd_file = gs_fd_file(inst, ic.fd, &c.fd_file_id);
 			gs_inject_fd_delay();	/* the test build's race window */
 		}
 	}
-	uvm_locked = c.kind == GS_FILE_UVM && c.arg_size;
-	if (uvm_locked && mutex_lock_killable(&gf->uvm_lock)) {
+	ic.uvm_locked = c.kind == GS_FILE_UVM && c.arg_size;
+	if (ic.uvm_locked && mutex_lock_killable(&gf->uvm_lock)) {
 		ret = -EINTR;
 		goto out_free;
 	}
 
-	verdict = decode ? gs_pre(inst->core, &c, &io) : GS_PASS;
-	switch (verdict) {
-	case GS_FAIL:
-		ret = -c.err;
-		break;
-	case GS_REPLY:
-		ret = 0;
-		if (u.dirty)
-			gs_nested_out(&c, &u);
-		if (copy_to_user(arg, c.arg, c.arg_size))
-			ret = -EFAULT;
-		break;
-	default:
-		/*
-		 * The driver reads the block the core decided on, from a page
-		 * the caller cannot write (shadow.c); UVM ioctls and the plain
-		 * escapes are decided on their number alone and read where the
-		 * caller put them.
-		 */
-		if (uvm_locked && gs_uvm_releases(c.escape))
-			ret = gs_call_uvm_trusted(gf, &c, &drv_ns);
-		else
-			ret = -ENODEV;
-		if (ret == -ENODEV)
-			ret = gs_call_real(gf, &c, &u, cmd, arg, compat,
-					   decode && c.arg_size &&
-					   (gs_block_decided(&c) || c.kind == GS_FILE_UVM),
-					   fd, fd_file, &drv_ns, &fault);
-		/*
-		 * The driver ran but its reply is gone: it could not write it
-		 * (-EFAULT: another thread unmapped the block mid-call, after
-		 * RM acted) or we cannot read it. The core then assumes the
-		 * call succeeded: what it charged stays.
-		 */
-		c.reply_lost = (!ret && fault) || ret == -EFAULT;
-		if (decode)
-			gs_post(inst->core, &c, &io, c.reply_lost ? 0 : ret);
-		if (!ret && !fault) {
-			gs_check_version_reply(&c);
-			if (decode)
-				gs_map_memory_reply(inst, &c);
-		}
-		if (!fault)
-			gs_nested_out(&c, &u);
-		if (fault || (c.arg_size && copy_to_user(arg, c.arg, c.arg_size)))
-			ret = -EFAULT;
-		break;
-	}
+	ret = gs_call_run(ic.decode ? inst->core : NULL, &c, &io, &gs_ioctl_ops, &ic);
 
-	if (uvm_locked)
+	if (ic.uvm_locked)
 		mutex_unlock(&gf->uvm_lock);
 	trace_gpuslice_ioctl(inst->id, inst->name, c.pid, c.kind, c.escape, c.what,
-			     c.status, c.refusal, drv_ns, ktime_get_ns() - t0);
+			     c.status, c.refusal, ic.drv_ns, ktime_get_ns() - t0);
 	if (c.refusal != GS_REFUSE_NONE)
 		trace_gpuslice_refusal(inst->id, inst->name, c.pid, c.kind, c.escape,
 				       c.what, c.refusal, c.status,
 				       gs_refused_size(inst));
 out_free:
-	if (fd_file)
-		fput(fd_file);
-	kvfree(u.buf);
+	if (ic.fd_file)
+		fput(ic.fd_file);
+	kvfree(ic.u.buf);
 	if (c.arg != stack_arg)
 		kfree(c.arg);
 	return ret;

@@ -13,11 +13,11 @@
  * to libc with no lookup.
  *
  * Each NVIDIA ioctl: copy the argument block in (process_vm_readv, so a bad
- * pointer is EFAULT rather than a crash), gs_pre(), call the real ioctl on
- * the copy, gs_post(), copy the block back. The core's lock is the only lock
- * on that path; the fd table is lock-free. A signal handler that issues an
- * NVIDIA ioctl while its thread is inside the core would deadlock; CUDA does
- * not do that.
+ * pointer is EFAULT rather than a crash), then gs_call_run() (kmod/core/call.c:
+ * gs_pre(), the real ioctl on the copy, gs_post(), the block back). The
+ * core's lock is the only lock on that path; the fd table is lock-free. A
+ * signal handler that issues an NVIDIA ioctl while its thread is inside the
+ * core would deadlock; CUDA does not do that.
  *
  * Environment:
  *   GPUSLICE_INSTANCE   name reported with every event (default "default")
@@ -556,56 +556,109 @@ void gs_apply_timeslice_all(void)
 }
 
 /*
- * The call protocol (docs/core.md), the same for RM's files and nvidia-uvm's:
- * gs_pre() on the caller's copied block; a refusal is answered from the copy
- * (GS_REPLY) or with its errno (GS_FAIL); otherwise the real ioctl runs on the
- * copy and gs_post() hears its result. Returns 1 when the call is answered
- * (*ret, *err set), 0 when the driver ran (*ret its return, *err its errno):
- * the caller then copies the block back with gs_pl_copy_out().
+ * One call through gs_call_run() (kmod/core/call.c), the same protocol as the
+ * module's, for RM's files and nvidia-uvm's: the real ioctl runs on the
+ * caller's copied block, and the block goes back to the caller only when the
+ * driver succeeded or the core answered.
  */
-static int gs_pl_call(int fd, unsigned long req, void *uarg, void *buf, nv_u32 size,
-		      struct gs_call *c, int *ret, int *err)
-{
-	enum gs_verdict v = gs_pre(gs_pl.inst, c, &gs_pl_io);
+struct gs_pl_call {
+	int fd;
+	unsigned long req;
+	void *uarg;
+	nv_u32 cmd;	/* an export or import control's */
+	nv_s32 pfd;	/* the fd it names */
+};
 
-	if (v == GS_FAIL) {
-		gs_report_refusal(c);
-		*ret = -1;
-		*err = c->err;
-		return 1;
-	}
-	if (v == GS_REPLY) {
-		gs_report_refusal(c);
-		*ret = gs_copy(uarg, buf, size, 1) ? -1 : 0;
-		*err = EFAULT;
-		return 1;
-	}
-	*ret = real_ioctl(fd, req, size ? buf : uarg);
-	*err = errno;
-	gs_fd_now = fd;
-	gs_post(gs_pl.inst, c, &gs_pl_io, *ret < 0 ? -*err : 0);
-	gs_fd_now = -1;
+static long gs_pl_driver(void *ctx, struct gs_call *c, int *unread)
+{
+	struct gs_pl_call *pc = ctx;
+	int r = real_ioctl(pc->fd, pc->req, c->arg_size ? c->arg : pc->uarg);
+
+	if (r < 0)
+		return -(long)(errno ? errno : EIO);
+	return r;
+}
+
+static int gs_pl_copy_out(void *ctx, const struct gs_call *c, long ret)
+{
+	struct gs_pl_call *pc = ctx;
+
+	if (ret == 0 && gs_copy(pc->uarg, c->arg, c->arg_size, 1))
+		return -EFAULT;
 	return 0;
 }
 
-/* the reply back to the caller after a call the driver ran successfully */
-static void gs_pl_copy_out(void *uarg, const void *buf, nv_u32 size, int *ret, int *err)
+static void gs_pl_answered(void *ctx, const struct gs_call *c)
 {
-	if (*ret == 0 && gs_copy(uarg, buf, size, 1)) {
-		*ret = -1;
-		*err = EFAULT;
+	gs_report_refusal(c);
+}
+
+/* RM's reply, before it goes back to the caller */
+static void gs_pl_nv_after(void *ctx, struct gs_call *c, long ret)
+{
+	struct gs_pl_call *pc = ctx;
+	const void *buf = c->arg;
+	nv_u32 size = c->arg_size;
+	nv_u32 nr = NV_IOC_NR(pc->req);
+
+	gs_userd_ioctl(c, buf, ret);
+	if (ret == 0 && (gs_timeslice_us() || gs_pl.interleave >= 0) && nr == NV_ESC_RM_ALLOC &&
+	    size >= sizeof(struct nvos64_params) &&
+	    ((const struct nvos64_params *)buf)->h_class == KEPLER_CHANNEL_GROUP_A &&
+	    ((const struct nvos64_params *)buf)->status == NV_OK)
+		gs_apply_tsg(pc->fd, buf);
+	/* an export RM made: its file may be handed to another process */
+	if (ret == 0 && c->fd_file_id && ((const struct nvos54_params *)buf)->status == NV_OK &&
+	    (pc->cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ||
+	     pc->cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD))
+		gs_sibling_exported(pc->pfd, c->fd_file_id);
+	/* a share policy set: another process may duplicate from this client */
+	if (ret == 0 && nr == NV_ESC_RM_SHARE && size >= sizeof(struct nvos57_params) &&
+	    ((const struct nvos57_params *)buf)->status == NV_OK)
+		gs_sibling_shared(((const struct nvos57_params *)buf)->h_client);
+}
+
+static const struct gs_call_ops gs_pl_nv_ops = {
+	.driver = gs_pl_driver,
+	.after = gs_pl_nv_after,
+	.copy_out = gs_pl_copy_out,
+	.answered = gs_pl_answered,
+};
+
+static const struct gs_call_ops gs_pl_uvm_ops = {
+	.driver = gs_pl_driver,
+	.copy_out = gs_pl_copy_out,
+	.answered = gs_pl_answered,
+};
+
+/*
+ * The call, with the file of the RM call this thread is in for the events
+ * its gs_post() sends (gs_event_fd()). Returns the ioctl's return, *err
+ * set when it is -1.
+ */
+static int gs_pl_run(struct gs_call *c, const struct gs_call_ops *ops, struct gs_pl_call *pc,
+		     int *err)
+{
+	long r;
+
+	gs_fd_now = pc->fd;
+	r = gs_call_run(gs_pl.inst, c, &gs_pl_io, ops, pc);
+	gs_fd_now = -1;
+	if (r < 0) {
+		*err = (int)-r;
+		return -1;
 	}
+	return (int)r;
 }
 
 static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 {
 	nv_u64 stackbuf[512];	/* 4 KiB, 8-aligned; larger blocks go to the heap */
 	nv_u32 size = NV_IOC_SIZE(req);
+	struct gs_pl_call pc = { .fd = fd, .req = req, .uarg = uarg, .pfd = -1 };
 	struct gs_call c;
 	void *buf = stackbuf;
-	nv_u32 cmd = 0;		/* an export or import control's */
-	nv_s32 pfd = -1;
-	int ret, err;
+	int ret, err = errno;
 
 	if (size > sizeof(stackbuf)) {
 		buf = malloc(size);
@@ -634,15 +687,15 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 	 * files; for an import, one another process of the instance exported
 	 * into, or not (siblings.c).
 	 */
-	if (gs_call_fd(&c, &gs_pl_io, &pfd)) {
-		nv_u64 pst = gs_fd_state(pfd);
+	if (gs_call_fd(&c, &gs_pl_io, &pc.pfd)) {
+		nv_u64 pst = gs_fd_state(pc.pfd);
 
 		if ((pst & 0xff) == GS_TAG_CTL) {
 			c.fd_file_id = pst >> 16;
-			cmd = ((const struct nvos54_params *)buf)->cmd;
-			if (cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD ||
-			    cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD)
-				c.fd_sibling = gs_sibling_file(pfd);
+			pc.cmd = ((const struct nvos54_params *)buf)->cmd;
+			if (pc.cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD ||
+			    pc.cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD)
+				c.fd_sibling = gs_sibling_file(pc.pfd);
 		}
 	}
 	/* a duplicate from another client: another process's of the instance? */
@@ -652,24 +705,7 @@ static int gs_nv_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 		if (dp->h_client_src != dp->h_client)
 			c.src_sibling = gs_sibling_client(dp->h_client_src);
 	}
-	if (gs_pl_call(fd, req, uarg, buf, size, &c, &ret, &err))
-		goto out;
-	gs_userd_ioctl(&c, buf, ret);
-	if (ret == 0 && (gs_timeslice_us() || gs_pl.interleave >= 0) && NV_IOC_NR(req) == NV_ESC_RM_ALLOC &&
-	    size >= sizeof(struct nvos64_params) &&
-	    ((const struct nvos64_params *)buf)->h_class == KEPLER_CHANNEL_GROUP_A &&
-	    ((const struct nvos64_params *)buf)->status == NV_OK)
-		gs_apply_tsg(fd, buf);
-	/* an export RM made: its file may be handed to another process */
-	if (ret == 0 && c.fd_file_id && ((const struct nvos54_params *)buf)->status == NV_OK &&
-	    (cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD ||
-	     cmd == NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD))
-		gs_sibling_exported(pfd, c.fd_file_id);
-	/* a share policy set: another process may duplicate from this client */
-	if (ret == 0 && NV_IOC_NR(req) == NV_ESC_RM_SHARE && size >= sizeof(struct nvos57_params) &&
-	    ((const struct nvos57_params *)buf)->status == NV_OK)
-		gs_sibling_shared(((const struct nvos57_params *)buf)->h_client);
-	gs_pl_copy_out(uarg, buf, size, &ret, &err);
+	ret = gs_pl_run(&c, &gs_pl_nv_ops, &pc, &err);
 out:
 	if (buf != stackbuf)
 		free(buf);
@@ -703,9 +739,10 @@ static int gs_uvm_ioctl(int fd, nv_u64 st, unsigned long req, void *uarg)
 static int gs_uvm_ioctl_locked(int fd, nv_u64 st, unsigned long req, void *uarg)
 {
 	nv_u32 size = gs_uvm_arg_size((nv_u32)req);
+	struct gs_pl_call pc = { .fd = fd, .req = req, .uarg = uarg, .pfd = -1 };
 	struct gs_call c;
 	void *buf;
-	int ret, err;
+	int ret, err = errno;
 
 	buf = malloc(size);
 	if (!buf) {
@@ -726,8 +763,7 @@ static int gs_uvm_ioctl_locked(int fd, nv_u64 st, unsigned long req, void *uarg)
 	c.pid = getpid();
 	/* the reply is taken as UVM's: nothing here can stop a rewrite anyway */
 	c.reply_trusted = 1;
-	if (!gs_pl_call(fd, req, uarg, buf, size, &c, &ret, &err))
-		gs_pl_copy_out(uarg, buf, size, &ret, &err);
+	ret = gs_pl_run(&c, &gs_pl_uvm_ops, &pc, &err);
 out:
 	free(buf);
 	errno = err;

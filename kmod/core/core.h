@@ -355,6 +355,46 @@ int gs_nested(const struct gs_call *c, struct gs_nested *n);
 int gs_call_fd(const struct gs_call *c, const struct gs_io *io, nv_s32 *fd);
 /* Account for / rewrite the reply of a call GS_PASS sent to the driver; ret: its return */
 void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int ret);
+
+/*
+ * What the glue does for gs_call_run(): whatever touches the caller's
+ * memory, the real driver or the glue's own state. ctx is the glue's, the
+ * same for the whole call. None of them runs under the instance lock.
+ */
+struct gs_call_ops {
+	/*
+	 * Runs the real driver on c->arg, the block as gs_pre() checked it, and
+	 * reads its reply back into c->arg. Returns the driver's return (0 or
+	 * -errno). Sets *unread when the reply could not be read back (the
+	 * caller then gets -EFAULT), and c->reply_lost when the driver ran but
+	 * its reply is gone (gs_post() then counts the call as a success).
+	 */
+	long (*driver)(void *ctx, struct gs_call *c, int *unread);
+	/* may be NULL: after gs_post() of a reply that was read back; ret: the driver's */
+	void (*after)(void *ctx, struct gs_call *c, long ret);
+	/*
+	 * May be NULL: the glue's copy of the nested block (gs_nested()) back
+	 * to the caller, if the core or the driver wrote to it; 0, or -EFAULT
+	 * when the caller's memory cannot take it (the call's status is then
+	 * NV_ERR_INVALID_ADDRESS, as RM answers).
+	 */
+	int (*nested_out)(void *ctx, const struct gs_call *c);
+	/* the block back to the caller: 0 or -EFAULT; ret: the driver's, 0 for the core's answer */
+	int (*copy_out)(void *ctx, const struct gs_call *c, long ret);
+	/* may be NULL: gs_pre() answered the call itself (GS_REPLY or GS_FAIL) */
+	void (*answered)(void *ctx, const struct gs_call *c);
+};
+
+/*
+ * One call, the whole protocol (call.c): gs_pre(); GS_FAIL returns -c->err;
+ * GS_REPLY copies the block (status set) back and returns 0; GS_PASS runs
+ * ops->driver, then gs_post() (once, whatever the driver did), ops->after,
+ * and copies the nested block and the block back. Returns the ioctl's
+ * return: 0, the driver's, or -errno. in NULL decides nothing: the driver
+ * runs and its reply goes back (the module's passthrough_only).
+ */
+long gs_call_run(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
+		 const struct gs_call_ops *ops, void *ctx);
 /* The file died (close, process exit, kill -9): RM frees every client it owned. */
 void gs_file_closed(struct gs_inst *in, nv_u64 file_id);
 

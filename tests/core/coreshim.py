@@ -82,6 +82,47 @@ class Result:
     refusal: int
 
 
+T_RUN_LOG = 16
+DriverFn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint32)
+
+
+class TRun(ctypes.Structure):
+    """shim.c struct t_run: the test's glue for gs_call_run() and what it saw."""
+
+    _fields_ = [
+        ("driver", DriverFn),
+        ("ret", ctypes.c_int32),
+        ("unread", ctypes.c_int32),
+        ("lost", ctypes.c_int32),
+        ("nested", ctypes.c_int32),
+        ("copy_ret", ctypes.c_int32),
+        ("after_ret", ctypes.c_int64),
+        ("copy_ret_seen", ctypes.c_int64),
+        ("n", ctypes.c_int32),
+        ("log", ctypes.c_char * (T_RUN_LOG + 1)),
+    ]
+
+
+@dataclass
+class Run:
+    """One call through gs_call_run(): its return, the glue's ops in the order they ran
+    (D driver, A after, N nested_out, C copy_out, R answered) and the call's outcome."""
+
+    ret: int
+    log: str
+    status: int
+    err: int
+    refusal: int
+    after_ret: int
+    copy_ret_seen: int
+
+    @property
+    def verdict(self) -> int:
+        if "D" in self.log:
+            return GS_PASS
+        return GS_REPLY if self.ret == 0 else GS_FAIL
+
+
 class Core:
     """One instance of the core, driven call by call."""
 
@@ -124,6 +165,14 @@ class Core:
         lib.t_set_fd_file_id.argtypes = [ctypes.c_uint64, ctypes.c_uint8]
         lib.t_call_fd.restype = ctypes.c_int32
         lib.t_call_fd.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint32]
+        lib.t_run.restype = ctypes.c_int64
+        lib.t_run.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p,
+            ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(TRun),
+            ctypes.POINTER(ctypes.c_int32),
+        ]
+        lib.t_run_size.restype = ctypes.c_size_t
+        assert lib.t_run_size() == ctypes.sizeof(TRun)
         for f in ("t_escape_name", "t_class_name", "t_refusal_name"):
             getattr(lib, f).restype = ctypes.c_char_p
         self.inst = lib.t_new(limit)
@@ -168,27 +217,54 @@ class Core:
     def call(self, req: int, arg: bytearray, driver=None, *, kind=GS_FILE_CTL, minor=0,
              file_id=1, pid=100, ret=0, arg_size=None, ns_pid=0, fd_file_id=0,
              fd_sibling=False, trusted=True) -> Result:
-        """gs_pre; if PASS, driver(arg) plays RM (mutates arg, returns ret), then gs_post.
+        """One call through gs_call_run(): gs_pre; if PASS, driver(arg) plays RM (mutates
+        arg, returns ret), then gs_post.
         fd_file_id: what the glue resolved the fd a call names to (gs_call.fd_file_id);
         fd_sibling: the user-space glue found it another process's of the instance (and, for
         RM_DUP_OBJECT, hClientSrc: gs_call.src_sibling); trusted: the glue could read the
         driver's reply where the caller cannot write (gs_call.reply_trusted, nvidia-uvm)."""
+        r = self.run(req, arg, driver, kind=kind, minor=minor, file_id=file_id, pid=pid, ret=ret,
+                     arg_size=arg_size, ns_pid=ns_pid, fd_file_id=fd_file_id, fd_sibling=fd_sibling,
+                     trusted=trusted)
+        return Result(r.verdict, r.status, r.err, r.refusal)
+
+    def run(self, req: int, arg: bytearray, driver=None, *, kind=GS_FILE_CTL, minor=0,
+            file_id=1, pid=100, ret=0, arg_size=None, ns_pid=0, fd_file_id=0,
+            fd_sibling=False, trusted=True, unread=False, lost=False, nested=None,
+            copy_ret=0, decide=True) -> Run:
+        """gs_call_run() with the test's glue (shim.c t_run): driver(arg) plays RM, or the
+        driver returns ret; unread: the glue cannot read its reply back (lost: and sets
+        gs_call.reply_lost); nested: None for no nested_out op, else what it returns;
+        copy_ret: what copy_out returns; decide False: no instance (passthrough)."""
         self.lib.t_set_ns_pid(ns_pid)
         self.lib.t_set_reply_trusted(int(trusted))
         self.lib.t_set_fd_file_id(fd_file_id, int(fd_sibling))
         n = len(arg)
         buf = (ctypes.c_char * max(n, 1)).from_buffer(arg) if n else None
-        out = (ctypes.c_int32 * 4)()
+        out = (ctypes.c_int32 * 3)()
         size = n if arg_size is None else arg_size
-        c = self.lib.t_pre(self.inst, kind, minor, req, buf, size, file_id, pid, out)
-        r = Result(out[0], out[1] & 0xFFFFFFFF, out[2], out[3])
-        if r.verdict == GS_PASS:
-            if driver is not None:
-                ret = driver(arg)
-            r.status = self.lib.t_post(self.inst, c, ret)
-        else:
-            self.lib.t_done(c)
-        return r
+        raised: list[BaseException] = []
+
+        def drv(_p, _size):
+            try:
+                return driver(arg) or 0
+            except BaseException as e:  # noqa: BLE001 (raised again below, not inside C)
+                raised.append(e)
+                return 0
+
+        t = TRun()
+        t.driver = DriverFn(drv) if driver is not None else DriverFn()
+        t.ret = ret
+        t.unread = int(unread)
+        t.lost = int(lost)
+        t.nested = 0 if nested is None else (1 if nested == 0 else nested)
+        t.copy_ret = copy_ret
+        rc = self.lib.t_run(self.inst if decide else None, kind, minor, req, buf, size, file_id, pid,
+                            ctypes.byref(t), out)
+        if raised:
+            raise raised[0]
+        return Run(rc, t.log.decode(), out[0] & 0xFFFFFFFF, out[1], out[2], t.after_ret,
+                   t.copy_ret_seen)
 
     def call_fd(self, req: int, arg: bytearray) -> int | None:
         """The fd gs_call_fd() finds in a control block, or None."""

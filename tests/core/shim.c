@@ -353,3 +353,119 @@ void t_set_reply_lost(struct gs_call *c)
 {
 	c->reply_lost = 1;
 }
+
+/*
+ * gs_call_run() with a glue of the test's (kmod/core/call.c). The block is the
+ * caller's memory itself, so copying it out is a no-op that can be told to
+ * fail. log: the ops in the order they ran (D driver, A after, N nested_out,
+ * C copy_out, R answered), each at most T_RUN_LOG.
+ */
+#define T_RUN_LOG	16
+
+typedef int32_t (*t_driver_fn)(void *arg, uint32_t size);
+
+struct t_run {
+	t_driver_fn driver;	/* plays RM on the block; NULL: returns ret */
+	int32_t ret;		/* the driver's return without a driver */
+	int32_t unread;		/* the reply cannot be read back */
+	int32_t lost;		/* ... and gs_call.reply_lost */
+	int32_t nested;		/* 0: no nested_out op, else what it returns (1: 0) */
+	int32_t copy_ret;	/* what copy_out returns */
+	int64_t after_ret;	/* the ret after and copy_out were given */
+	int64_t copy_ret_seen;
+	int32_t n;
+	char log[T_RUN_LOG + 1];
+};
+
+static void t_run_log(struct t_run *r, char op)
+{
+	if (r->n < T_RUN_LOG)
+		r->log[r->n++] = op;
+}
+
+static long t_run_driver(void *ctx, struct gs_call *c, int *unread)
+{
+	struct t_run *r = ctx;
+	long ret = r->ret;
+
+	t_run_log(r, 'D');
+	if (r->driver)
+		ret = r->driver(c->arg, c->arg_size);
+	*unread = r->unread;
+	c->reply_lost = r->lost;
+	return ret;
+}
+
+static void t_run_after(void *ctx, struct gs_call *c, long ret)
+{
+	struct t_run *r = ctx;
+
+	t_run_log(r, 'A');
+	r->after_ret = ret;
+}
+
+static int t_run_nested(void *ctx, const struct gs_call *c)
+{
+	struct t_run *r = ctx;
+
+	t_run_log(r, 'N');
+	return r->nested == 1 ? 0 : r->nested;
+}
+
+static int t_run_copy(void *ctx, const struct gs_call *c, long ret)
+{
+	struct t_run *r = ctx;
+
+	t_run_log(r, 'C');
+	r->copy_ret_seen = ret;
+	return r->copy_ret;
+}
+
+static void t_run_answered(void *ctx, const struct gs_call *c)
+{
+	t_run_log(ctx, 'R');
+}
+
+/* in NULL: nothing decided. out[0..2] = status, err, refusal; returns gs_call_run()'s return */
+int64_t t_run(struct gs_inst *in, int kind, uint32_t minor, uint32_t req, void *arg,
+	      uint32_t arg_size, uint64_t file_id, uint32_t pid, struct t_run *r, int32_t *out)
+{
+	struct gs_call_ops ops = {
+		.driver = t_run_driver,
+		.after = t_run_after,
+		.nested_out = r->nested ? t_run_nested : NULL,
+		.copy_out = t_run_copy,
+		.answered = t_run_answered,
+	};
+	struct gs_call c = {
+		.kind = kind,
+		.gpu_minor = minor,
+		.req = req,
+		.arg = arg,
+		.arg_size = arg_size,
+		.file_id = file_id,
+		.pid = pid,
+		.ns_pid = t_ns_pid,
+		.fd_file_id = t_fd_file_id,
+		.fd_sibling = t_fd_sibling,
+		.src_sibling = t_fd_sibling,
+		.reply_trusted = t_reply_trusted,
+	};
+	long ret;
+
+	if (kind == GS_FILE_UVM)
+		c.escape = req;
+	else
+		c.escape = NV_IOC_NR(req);
+	ret = gs_call_run(in, &c, &t_io, &ops, r);
+	r->log[r->n] = '\0';
+	out[0] = (int32_t)c.status;
+	out[1] = c.err;
+	out[2] = c.refusal;
+	return ret;
+}
+
+size_t t_run_size(void)
+{
+	return sizeof(struct t_run);
+}
