@@ -283,7 +283,13 @@ class GpusliceNetlink:
         self._subscribed = False
 
     def close(self) -> None:
-        self.sock.close()
+        """Close the socket and pyroute2's event loop with it, once. A socket left open
+        until the interpreter exits is collected in any order: the loop's finalizer can
+        run after its own sockets were closed and print "Exception ignored in:
+        BaseEventLoop.__del__ ... Invalid file descriptor: -1"."""
+        if not getattr(self, "_closed", False):
+            self._closed = True
+            self.sock.close()
 
     def __enter__(self) -> "GpusliceNetlink":
         return self

@@ -271,7 +271,8 @@ def kernel(ctx: click.Context, change: str | None = None) -> Any:
             ctx.obj["nl"] = None
         else:
             try:
-                ctx.obj["nl"] = GpusliceNetlink()
+                ctx.obj["nl"] = nl = GpusliceNetlink()
+                ctx.find_root().call_on_close(nl.close)  # closed when the command ends, not at exit
             except VersionMismatch as e:  # refused whatever the mode: never talk to another ABI
                 raise GpuctlError(str(e)) from None
             except (NetlinkError, OSError, ImportError) as e:
