@@ -249,7 +249,7 @@ def test_restore_recreates_what_the_module_lacks(gpuctl, tmp_path) -> None:
     out = tmp_path / "g.yaml"
     res = gpuctl("--cdi-spec", str(out), "instance", "restore", "--json")
     assert res.exit_code == 0, res.stderr
-    assert json.loads(res.stdout) == {"created": ["b"]}
+    assert json.loads(res.stdout) == {"created": ["b"], "failed": []}
     assert [d["name"] for d in yaml.safe_load(out.read_text())["devices"]] == ["a", "b"]
     assert gpuctl("instance", "restore").stdout.strip() == "nothing to restore"
     no_module = CliRunner().invoke(main, ["--state", path, "--kernel", "no", "instance", "restore"])
@@ -270,14 +270,28 @@ def test_a_failed_regeneration_keeps_the_change(gpuctl, tmp_path) -> None:
     assert list(S.load(str(tmp_path / "state.json")).instances) == ["web"]
 
 
-def test_names_that_are_not_cdi_names_are_left_out(gpuctl, tmp_path) -> None:
+def test_names_that_are_not_cdi_names_are_refused_and_old_ones_left_out(gpuctl, tmp_path) -> None:
+    """A new name must be a CDI device name; one made before that rule (in the state file
+    and the module) still loads, and is left out of the spec with one warning line."""
+    from gpuslice import state as S
+
     assert cdi.is_cdi_name("web-1.a_b") and not cdi.is_cdi_name("_web") and not cdi.is_cdi_name("web-")
     out = tmp_path / "g.yaml"
     assert gpuctl("--cdi-spec", str(out), "instance", "create", "ok", "--memory", "1GiB").exit_code == 0
     res = gpuctl("--cdi-spec", str(out), "instance", "create", "_hidden", "--memory", "1GiB")
-    assert res.exit_code == 0
-    assert "warning: instance '_hidden' left out of the CDI spec" in res.stderr
-    assert [d["name"] for d in yaml.safe_load(out.read_text())["devices"]] == ["ok"]
+    assert res.exit_code == 2 and "bad instance name '_hidden'" in res.stderr
+    path = str(tmp_path / "state.json")
+    with S.locked(path) as st:  # as an older gpuctl made them
+        for n in ("_hidden", "x-"):
+            st.instances[n] = S.Instance(n, [0], 1 << 30)
+    assert gpuctl("instance", "restore").exit_code == 0
+    res = gpuctl("--cdi-spec", str(out), "instance", "create", "ok2", "--memory", "1GiB")
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr == ("gpuctl: warning: left out of the CDI spec, as CDI device names start and end with a "
+                          "letter or digit: '_hidden', 'x-' (made before names had to be; recreate under another "
+                          "name)\n")
+    assert [d["name"] for d in yaml.safe_load(out.read_text())["devices"]] == ["ok", "ok2"]
+    assert sorted(S.load(path).instances) == ["_hidden", "ok", "ok2", "x-"]
 
 
 def test_scan_host_under_a_root_gives_host_paths(tmp_path) -> None:

@@ -45,7 +45,7 @@ def test_create_list_show_delete(run) -> None:
 def test_set_and_policy(run) -> None:
     ok(run("instance", "create", "a", "--memory", "1GiB", "--share", "30%"))
     ok(run("instance", "create", "b", "--memory", "1GiB", "--share", "50%"))
-    out = ok(run("policy", "set", "fixed", "--period", "20ms"))
+    out = ok(run("policy", "set", "fixed", "--period", "20ms", "--gpu", "0"))
     assert out.strip() == "gpu 0: fixed, period 20ms"
     st = S.load(run.path)
     assert st.policy_of(0) == S.GpuPolicy("fixed", 20_000_000)

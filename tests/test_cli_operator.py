@@ -184,9 +184,9 @@ def test_a_share_ignored_by_the_policy_is_warned(run) -> None:
     res = run("instance", "create", "a", "--memory", "1Gi", "--share", "30%")
     assert res.exit_code == 0
     assert warnings(res) == ["gpu 0: a: share 30.0% is ignored under burst (only the fixed policy uses it)"]
-    res = run("instance", "create", "b", "--memory", "1Gi", "--policy", "fixed", "--ceiling", "50%")
+    res = run("instance", "create", "b", "--memory", "1Gi", "--policy", "fixed", "--ceiling", "50%", "--force")
     assert res.exit_code == 0
-    assert warnings(res) == ["gpu 0: --policy fixed replaces burst for every instance of the GPU, also a",
+    assert warnings(res) == ["gpu 0: --policy fixed replaces burst for every instance of the GPU, also a (--force)",
                              "gpu 0: b: ceiling 50.0% is ignored under fixed (only equal and burst cap)"]
 
 

@@ -49,7 +49,7 @@ def test_floors_over_99_across_instances_stay_a_state_conflict(run) -> None:
 def test_fixed_shares_over_100_across_instances_stay_a_state_conflict(run) -> None:
     ok(run("instance", "create", "a", "--memory", "1Gi", "--share", "70%"))
     ok(run("instance", "create", "b", "--memory", "1Gi", "--share", "70%"))
-    error(run("policy", "set", "fixed"), 1, "gpu 0: fixed shares sum to 140.0% > 100%")
+    error(run("policy", "set", "fixed", "--gpu", "0"), 1, "gpu 0: fixed shares sum to 140.0% > 100%")
     assert S.load(run.path).policy_of(0).policy == "burst"
 
 
@@ -205,8 +205,8 @@ def test_set_says_what_it_did(run) -> None:
 def test_period_help_says_the_gpus_period_is_kept(run) -> None:
     text = " ".join(ok(run("policy", "set", "--help")).split())
     assert "default: keep the GPU's period (50ms for a new GPU)" in text, text
-    ok(run("policy", "set", "burst", "--period", "20ms"))
-    ok(run("policy", "set", "equal"))
+    ok(run("policy", "set", "burst", "--period", "20ms", "--gpu", "0"))
+    ok(run("policy", "set", "equal", "--gpu", "0"))
     assert S.load(run.path).policy_of(0).period_ns == 20_000_000
 
 
@@ -250,13 +250,19 @@ def test_doctor_warns_for_a_spec_without_driver_files(tmp_path) -> None:
 
 # ---- 7: instance create --policy changes the GPU's --------------------------------------------
 
-def test_create_with_a_new_policy_warns_for_the_other_instances(run) -> None:
+def test_create_with_a_new_policy_is_refused_for_the_other_instances_unless_forced(run) -> None:
+    """A policy is the GPU's: `instance create --policy` switches it only where no other
+    instance runs under it, or with --force (warned); `policy set` is the command for it."""
     ok(run("instance", "create", "a", "--memory", "1Gi"))
     ok(run("instance", "create", "b", "--memory", "1Gi", "--gpu", "0,1"))
-    res = run("instance", "create", "c", "--memory", "1Gi", "--policy", "equal")
+    error(run("instance", "create", "c", "--memory", "1Gi", "--policy", "equal"), 1,
+          "gpu 0: --policy equal would switch a, b from burst to equal: set the GPU's policy with "
+          "`gpuctl policy set equal --gpu 0`, or add --force")
+    assert S.load(run.path).policy_of(0).policy == "burst" and "c" not in S.load(run.path).instances
+    res = run("instance", "create", "c", "--memory", "1Gi", "--policy", "equal", "--force")
     assert res.exit_code == 0, res.stderr
-    assert ("gpuctl: warning: gpu 0: --policy equal replaces burst for every instance of the GPU, also a, b"
-            in res.stderr.splitlines()), res.stderr
+    assert ("gpuctl: warning: gpu 0: --policy equal replaces burst for every instance of the GPU, also a, b "
+            "(--force)" in res.stderr.splitlines()), res.stderr
     assert S.load(run.path).policy_of(0).policy == "equal"
 
 

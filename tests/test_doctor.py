@@ -436,7 +436,7 @@ def test_run_all_order_and_a_crashing_check(tmp_path) -> None:
     checks = D.run_all(str(tmp_path / "s.json"), str(tmp_path / "c.yaml"), lambda: spec_of(),
                        exporter_listen="127.0.0.1:1", root=good_root(tmp_path), connect=bad_connect,
                        unit=lambda u: None, get=crash)
-    assert [c.name for c in checks] == ["driver", "module", "daemon", "real-nodes", "device-cgroup",
+    assert [c.name for c in checks] == ["driver", "module", "instances", "daemon", "real-nodes", "device-cgroup",
                                         "mmap-min-addr", "cdi", "exporter"]
     by = {c.name: c for c in checks}
     assert by["driver"].status == D.OK and by["device-cgroup"].status == D.OK
@@ -477,8 +477,8 @@ def test_cli_all_good(doctor, exporter_server: str) -> None:
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["CHECK", "STATUS", "DETAIL"]
     got = {ln.split()[0]: ln.split()[1] for ln in lines[1:]}
-    assert got == {"driver": "ok", "module": "ok", "daemon": "ok", "real-nodes": "skip", "device-cgroup": "ok",
-                   "mmap-min-addr": "ok", "cdi": "ok", "exporter": "ok"}
+    assert got == {"driver": "ok", "module": "ok", "instances": "skip", "daemon": "ok", "real-nodes": "skip",
+                   "device-cgroup": "ok", "mmap-min-addr": "ok", "cdi": "ok", "exporter": "ok"}
     assert "fix:" not in res.stdout and res.stderr == ""
 
 
@@ -498,7 +498,7 @@ def test_cli_a_failure_exits_non_zero_with_its_fix(doctor, exporter_server: str,
     write(os.path.join(D.ROOT, "proc", "sys", "vm", "mmap_min_addr"), "4096\n")
     res = doctor("--exporter", exporter_server)
     assert res.exit_code == 1
-    assert res.stderr == "gpuctl: 1 of 8 checks failed: mmap-min-addr\n"
+    assert res.stderr == "gpuctl: 1 of 9 checks failed: mmap-min-addr\n"
     lines = res.stdout.splitlines()
     i = next(i for i, ln in enumerate(lines) if ln.startswith("mmap-min-addr"))
     assert lines[i].split()[1] == "fail"
@@ -522,7 +522,7 @@ def test_cli_json_and_the_cdi_spec_of_cdi_generate(doctor, exporter_server: str,
     assert code == 1 and c["status"] == "fail" and "missing (instances: web)" in c["message"]
     assert c["fix"].startswith(f"sudo gpuctl cdi generate --output {doctor.spec}")
     res = doctor("--exporter", exporter_server)
-    assert res.exit_code == 1 and res.stderr == "gpuctl: 1 of 8 checks failed: cdi\n"
+    assert res.exit_code == 1 and res.stderr == "gpuctl: 1 of 9 checks failed: cdi\n"
     assert doctor.run("cdi", "generate", "--output", doctor.spec).exit_code == 0
     code, c = cdi_check()
     assert code == 0 and c["status"] == "ok" and "1 device(s) (web)" in c["message"]

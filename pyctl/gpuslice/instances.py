@@ -9,6 +9,8 @@ the state file as it was.
 from __future__ import annotations
 
 import errno
+import os
+import re
 from typing import Any
 
 from gpuslice import state as S
@@ -26,6 +28,11 @@ def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, ui
     InstanceError or StateError with ``st`` unchanged."""
     if inst.name in st.instances:
         raise InstanceError(f"instance {inst.name!r} exists")
+    if not S.valid_new_name(inst.name):
+        raise InstanceError(f"bad instance name {inst.name!r} ({S.NEW_NAME_RULE})")
+    other = S.same_name(st, inst.name)
+    if other is not None:
+        raise InstanceError(f"instance {other!r} exists: names are unique whatever their case")
     old_policies = {g: st.gpus.get(g) for g in inst.gpus}
     st.instances[inst.name] = inst
     if policy:
@@ -77,3 +84,50 @@ def remove(st: S.State, name: str, nl: Any) -> None:
             if e.errno != errno.ENOENT:  # the module does not know it (e.g. after a reload)
                 raise InstanceError(f"cannot delete {name} in the kernel: {e}") from None
     del st.instances[name]
+
+
+DEV = "/dev"  # where the NVIDIA driver's nodes are (tests point it elsewhere)
+_GPU_NODE_RE = re.compile(r"nvidia(\d+)")
+
+
+def host_gpus(dev: str | None = None) -> list[int] | None:
+    """The GPUs of this host as the module sees them: the minors of the NVIDIA driver's
+    ``/dev/nvidia<N>`` nodes (the module opens them, kmod/driver.c). None when there is
+    no GPU node at all (no driver loaded, or a container without them): then nothing is
+    known, and nothing can be checked."""
+    d = DEV if dev is None else dev
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return None
+    gpus = sorted(int(m.group(1)) for n in names if (m := _GPU_NODE_RE.fullmatch(n)))
+    return gpus or None
+
+
+def missing_gpus(gpus: list[int], dev: str | None = None) -> list[int] | None:
+    """Those of ``gpus`` this host does not have (:func:`host_gpus`); None when the host's
+    GPUs cannot be read."""
+    have = host_gpus(dev)
+    return None if have is None else [g for g in gpus if g not in have]
+
+
+def gpu_words(gpus: list[int]) -> str:
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + ",".join(map(str, gpus))
+
+
+def refusal(e: OSError, inst: S.Instance, dev: str | None = None) -> str:
+    """The module's refusal of INSTANCE_NEW for ``inst``, in words (not the errno)."""
+    d = DEV if dev is None else dev
+    if e.errno == errno.ENODEV:
+        gone = missing_gpus(inst.gpus, d) or []
+        return (f"this host has no {gpu_words(gone)} (no {', '.join(f'{d}/nvidia{g}' for g in gone)})" if gone
+                else f"the module has no {gpu_words(inst.gpus)} (is the NVIDIA driver loaded?)")
+    if e.errno == errno.EEXIST:
+        return f"the module already has an instance {inst.name!r} or its nodes exist"
+    if e.errno == errno.EINVAL:
+        return "the module refused its settings as invalid (a gpuctl and a module of different checkouts?)"
+    if e.errno == errno.ENOMEM:
+        return "the kernel is out of memory"
+    if e.errno in (errno.EPERM, errno.EACCES):
+        return "not permitted (needs CAP_NET_ADMIN: run as root)"
+    return f"the module refused it: {os.strerror(e.errno) if e.errno else e}"

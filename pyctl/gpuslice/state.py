@@ -40,6 +40,12 @@ PERIOD_MIN_NS = 1_000_000
 PERIOD_MAX_NS = 10_000_000_000
 NAME_RE = re.compile(r"[a-zA-Z0-9_.-]{1,31}")
 NAME_RULE = "1-31 of a-z A-Z 0-9 _ . -, not . or .."
+# A new instance's name: a CDI device name (it is one in the CDI spec: letters and digits,
+# with _ . - inside only; CDI's colon is not in the module's rule) the module takes
+# (NAME_RE), unique whatever its case. Names of the first rule alone still load.
+NEW_NAME_RE = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,29}[a-zA-Z0-9])?")
+NEW_NAME_RULE = ("1-31 of a-z A-Z 0-9 _ . -, starting and ending with a letter or digit (a CDI device name); "
+                 "unique whatever the case")
 # Owners of instances not made by hand: each writes its own CDI spec (gpuslice.kube),
 # so `gpuctl cdi generate` leaves their instances out of the shared one.
 OWNERS = ("kubelet-plugin", "device-plugin")
@@ -57,6 +63,17 @@ def valid_name(name: str) -> bool:
     ".." are refused too; `gpuctl run-args ..` once gave /dev/gpuslice/../nvidia0, the
     host's own node."""
     return NAME_RE.fullmatch(name) is not None and name not in (".", "..")
+
+
+def valid_new_name(name: str) -> bool:
+    """A name :func:`gpuslice.instances.add` takes (NEW_NAME_RE): a CDI device name too."""
+    return NEW_NAME_RE.fullmatch(name) is not None
+
+
+def same_name(st: "State", name: str) -> str | None:
+    """The instance of ``st`` named ``name`` whatever the case, or None."""
+    low = name.lower()
+    return next((n for n in sorted(st.instances) if n.lower() == low), None)
 
 
 class StateError(Exception):

@@ -1,5 +1,5 @@
 """`gpuctl cdi generate`, and the CDI spec that `instance create`, `delete` and
-`restore` regenerate (--cdi-spec)."""
+`restore` regenerate (--cdi-spec; default /etc/cdi/gpuslice.yaml where /etc/cdi exists)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,11 @@ def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
     from gpuslice.ops import cdi
 
     insts = _cdi_instances(ctx, st)
-    for i in insts:
-        if not cdi.is_cdi_name(i.name):
-            click.echo(f"gpuctl: warning: instance {i.name!r} left out of the CDI spec: CDI device names "
-                       "start and end with a letter or digit", err=True)
+    bad = [i.name for i in insts if not cdi.is_cdi_name(i.name)]
+    if bad and not ctx.meta.get("gpuslice.warned_cdi_names"):  # once per command, all of them in one line
+        ctx.meta["gpuslice.warned_cdi_names"] = True
+        warn([f"left out of the CDI spec, as CDI device names start and end with a letter or digit: "
+              f"{', '.join(repr(n) for n in bad)} (made before names had to be; recreate under another name)"])
     spec = cdi.build_spec(insts, cdi.driver_files(cdi.scan_host()), cdi.find_nvidia_ctk())
     errs = cdi.check_spec(spec)
     if errs:
@@ -45,10 +46,23 @@ def _cdi_spec(ctx: click.Context, st: S.State | None = None) -> dict[str, Any]:
     return spec
 
 
-def _regenerate_cdi(ctx: click.Context, st: S.State) -> str | None:
-    """Rewrite the configured spec (--cdi-spec); what went wrong, or None. Never
-    raises: the change it follows is made and saved either way."""
+def cdi_spec_path(ctx: click.Context) -> str | None:
+    """The spec the instance commands keep current: --cdi-spec (GPUSLICE_CDI_SPEC), else
+    /etc/cdi/gpuslice.yaml (the one `gpuctl doctor` checks) where its directory exists;
+    None with an empty --cdi-spec, or without the directory."""
+    from gpuslice.ops import cdi
+
     path = ctx.obj.get("cdi_spec")
+    if path is None:
+        path = cdi.DEFAULT_OUTPUT
+        return path if os.path.isdir(os.path.dirname(path)) else None
+    return path or None
+
+
+def _regenerate_cdi(ctx: click.Context, st: S.State) -> str | None:
+    """Rewrite the spec (:func:`cdi_spec_path`); what went wrong, or None. Never
+    raises: the change it follows is made and saved either way."""
+    path = cdi_spec_path(ctx)
     if not path:
         return None
     try:

@@ -172,15 +172,15 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
               "libgpuslice.so preloaded, each its own slice with its GPUSLICE_MEM_LIMIT.")
 @click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPUs for --source environ.")
 @click.option("--once", is_flag=True, help="One poll: print the breaches found and exit (a dry run unless --kill).")
-@click.option("--kill/--dry-run", default=None,
-              help="SIGKILL a breach's largest process, or only report it (default: --kill when polling, "
-              "--dry-run with --once).")
+@click.option("--dry-run", is_flag=True, help="Report breaches, kill nothing (the default with --once).")
+@click.option("--kill", is_flag=True, help="With --once: SIGKILL each breach's largest process, as the running "
+              "guard does.")
 @click.option("--duration", type=DURATION, help="Exit after this long (default: until SIGTERM/SIGINT).")
 @click.option("--status-file", default=GUARD_STATUS, show_default=True, help="Where to report.")
 @json_option
 @click.pass_context
 def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[int], once: bool,
-          kill: bool | None, duration: int | None, status_file: str) -> None:
+          dry_run: bool, kill: bool, duration: int | None, status_file: str) -> None:
     """Hold each instance's memory limit against RM's own count: SIGKILL the largest process
     of an instance whose processes hold more video memory than its limit and than the module
     charged (what a thread racing the module's check can get). `gpuctl daemon` runs it.
@@ -188,6 +188,8 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
     from gpuslice.sched.reconcile import Kill, Reconciler, breaches, environ_slices, netlink_slices, rm_usage
     from gpuslice.sched.rm import RmClient, RmError
 
+    if dry_run and kill:
+        raise click.UsageError("--dry-run and --kill are mutually exclusive")
     _require_driver(ctl)
     logging.basicConfig(level=logging.INFO, format="gpuctl guard: %(message)s")
     stop: dict[str, int] = {}
@@ -198,7 +200,7 @@ def guard(ctx: click.Context, ctl: str, interval: int, source: str, gpus: list[i
         rm = RmClient(ctl).open()
     except (OSError, RmError) as e:
         raise GpuctlError(f"cannot open an RM client on {ctl}: {e}") from None
-    dry_run = not (once if kill is None else kill)
+    dry_run = dry_run or (once and not kill)
     rec = Reconciler(rm, slices)
     if dry_run:  # the breaches Reconciler.poll would find, and no kill
         def dry_poll() -> list[Kill]:

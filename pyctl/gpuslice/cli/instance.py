@@ -80,17 +80,34 @@ def instance() -> None:
 
 
 def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A new instance's name, by the module's rule: a usage error, not the state's."""
-    if not S.valid_name(value):
-        raise click.UsageError(f"bad instance name {value!r} ({S.NAME_RULE})")
+    """A new instance's name, a CDI device name the module takes (state.NEW_NAME_RE): a
+    usage error, not the state's."""
+    if not S.valid_new_name(value):
+        raise click.UsageError(f"bad instance name {value!r} ({S.NEW_NAME_RULE})")
     return value
+
+
+def _check_gpus(gpus: list[int]) -> list[str]:
+    """Without the module (--kernel no): the GPUs must be this host's (its /dev/nvidia<N>,
+    what the module checks at INSTANCE_NEW); where no GPU node can be read, a warning."""
+    gone = instances.missing_gpus(gpus)
+    if gone is None:
+        return [f"{instances.gpu_words(gpus)} not checked: no NVIDIA GPU nodes in {instances.DEV} (no driver "
+                "loaded?); `instance restore` will say if the host lacks it"]
+    if gone:
+        have = ",".join(map(str, instances.host_gpus() or []))
+        raise GpuctlError(f"this host has no {instances.gpu_words(gone)} (GPUs: {have}; no "
+                          f"{', '.join(f'{instances.DEV}/nvidia{g}' for g in gone)})")
+    return []
 
 
 @instance.command("create")
 @click.argument("name", callback=_name)
 @click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s), e.g. 0 or 0,1.")
 @click.option("--memory", type=MEMORY, required=True, help=MEMORY_HELP)
-@click.option("--policy", type=click.Choice(POLICIES), help="Also set the policy of the instance's GPU(s).")
+@click.option("--policy", type=click.Choice(POLICIES), help="Also set its GPUs' policy (refused where other "
+              "instances use it).")
+@click.option("--force", is_flag=True, help="--policy for the GPUs' other instances too.")
 @click.option("--weight", type=click.IntRange(1, 10000), help="Weight 1..10000 (weight, burst; default 1).")
 @click.option("--share", type=SHARE, help="Fixed share of the GPU (fixed policy), e.g. 30%. " + SHARE_HELP)
 @click.option("--ceiling", type=SHARE, help="At most this share (equal, burst), e.g. 50%.")
@@ -102,7 +119,7 @@ def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @json_option
 @click.pass_context
 def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tuple[int, dict[int, int]],
-                    policy: str | None,
+                    policy: str | None, force: bool,
                     weight: int | None, share: float | None, ceiling: float | None, priority: str,
                     min_share: float | None, uid: int | None, gid: int | None, mode: int | None) -> None:
     """Create instance NAME on --gpu with a --memory limit."""
@@ -113,21 +130,32 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tupl
     _floor_within_ceiling(min_share, ceiling)
     size, per_gpu = _memory(ctx, memory, gpus)
     nl = kernel(ctx, "record the instance")
+    unchecked = _check_gpus(gpus) if nl is None else []
     with S.locked(ctx.obj["state"]) as st:
         before = gpu_conflicts(st, gpus)
-        # --policy is the GPU's: say so where it changes what other instances run under
+        # --policy is the GPU's: it changes what the GPU's other instances run under, which
+        # only `policy set` (or --force) may do
+        others = {g: [i.name for i in st.instances_on(g)] for g in gpus
+                  if policy and policy != st.policy_of(g).policy and st.instances_on(g)}
+        if others and not force:
+            g, names = next(iter(others.items()))
+            raise GpuctlError(f"gpu {g}: --policy {policy} would switch {', '.join(names)} from "
+                              f"{st.policy_of(g).policy} to {policy}: set the GPU's policy with `gpuctl policy set "
+                              f"{policy} --gpu {g}`, or add --force")
         replaced = [f"gpu {g}: --policy {policy} replaces {st.policy_of(g).policy} for every instance of the GPU, "
-                    f"also {', '.join(i.name for i in st.instances_on(g))}"
-                    for g in gpus if policy and policy != st.policy_of(g).policy and st.instances_on(g)]
+                    f"also {', '.join(names)} (--force)" for g, names in others.items()]
         inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
                           min_share=min_share, gpu_memory=per_gpu, uid=uid, gid=gid, mode=mode)
         try:
             instances.add(st, inst, nl, policy=policy)
         except instances.InstanceError as e:
             raise GpuctlError(str(e)) from None
+        except OSError as e:  # the module's refusal (NetlinkError), in words
+            raise GpuctlError(f"cannot create {name} on {instances.gpu_words(gpus)}: {instances.refusal(e, inst)}") \
+                from None
         warnings = new_conflicts(before, gpu_conflicts(st, gpus), name)
         cdi_err = _regenerate_cdi(ctx, st)
-    warn(_mode_warning(mode) + replaced + warnings)
+    warn(unchecked + _mode_warning(mode) + replaced + warnings)
     _cdi_failed(f"created {name}", cdi_err)
     emit(ctx, inst_json(inst), lambda: f"created {name}\n" + table([inst_row(inst)], INST_COLS))
 
@@ -332,13 +360,17 @@ def instance_delete(ctx: click.Context, name: str) -> None:
 
 
 @instance.command("restore")
+@click.option("--strict", is_flag=True, help="Exit status 1 when an instance could not be made (default: 0, with "
+              "a warning naming each, so that the daemon's unit starts the daemon with the rest).")
 @json_option
 @click.pass_context
-def instance_restore(ctx: click.Context) -> None:
+def instance_restore(ctx: click.Context, strict: bool) -> None:
     """Create in the module every instance of the state file it does not have (after a
     boot or a module reload; the gpuslice-daemon unit runs it before the daemon), with
     the node owner, group and mode it was created with (the Kubernetes plugins'
-    instances: 0666, as they made them)."""
+    instances: 0666, as they made them). An instance the module refuses (its GPU is
+    gone) is named with the reason, stays in the state file, and the others are made;
+    the CDI spec lists those made."""
     nl = kernel(ctx)
     if nl is None:
         if ctx.obj["kernel"] == "no":
@@ -348,11 +380,28 @@ def instance_restore(ctx: click.Context) -> None:
                           "instances there (modprobe gpuslice)")
     with S.locked(ctx.obj["state"]) as st:
         have = {d["name"] for d in nl.instances() if "name" in d}
-        made = []
+        made: list[str] = []
+        failed: list[dict[str, Any]] = []
         for i in sorted(st.instances.values(), key=lambda i: i.name):
-            if i.name not in have:
+            if i.name in have:
+                continue
+            try:
                 instances.create_in_module(nl, i)
-                made.append(i.name)
+            except OSError as e:  # the module's refusal: name it, make the others
+                failed.append({"name": i.name, "gpus": i.gpus, "reason": instances.refusal(e, i)})
+                continue
+            made.append(i.name)
         cdi_err = _regenerate_cdi(ctx, st)
+    warn([f"instance {f['name']} ({instances.gpu_words(f['gpus'])}) not restored: {f['reason']}; it stays in "
+          f"the state file (`gpuctl instance delete {f['name']}` forgets it)" for f in failed])
     _cdi_failed(f"created {', '.join(made) or 'nothing'}", cdi_err)
-    emit(ctx, {"created": made}, lambda: f"created {', '.join(made)}" if made else "nothing to restore")
+
+    def text() -> str:
+        lines = [f"created {', '.join(made)}" if made else ("nothing created" if failed else "nothing to restore")]
+        if failed:
+            lines.append(f"not restored: {', '.join(f['name'] for f in failed)}")
+        return "\n".join(lines)
+
+    emit(ctx, {"created": made, "failed": failed}, text)
+    if failed and strict:
+        raise GpuctlError(f"{len(failed)} instance(s) not restored: {', '.join(f['name'] for f in failed)}")

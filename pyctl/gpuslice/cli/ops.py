@@ -119,7 +119,8 @@ def exporter(ctx: click.Context, listen: str, status_file: str, guard_file: str,
 @json_option
 @click.pass_context
 def doctor(ctx: click.Context, status_file: str, exporter_listen: str | None) -> None:
-    """Check this host: NVIDIA driver version, module and netlink version, daemon, the
+    """Check this host: NVIDIA driver version, module and netlink version, the state
+    file's instances in the module (those `instance restore` could not make), daemon, the
     real nodes' modes, require_device_cgroup, vm.mmap_min_addr, the CDI spec (--cdi-spec,
     default /etc/cdi/gpuslice.yaml) against `gpuctl cdi generate`, and the exporter.
     Each says ok, warn, fail or skip, with a one-line fix. Exit status 1 when a check
@@ -133,7 +134,8 @@ def doctor(ctx: click.Context, status_file: str, exporter_listen: str | None) ->
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--exporter") from None
     checks = D.run_all(status_file, ctx.obj.get("cdi_spec") or cdi.DEFAULT_OUTPUT, lambda: _cdi_spec(ctx),
-                       exporter_listen)
+                       exporter_listen,
+                       state_file=None if ctx.obj["kernel"] == "no" else ctx.obj["state"])
     rows: list[dict[str, Any]] = []
     for c in checks:
         rows.append({"check": c.name, "status": c.status, "detail": c.message})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gpuslice import instances
 from gpuslice import state as S
 from gpuslice import units
 from gpuslice.policy import POLICIES, compute_shares, shares_online_idle, validate

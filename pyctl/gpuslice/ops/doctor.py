@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gpuslice import nvdriver, nvrm_versions
 from gpuslice.netlink import SYS_MODULE
+from gpuslice.state import DEFAULT_PATH as DEFAULT_STATE
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
@@ -141,6 +142,49 @@ def check_module(sys_module: str = SYS_MODULE, connect: Callable[[], Any] = conn
                      "(no memory limit, no filtering)",
                      "on a tested driver, load it without passthrough_only (/etc/modprobe.d/gpuslice.conf)")
     return Check(name, OK, msg)
+
+
+# ---- 2b. the state file's instances in the module ----------------------------------
+
+def check_instances(state_file: str | None, sys_module: str = SYS_MODULE,
+                    connect: Callable[[], Any] = connect_netlink, dev: str = "/dev") -> Check:
+    """Every instance of the state file is in the module (`instance restore` makes them
+    after a boot, and names those the module refuses, e.g. of a GPU that is gone).
+    ``state_file`` None: not asked (gpuctl --kernel no)."""
+    from gpuslice import instances as I
+    from gpuslice import state as S
+
+    name = "instances"
+    if state_file is None:
+        return Check(name, SKIP, "--kernel no: the state file is not compared with the module")
+    try:
+        st = S.load(state_file)
+    except S.StateError as e:
+        return Check(name, FAIL, str(e), f"repair {state_file} or put its backup back (gpuctl leaves it untouched)")
+    if not st.instances:
+        return Check(name, OK, f"no instances in {state_file}")
+    if not os.path.isdir(sys_module):
+        return Check(name, SKIP, "gpuslice.ko is not loaded (see the module check)")
+    try:
+        nl = connect()
+    except Exception:  # the module check says why
+        return Check(name, SKIP, "the module does not answer (see the module check)")
+    try:
+        have = {d["name"] for d in nl.instances() if "name" in d}
+    finally:
+        nl.close()
+    missing = [i for i in sorted(st.instances.values(), key=lambda i: i.name) if i.name not in have]
+    if not missing:
+        return Check(name, OK, f"the {len(st.instances)} instance(s) of {state_file} are in the module")
+    why = []
+    for i in missing:
+        gone = I.missing_gpus(i.gpus, dev) or []
+        why.append(f"{i.name} ({I.gpu_words(i.gpus)}: "
+                   + (f"this host has no {I.gpu_words(gone)})" if gone else "not made)"))
+    return Check(name, FAIL, f"{len(missing)} of {len(st.instances)} instance(s) of {state_file} not in the module: "
+                 + "; ".join(why),
+                 "sudo gpuctl instance restore (it names why the module refuses one); one whose GPU is gone: "
+                 "sudo gpuctl instance delete NAME, or put the GPU back")
 
 
 # ---- 3. the daemon -------------------------------------------------------------------
@@ -505,12 +549,14 @@ def _guarded(name: str, fn: Callable[[], Check]) -> Check:
 
 
 def run_all(status_file: str, cdi_path: str, cdi_generate: Callable[[], Mapping[str, Any]],
-            exporter_listen: str | None = None, root: str | None = None,
+            exporter_listen: str | None = None, root: str | None = None, state_file: str | None = "",
             connect: Callable[[], Any] | None = None,
             unit: Callable[[str], str | None] | None = None,
             exec_start: Callable[[str], str | None] | None = None,
             get: Callable[[str, float], tuple[int, str]] | None = None) -> list[Check]:
-    """Every check, in order. ``exporter_listen`` None: the exporter unit's --listen,
+    """Every check, in order. ``state_file``: the instances to look for in the module
+    ("": the default state file under ``root``; None: not compared). ``exporter_listen``
+    None: the exporter unit's --listen,
     else `gpuctl exporter`'s default. What is not given is this module's own (looked up
     when called, so tests can replace them) and the host's paths under ``root`` (None:
     ROOT)."""
@@ -533,6 +579,8 @@ def run_all(status_file: str, cdi_path: str, cdi_generate: Callable[[], Mapping[
     checks: list[tuple[str, Callable[[], Check]]] = [
         ("driver", lambda: check_driver(host(PROC_DRIVER_VERSION), host(SYS_DRIVER_VERSION))),
         ("module", lambda: check_module(sys_module, conn)),
+        ("instances", lambda: check_instances(host(DEFAULT_STATE) if state_file == "" else state_file, sys_module,
+                                              conn, host("/dev"))),
         ("daemon", lambda: check_daemon(status_file, unit_fn)),
         ("real-nodes", lambda: check_real_nodes(host("/dev"))),
         ("device-cgroup", lambda: check_device_cgroup(sys_module)),
