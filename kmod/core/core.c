@@ -12,57 +12,28 @@
  */
 #include "core_int.h"
 
-/* ---- events ---- */
-
-void gs_evq_init(struct gs_evq *q)
-{
-	memset(q, 0, sizeof(*q));
-}
-
-void gs_evq_push(struct gs_evq *q, const struct gs_event *ev)
-{
-	int i = q->n - GS_EVQ_INLINE;
-
-	if (q->n < GS_EVQ_INLINE) {
-		q->ev[q->n++] = *ev;
-		return;
-	}
-	if (i >= q->cap) {
-		int cap = q->cap ? q->cap * 2 : 32;
-		struct gs_event *heap = gs_zalloc(sizeof(*heap) * cap);
-
-		if (!heap) {
-			q->dropped++;
-			return;
-		}
-		if (q->heap) {
-			memcpy(heap, q->heap, sizeof(*heap) * q->cap);
-			gs_free(q->heap);
-		}
-		q->heap = heap;
-		q->cap = cap;
-	}
-	q->heap[i] = *ev;
-	q->n++;
-}
-
-/* deliver, without the lock held */
-void gs_evq_flush(struct gs_inst *in, struct gs_evq *q)
-{
-	int i;
-
-	for (i = 0; i < q->n && in->ops.event; i++) {
-		const struct gs_event *ev;
-
-		ev = i < GS_EVQ_INLINE ? &q->ev[i] : &q->heap[i - GS_EVQ_INLINE];
-
-		in->ops.event(in->ops.ctx, ev);
-	}
-	gs_free(q->heap);
-	gs_evq_init(q);
-}
-
 /* ---- instance ---- */
+
+/*
+ * The registry forgot ob, or RM invalidated it and the record stays (lost):
+ * what the core attached to it goes, under in->lock: its memory's charge,
+ * the memory its client held without a handle, and a channel nvidia-uvm
+ * retains is counted as UVM's from now on.
+ */
+static void gs_obj_released(struct gs_inst *in, struct gs_obj *ob)
+{
+	if (ob->mem) {
+		gs_mem_put(in, ob->mem);
+		ob->mem = NULL;
+	}
+	gs_orphan_put(in, ob);
+	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL && ob->uvm_registered)
+		gs_uvm_channel_freed(in, ob);
+}
+
+static const struct gs_reg_ops gs_reg_ops = {
+	.release = gs_obj_released,
+};
 
 struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops)
 {
@@ -72,6 +43,7 @@ struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops)
 		return NULL;
 	gs_mutex_init(&in->lock);
 	gs_hash_key_init(&in->hash_key);
+	in->reg = &gs_reg_ops;
 	in->limit = mem_limit;
 	in->gpus = ~0u;
 	if (ops)
@@ -521,6 +493,27 @@ static void gs_pre_deps(const struct gs_class_row *row, struct gs_call *c, const
 				gs_read_u32(io, p->p_alloc_parms + off, &c->deps[k]);
 		}
 	}
+}
+
+/* what the registry and the events call an object of class klass */
+nv_u32 gs_obj_kind(nv_u32 klass)
+{
+	switch (klass) {
+	case NV01_ROOT:
+	case NV01_ROOT_NON_PRIV:
+	case NV01_ROOT_CLIENT:
+		return GPUSLICE_OBJ_CLIENT;
+	case KEPLER_CHANNEL_GROUP_A:
+		return GPUSLICE_OBJ_TSG;
+	case AMPERE_CHANNEL_GPFIFO_A:
+	case HOPPER_CHANNEL_GPFIFO_A:
+	case BLACKWELL_CHANNEL_GPFIFO_A:
+	case BLACKWELL_CHANNEL_GPFIFO_B:
+		return GPUSLICE_OBJ_CHANNEL;
+	}
+	if (gs_counted_class(klass))
+		return GPUSLICE_OBJ_MEMORY;
+	return GPUSLICE_OBJ_OTHER;
 }
 
 /*

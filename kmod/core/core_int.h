@@ -2,6 +2,24 @@
 /*
  * core_int.h - what the decision core's files share with each other and with
  * nobody else: the instance, the object table, the per-call event queue.
+ *
+ * The files are layered. Each calls into its own layer and the layers below
+ * it, never above (tests/test_core_layers.py checks it):
+ *
+ *   call      call.c: one ioctl, gs_pre() to gs_post(), for the glue
+ *   dispatch  core.c (the instance, gs_pre(), gs_post()), filter.c,
+ *             legacy.c, osevent.c, export.c, engines.c, virt.c: the
+ *             decisions of the escapes, classes and controls, which name
+ *             each other through their tables
+ *   uvm       uvm.c: what nvidia-uvm holds for the caller
+ *   quota     quota.c: the memory limit, the charges and their references
+ *   registry  registry.c: RM's objects as RM keeps them, the calls in flight
+ *   base      event.c, abi.c, nvrm_tables.c, names.c, activity.c
+ *
+ * What a lower layer must tell a higher one goes through a table the higher
+ * one fills: the registry hands each record it forgets, or that RM
+ * invalidated, to in->reg->release (struct gs_reg_ops, core.c), which gives
+ * back the record's charge (quota.c) and nvidia-uvm's hold on it (uvm.c).
  */
 #ifndef GPUSLICE_CORE_INT_H
 #define GPUSLICE_CORE_INT_H
@@ -175,9 +193,20 @@ struct gs_obj {
 
 #define GS_PID_BUCKETS	256	/* gs_inst.by_pid[], by_ns_pid[], a power of two */
 
+/*
+ * What the registry tells the instance's owner. release: RM destroyed what
+ * ob stands for (ob is freed, or invalidated and kept, lost); the owner lets
+ * go of what it attached to ob (mem, orphans, held; a channel UVM retains).
+ * Called once per record, under in->lock, before the record is freed.
+ */
+struct gs_reg_ops {
+	void (*release)(struct gs_inst *in, struct gs_obj *ob);
+};
+
 struct gs_inst {
 	struct gs_mutex lock;
 	struct gs_inst_ops ops;
+	const struct gs_reg_ops *reg;	/* core.c gs_reg_ops */
 	nv_u32 flags;
 	nv_u64 limit;		/* of a GPU without a limit of its own */
 	nv_u32 gpus;		/* the instance's GPUs (device instances), gs_inst_set_gpus() */
@@ -216,7 +245,7 @@ struct gs_inst {
 	struct gs_hash_key hash_key;	/* secret: handles are the caller's to pick */
 };
 
-/* events collected under the lock and delivered after it is dropped */
+/* event.c: events collected under the lock and delivered after it is dropped */
 struct gs_evq {
 	struct gs_event ev[GS_EVQ_INLINE];
 	struct gs_event *heap;
@@ -262,7 +291,6 @@ nv_u32 gs_obj_gpu(struct gs_inst *in, nv_handle client, nv_handle parent, nv_u32
 void gs_obj_init(struct gs_object *o, struct gs_inst *in, const struct gs_call *c,
 		 nv_u32 kind, nv_handle client, nv_handle parent, nv_handle handle,
 		 nv_u32 klass);
-nv_u32 gs_obj_kind(nv_u32 klass);
 
 /* quota.c */
 int gs_vidmem_class(nv_u32 klass);	/* 1 counted, -1 refused, 0 not video memory */
@@ -335,6 +363,7 @@ struct gs_escape_row {
 };
 
 /* core.c: what the escapes' decisions share */
+nv_u32 gs_obj_kind(nv_u32 klass);
 void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status);
 enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32 status_off,
 			     nv_u32 status);

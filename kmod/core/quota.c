@@ -426,7 +426,7 @@ void gs_park(struct gs_inst *in, struct gs_call *c, nv_handle client, struct gs_
 	cl->held = ref;
 }
 
-/* one handle of counted memory went away (registry.c) */
+/* one handle of counted memory went away (core.c gs_obj_released(), export.c) */
 void gs_mem_put(struct gs_inst *in, struct gs_mem *mem)
 {
 	if (--mem->refs)

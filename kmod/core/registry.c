@@ -2,8 +2,12 @@
 /*
  * registry.c - the instance's table of RM objects, keyed by (client, handle),
  * with parent links, so that freeing an object, an ancestor of it, its client
- * or the file its client lives on forgets exactly what RM forgets, and returns
- * the video memory it held.
+ * or the file its client lives on forgets exactly what RM forgets.
+ *
+ * The lowest layer of the core's decisions (core_int.h): it knows RM's
+ * objects and nothing of what the core attaches to them. Each record it
+ * forgets or invalidates goes to its owner's in->reg->release first, which
+ * lets go of the record's charge and nvidia-uvm's hold (core.c).
  *
  * Everything here runs under in->lock. Events go into the caller's queue.
  */
@@ -26,26 +30,6 @@ nv_u32 gs_hash_max_chain(const struct gs_inst *in)
 			max = n;
 	}
 	return max;
-}
-
-nv_u32 gs_obj_kind(nv_u32 klass)
-{
-	switch (klass) {
-	case NV01_ROOT:
-	case NV01_ROOT_NON_PRIV:
-	case NV01_ROOT_CLIENT:
-		return GPUSLICE_OBJ_CLIENT;
-	case KEPLER_CHANNEL_GROUP_A:
-		return GPUSLICE_OBJ_TSG;
-	case AMPERE_CHANNEL_GPFIFO_A:
-	case HOPPER_CHANNEL_GPFIFO_A:
-	case BLACKWELL_CHANNEL_GPFIFO_A:
-	case BLACKWELL_CHANNEL_GPFIFO_B:
-		return GPUSLICE_OBJ_CHANNEL;
-	}
-	if (gs_counted_class(klass))
-		return GPUSLICE_OBJ_MEMORY;
-	return GPUSLICE_OBJ_OTHER;
 }
 
 struct gs_obj *gs_obj_find(struct gs_inst *in, nv_handle client, nv_handle handle)
@@ -305,11 +289,7 @@ static void gs_obj_unlink(struct gs_inst *in, struct gs_obj *ob)
 /* what RM destroyed of ob, whose record stays (lost) or goes (destroy) */
 static void gs_obj_release(struct gs_inst *in, struct gs_obj *ob, struct gs_evq *q)
 {
-	if (ob->mem) {
-		gs_mem_put(in, ob->mem);
-		ob->mem = NULL;
-	}
-	gs_orphan_put(in, ob);
+	in->reg->release(in, ob);
 	switch (ob->o.obj_kind) {
 	case GPUSLICE_OBJ_TSG:
 		gs_obj_event(q, &ob->o, GPUSLICE_EV_TSG_DEL);
@@ -323,8 +303,6 @@ static void gs_obj_release(struct gs_inst *in, struct gs_obj *ob, struct gs_evq 
 			gs_obj_event(q, &ob->o, GPUSLICE_EV_PROC_DETACH);
 		break;
 	}
-	if (ob->o.obj_kind == GPUSLICE_OBJ_CHANNEL && ob->uvm_registered)
-		gs_uvm_channel_freed(in, ob);
 }
 
 /* forget one object that is already unlinked */
@@ -790,9 +768,8 @@ void gs_obj_free_all(struct gs_inst *in)
 			struct gs_obj *ob = in->hash[i];
 
 			in->hash[i] = ob->next;
-			if (ob->mem)
-				gs_mem_put(in, ob->mem);
-			gs_orphan_put(in, ob);
+			if (!(ob->o.flags & GS_OBJ_LOST))
+				in->reg->release(in, ob);
 			gs_obj_count(in, ob, -1);
 			gs_free(ob);
 		}
