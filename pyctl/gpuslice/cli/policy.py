@@ -21,15 +21,25 @@ def policy() -> None:
 @click.argument("kind", type=click.Choice(POLICIES))
 @click.option("--period", type=PERIOD, help="Scheduling period, 1ms to 10s, e.g. 50ms (a bare number is "
               "milliseconds; default: keep the GPU's period (50ms for a new GPU)).")
-@click.option("--gpu", "gpus", type=GPUS, default="0", show_default=True, help="GPU minor(s).")
+@click.option("--gpu", "gpus", type=GPUS, help="GPU minor(s), e.g. 0 or 0,1 (this or --all is required).")
+@click.option("--all", "all_gpus", is_flag=True, help="Every GPU of this host (/dev/nvidia<N>) and of the state file.")
 @json_option
 @click.pass_context
-def policy_set(ctx: click.Context, kind: str, period: int | None, gpus: list[int]) -> None:
-    """Set the policy of --gpu. fixed: each instance its --share (sum <= 100%), idle time
+def policy_set(ctx: click.Context, kind: str, period: int | None, gpus: list[int] | None, all_gpus: bool) -> None:
+    """Set the policy of --gpu (or --all GPUs). fixed: each instance its --share (sum <= 100%), idle time
     stays idle. weight: weight/sum of weights, idle time stays idle. equal: the busy
     instances split the GPU evenly. burst: weight/sum guaranteed, idle time goes to the
     busy ones by weight, each at most its --ceiling."""
+    if gpus is not None and all_gpus:
+        raise click.UsageError("--gpu and --all are mutually exclusive")
+    if gpus is None and not all_gpus:
+        raise click.UsageError("a policy is a GPU's: name it with --gpu (e.g. --gpu 0), or give --all for every GPU")
     with S.locked(ctx.obj["state"]) as st:
+        if gpus is None:
+            gpus = sorted(set(instances.host_gpus() or []) | set(st.used_gpus()))
+            if not gpus:
+                raise GpuctlError(f"--all: no GPU known (no /dev/nvidia<N> in {instances.DEV}, none in the state "
+                                  "file): name it with --gpu")
         for g in gpus:
             st.gpus[g] = S.GpuPolicy(kind, period or st.policy_of(g).period_ns)
             errs = validate(kind, st.claims(g))
