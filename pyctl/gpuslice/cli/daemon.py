@@ -17,6 +17,8 @@ import click
 
 from gpuslice import units
 
+from . import daemonlock
+from .daemonlock import LOCK_PATH
 from .common import (DURATION, DURATION_OR_0, GPUS, GUARD_STATUS, PRELOAD_DIR, PRELOAD_SOCK, PROBE, SOURCE,
                      STATUS_PATH, GpuctlError, _read_status, _write_json, bad_option, construct, duration, emit,
                      json_option, kernel, table)
@@ -24,9 +26,19 @@ from .common import (DURATION, DURATION_OR_0, GPUS, GUARD_STATUS, PRELOAD_DIR, P
 
 def _remove_own_report(path: str) -> None:
     """Remove the report at ``path`` if this process wrote it: a daemon that failed to
-    start (a second one, a wrong --ctl) leaves the running daemon's, or any other file."""
-    d = _read_status(path)
-    if d is not None and d.get("pid") == os.getpid():
+    start (a second one, a wrong --ctl) leaves the running daemon's, or any other file.
+    The file unlinked is the one read (same inode): one another daemon put in its place
+    since stays."""
+    import json
+
+    try:
+        with open(path) as f:
+            st = os.fstat(f.fileno())
+            d = json.load(f)
+        now = os.lstat(path)
+    except (OSError, ValueError):
+        return
+    if isinstance(d, dict) and d.get("pid") == os.getpid() and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
         with contextlib.suppress(OSError):
             os.unlink(path)
 
@@ -63,14 +75,17 @@ def _remove_own_report(path: str) -> None:
               "(0: their own).")
 @click.option("--guard-interval", type=DURATION_OR_0, default="100ms", show_default=True,
               help="Run `gpuctl guard` at this interval (0: do not).")
+@click.option("--lock-file", default=LOCK_PATH, show_default=True, metavar="PATH", hidden=True,
+              help="Locked (flock) for the daemon's life: a second daemon refuses to start, naming the first's PID.")
+@click.option("--replace", is_flag=True, help="Stop the running daemon first (SIGTERM).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
 @click.pass_context
 def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, preload_dir: str, probe: str | type, status_file: str,
            watchdog: bool, duration: int | None, rt_priority: int, switch_order: str, preempt_poll: int,
-           online_hold: int, preempt_after: int, online_sample: int, guard_interval: int, verbose: int) -> None:
-    """Run the scheduler: gate each instance's channels into its slots. Every channel is
-    re-enabled on exit and at start. Each option in full: docs/policies.md, "Daemon
-    options"."""
+           online_hold: int, preempt_after: int, online_sample: int, guard_interval: int, lock_file: str,
+           replace: bool, verbose: int) -> None:
+    """Run the scheduler (one per host): gate each instance's channels into its slots;
+    all re-enabled at start and exit. Options in full: docs/policies.md."""
     from gpuslice.sched.gate import RmGate, Watchdog
     from gpuslice.sched.rm import RmClient
     from gpuslice.sched.scheduler import Scheduler
@@ -105,6 +120,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
                 logging.error("cleanup: %s", e)
 
     atexit.register(cleanup)
+    lock_fd: int | None = None
     try:  # connections and the files they pass for their proofs (sources.PreloadSource)
         import resource
 
@@ -128,6 +144,7 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
             cleanups.append(src.close)
         prb = _make_probe(probe) if isinstance(probe, type) else None
         _require_driver(ctl)
+        lock_fd = daemonlock.take(lock_file, replace)  # before any socket, the watchdog or a gate
         if src is None:
             src = _make_source(ctx, source, preload_sock, preload_dir)
             cleanups.append(src.close)
@@ -159,6 +176,8 @@ def daemon(ctx: click.Context, ctl: str, source: str | type, preload_sock: str, 
     finally:
         cleanup()
         _remove_own_report(status_file)
+        if lock_fd is not None:
+            os.close(lock_fd)  # last: a daemon waiting with --replace starts once all of ours is gone
     if "sig" in stop:
         logging.info("stopped by signal %d; every channel re-enabled", stop["sig"])
 

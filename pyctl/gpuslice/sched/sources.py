@@ -433,6 +433,7 @@ class PreloadSource(EventTracker):
         self._by_name: dict[str, socket.socket] = {}
         self._closers: dict[str, Closer] = {}
         self._tmp: dict[str, str] = {}  # directory -> a private one in it, where sockets are made
+        self._made: dict[str, tuple[int, int]] = {}  # socket path -> (st_dev, st_ino) of the socket we put there
         self.sock = self._listen(path, 0o600, os.path.dirname(os.path.abspath(path)))
         self._listeners[self.sock] = ""
         self._conns: dict[socket.socket, _Conn] = {}
@@ -462,7 +463,9 @@ class PreloadSource(EventTracker):
                 os.unlink(tmp)
             s.bind(tmp)
             os.chmod(tmp, mode)  # ours alone: the directory is 0700 and seen by no container
+            st = os.stat(tmp)
             os.rename(tmp, path)
+            self._made[path] = (st.st_dev, st.st_ino)
             s.listen(64)
         except BaseException:
             s.close()
@@ -471,6 +474,18 @@ class PreloadSource(EventTracker):
             raise
         s.setblocking(False)
         return s
+
+    def _unlink_own(self, path: str) -> None:
+        """Remove the socket at ``path`` if it is still the one we put there: another
+        daemon that bound the path since (a restart that overlapped our stop) keeps its."""
+        made = self._made.pop(path, None)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        if made == (st.st_dev, st.st_ino):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     def _closer(self, lane: str) -> Closer:
         c = self._closers.get(lane)
@@ -493,8 +508,7 @@ class PreloadSource(EventTracker):
             s = self._by_name.pop(name)
             del self._listeners[s]
             self._closer(name).close([s])  # connections not accepted go with it, and what they hold
-            with contextlib.suppress(OSError):
-                os.unlink(self.instance_socket(name) or "")
+            self._unlink_own(self.instance_socket(name) or "")
         for name in sorted(want - set(self._by_name)):
             path = self.instance_socket(name) or ""
             try:
@@ -756,8 +770,7 @@ class PreloadSource(EventTracker):
         self._proof.clear()
         for s, name in self._listeners.items():
             self._closer(name).close([s])
-            with contextlib.suppress(OSError):
-                os.unlink((self.instance_socket(name) if name else self.path) or "")
+            self._unlink_own((self.instance_socket(name) if name else self.path) or "")
         self._listeners.clear()
         self._by_name.clear()
         for d in self._tmp.values():
