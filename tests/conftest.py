@@ -37,6 +37,6 @@ def _a_host_of_its_own(fake_dev: Path, tmp_path_factory: pytest.TempPathFactory,
     from gpuslice import instances
     from gpuslice.ops import cdi
 
-    monkeypatch.setattr(instances, "DEV", str(fake_dev))
+    monkeypatch.setattr(instances, "DEV", str(fake_dev), raising=False)
     monkeypatch.setattr(cdi, "DEFAULT_OUTPUT", str(fake_dev / "no-etc-cdi" / "gpuslice.yaml"))
     yield

@@ -233,6 +233,15 @@ def test_the_default_cdi_spec_is_kept_current_where_its_directory_exists(state: 
     assert gpuctl(state, "instance", "create", "web", "--memory", "1Gi").exit_code == 0
     got = D.check_cdi(str(default), lambda: yaml.safe_load(default.read_text()))
     assert got.status in (D.OK, D.WARN) and "current" in got.message
+    # a default spec that cannot be written (read-only /etc, not root): said, the change made
+    default.unlink()
+    default.mkdir()
+    res = gpuctl(state, "instance", "create", "db", "--memory", "1Gi")
+    assert res.exit_code == 0 and sorted(S.load(state).instances) == ["db", "web"]
+    assert res.stderr.startswith("gpuctl: warning: ") and str(default) in res.stderr
+    assert res.stderr.endswith(" (the default spec; --cdi-spec '' for none)\n") and res.stderr.count("\n") == 1
+    res = gpuctl(state, "--cdi-spec", str(default), "instance", "delete", "db")  # asked for: an error
+    assert res.exit_code == 1 and res.stderr.startswith("gpuctl: deleted db, but ") and str(default) in res.stderr
 
 
 # ---- 5: guard --once looks, and kills only when told ----------------------------------------------

@@ -61,17 +61,24 @@ def cdi_spec_path(ctx: click.Context) -> str | None:
 
 def _regenerate_cdi(ctx: click.Context, st: S.State) -> str | None:
     """Rewrite the spec (:func:`cdi_spec_path`); what went wrong, or None. Never
-    raises: the change it follows is made and saved either way."""
+    raises: the change it follows is made and saved either way. The default spec that
+    cannot be written (a read-only /etc, a user other than root) is a warning: only
+    one asked for (--cdi-spec, GPUSLICE_CDI_SPEC) fails the command."""
     path = cdi_spec_path(ctx)
     if not path:
         return None
     try:
         _write_or_remove(path, _cdi_spec(ctx, st))
     except OSError as e:
-        return f"the CDI spec {path} was not written: {e.strerror or e}"
+        err = f"the CDI spec {path} was not written: {e.strerror or e}"
     except GpuctlError as e:
-        return str(e)
-    return None
+        err = str(e)
+    else:
+        return None
+    if ctx.obj.get("cdi_spec") is None:
+        warn([f"{err} (the default spec; --cdi-spec '' for none)"])
+        return None
+    return err
 
 
 def _cdi_failed(done: str, err: str | None) -> None:
