@@ -15,8 +15,8 @@ python3 -m venv --system-site-packages /tmp/op && /tmp/op/bin/pip install -q --n
 /tmp/op/bin/gpuctl --state /tmp/st.json --kernel no instance create batch --memory 8 ; echo "bare rc=$?"
 /tmp/op/bin/gpuctl --state /tmp/st.json --kernel no instance create batch --memory 4G --priority offline --min-share 10% --ceiling 5%; echo "minshare>ceiling rc=$?"
 /tmp/op/bin/gpuctl --state /tmp/st.json --kernel no instance create batch --memory 4G --priority offline --min-share 5%; echo rc=$?
-/tmp/op/bin/gpuctl --state /tmp/st.json --kernel no policy set fixed --period 20s; echo "period rc=$?"
-/tmp/op/bin/gpuctl --state /tmp/st.json --kernel no policy set fixed --period 50ms; echo rc=$?
+/tmp/op/bin/gpuctl --state /tmp/st.json --kernel no policy set fixed --period 20s --gpu 0; echo "period rc=$?"
+/tmp/op/bin/gpuctl --state /tmp/st.json --kernel no policy set fixed --period 50ms --gpu 0; echo rc=$?
 /tmp/op/bin/gpuctl --state /tmp/st.json --kernel no policy show
 /tmp/op/bin/gpuctl --state /tmp/st.json --kernel no instance show batch
 /tmp/op/bin/gpuctl --state /tmp/st.json --kernel no run-args web

@@ -76,7 +76,7 @@ def test_cli_drives_the_module_and_every_policy_through_netlink(tmp_path: Path) 
         r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "660")
         assert r.returncode == 0, r.stderr
         assert os.path.exists(f"/dev/gpuslice/{name}/nvidiactl")
-    r = gpuctl(state, "policy", "set", "weight", "--period", "50ms")
+    r = gpuctl(state, "policy", "set", "weight", "--period", "50ms", "--gpu", "0")
     assert r.returncode == 0, r.stderr
     loads: list[Workload] = []
     d = None
@@ -145,7 +145,7 @@ def test_priority_through_the_module(nl, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = gpuctl(state, "instance", "create", batch, "--memory", "1GiB", "--mode", "660", "--priority", "offline")
     assert r.returncode == 0, r.stderr
-    assert gpuctl(state, "policy", "set", "burst", "--period", "500ms").returncode == 0
+    assert gpuctl(state, "policy", "set", "burst", "--period", "500ms", "--gpu", "0").returncode == 0
     loads: list[Workload] = []
     d = None
     try:
@@ -219,7 +219,7 @@ def test_activity_policies_through_the_module_with_its_own_signal(tmp_path: Path
         r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--weight", w, "--mode", "660")
         assert r.returncode == 0, r.stderr
     # long periods: under TCG a switch costs milliseconds, which the smallest slot would feel most
-    assert gpuctl(state, "policy", "set", policy, "--period", "300ms").returncode == 0
+    assert gpuctl(state, "policy", "set", policy, "--period", "300ms", "--gpu", "0").returncode == 0
     loads: list[Workload] = []
     d = None
     failures: list[tuple[object, ...]] = []
@@ -286,7 +286,7 @@ def test_a_restarted_daemon_gates_every_running_workload_again(tmp_path: Path) -
     for name in (a, b):
         r = gpuctl(state, "instance", "create", name, "--memory", "1GiB", "--share", "30%", "--mode", "660")
         assert r.returncode == 0, r.stderr
-    assert gpuctl(state, "policy", "set", "fixed", "--period", "100ms").returncode == 0
+    assert gpuctl(state, "policy", "set", "fixed", "--period", "100ms", "--gpu", "0").returncode == 0
     loads: list[Workload] = []
     d = None
     ready: list[tuple[str, float]] = []

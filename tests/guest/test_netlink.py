@@ -149,6 +149,43 @@ def test_instance_get_lists_more_pids_than_one_message_holds(nl, tmp_path: Path)
     assert r.returncode == 0, r.stderr
 
 
+# ---- instance restore after a reboot with a GPU gone -----------------------------------
+
+def test_restore_makes_the_rest_when_the_module_refuses_one(nl, tmp_path: Path) -> None:
+    """The state file names an instance of a GPU this host no longer has (removed or
+    renumbered since it was made): `instance restore` names it with the module's refusal
+    in words, makes the others, writes the CDI spec with them and exits 0, so that the
+    daemon's unit (ExecStartPre) still starts the daemon; `instance create` on that GPU
+    is refused in one line."""
+    from gpuslice import state as S
+
+    gone = next(g for g in range(1, gnl.MAX_GPUS) if not os.path.exists(f"/dev/nvidia{g}"))
+    kept, lost = unique("rkept"), unique("rlost")
+    state, spec = tmp_path / "state.json", tmp_path / "gpuslice.yaml"
+    with S.locked(str(state)) as st:  # as after a reboot: in the state file, not in the module
+        st.instances[kept] = S.Instance(kept, [0], 1 << 30, mode=0o660)
+        st.instances[lost] = S.Instance(lost, [gone], 1 << 30, mode=0o660)
+    try:
+        r = gpuctl(state, "--cdi-spec", str(spec), "instance", "restore")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == [f"created {kept}", f"not restored: {lost}"]
+        assert r.stderr == (f"gpuctl: warning: instance {lost} (GPU {gone}) not restored: this host has no GPU "
+                            f"{gone} (no /dev/nvidia{gone}); it stays in the state file (`gpuctl instance delete "
+                            f"{lost}` forgets it)\n")
+        have = {d["name"] for d in nl.instances()}
+        assert kept in have and lost not in have
+        assert os.path.exists(node(kept, "nvidiactl"))
+        assert f"name: {kept}" in spec.read_text() and lost not in spec.read_text()
+        assert sorted(S.load(str(state)).instances) == sorted([kept, lost])
+        r = gpuctl(state, "instance", "create", unique("rnew"), "--gpu", str(gone), "--memory", "1GiB")
+        assert r.returncode == 1 and r.stderr.startswith("gpuctl: cannot create ") and \
+            r.stderr.endswith(f" on GPU {gone}: this host has no GPU {gone} (no /dev/nvidia{gone})\n"), r.stderr
+    finally:
+        for name in (kept, lost):
+            gpuctl(state, "--cdi-spec", "", "instance", "delete", name)
+    assert kept not in {d["name"] for d in nl.instances()}
+
+
 # ---- a container holding its instance's core lock --------------------------------------
 
 SYS_USERFAULTFD = 323
