@@ -26,7 +26,7 @@ LAYER = {f: i for i, (_, files) in enumerate(LAYERS) for f in files}
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _LITERAL = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
 # at the start of a line (kernel style: bodies are indented), not static
-_FUNC = re.compile(r"^(?!static\b|extern\b|typedef\b)[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{",
+_FUNC = re.compile(r"^(?!static\b|extern\b|typedef\b)(?:[A-Za-z_][\w \t*]*?[\s*])?([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{",
                    re.M)
 _DATA = re.compile(r"^(?!static\b|extern\b|typedef\b)[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*=",
                    re.M)
@@ -45,7 +45,14 @@ def _depth0(text: str, pos: int) -> bool:
 def definitions(text: str) -> set[str]:
     """The names a file defines for other files: its non-static functions and variables."""
     text = re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", "", text, flags=re.M)  # no macros
-    return {m.group(1) for rx in (_FUNC, _DATA) for m in rx.finditer(text) if _depth0(text, m.start())}
+    return {m.group(1) for rx in (_FUNC, _DATA) for m in rx.finditer(text)
+            if _depth0(text, m.start()) and not _static_above(text, m.start())}
+
+
+def _static_above(text: str, pos: int) -> bool:
+    """A definition whose type is on the line above: static there?"""
+    above = text[:pos].rstrip("\n").rsplit("\n", 1)[-1]
+    return bool(re.match(r"static\b[^;{}()=]*$", above))
 
 
 def uses(sources: dict[str, str]) -> dict[tuple[str, str], set[str]]:
@@ -103,17 +110,19 @@ def test_the_scan_sees_the_core():
 
 
 def test_a_call_upwards_is_found():
-    """A registry that called quota again, through a definition over several lines, fails."""
+    """A registry that called quota again fails, whatever lines the definition takes."""
     src = {
         "registry.c": strip("/* gs_mem_put() */\nstatic void gs_obj_release(struct gs_inst *in)\n"
                             "{\n\tgs_mem_put(in, NULL);\n}\n"),
-        "quota.c": strip("void gs_mem_put(struct gs_inst *in,\n\t\tstruct gs_mem *mem)\n{\n"
+        "quota.c": strip("void\ngs_mem_put(struct gs_inst *in,\n\t\tstruct gs_mem *mem)\n{\n"
                          "\tgs_obj_find(in, 0, 0);\n}\n"),
         "core.c": strip('static const char *s = "gs_obj_find";\n'),
     }
     src["registry.c"] += "\nstruct gs_obj *gs_obj_find(struct gs_inst *in, nv_handle c, nv_handle h)\n{\n}\n"
+    src["core.c"] += strip("static nv_u32\ngs_mem_put(void)\n{\n}\n")  # its own, not quota's
     got = violations(src, {"registry.c": 1, "quota.c": 2, "core.c": 4})
     assert got == ["registry.c (registry) uses quota.c (quota): gs_mem_put"]
+    assert "gs_mem_put" not in definitions(src["core.c"])
     # a name only in a comment or a string is no use
     assert ("core.c", "registry.c") not in uses(src)
 
