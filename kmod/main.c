@@ -13,6 +13,7 @@
 #include "reaper.h"
 #include "shadow.h"
 #include "uvmcall.h"
+#include "version.h"	/* MODULE_VERSION: release and build, for gpuctl doctor */
 
 bool gs_passthrough_only;
 module_param_named(passthrough_only, gs_passthrough_only, bool, 0444);

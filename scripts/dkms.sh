@@ -6,6 +6,9 @@
 #   scripts/dkms.sh stage DIR               what DKMS builds from, into DIR: dkms.conf (version
 #                                           written in), Kbuild, kmod/ sources; no build output
 #   scripts/dkms.sh srchash                 a hash of that staged tree (names tarballs)
+#   scripts/dkms.sh build-h FILE            the build the module states in its version
+#                                           (kmod/version.h): `git describe` of this checkout,
+#                                           as FILE (gpuslice_build.h), rewritten only if it changed
 #   scripts/dkms.sh tarball-name KVER       the name `tarball` gives its file for KVER
 #   sudo scripts/dkms.sh install [KVER]     dkms add (a staged copy), build, install for KVER
 #                                           (default: the running kernel); replaces an earlier
@@ -54,13 +57,27 @@ stage() {  # stage DIR
     sed "s/^PACKAGE_VERSION=.*/PACKAGE_VERSION=\"$v\"/" "$REPO/dkms.conf" >"$dir/dkms.conf"
     (cd "$REPO" && find kmod \( -name '*.c' -o -name '*.h' -o -name Kbuild \) ! -name '*.mod.c' -print0 |
         xargs -0 cp --parents -t "$dir")
+    build_h "$dir/kmod/gpuslice_build.h"  # the staged copy has no git to ask
+}
+
+# The module's build (kmod/version.h): the same `git describe` that gpuctl records at its
+# install (pyctl/gpuslice/version.py), so that `gpuctl doctor` can tell one checkout.
+build_h() {  # build_h FILE
+    local d want
+    d="$(git -c safe.directory="$REPO" -C "$REPO" describe --always --dirty --tags --abbrev=12 2>/dev/null || true)"
+    [[ "$d" =~ ^[A-Za-z0-9._+-]{1,80}$ ]] || d=unknown
+    want="#define GPUSLICE_BUILD \"$d\""
+    [[ -f "$1" && "$(cat "$1")" == "$want" ]] || printf '%s\n' "$want" >"$1"
 }
 
 srchash() {
     local tmp
     tmp="$(mktemp -d /tmp/gpuslice-dkms.XXXXXX)"
     stage "$tmp/s"
-    (cd "$tmp/s" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)
+    # the build (gpuslice_build.h) changes at every commit, the sources not: a tarball
+    # of unchanged sources is kept, with the build it was made at
+    (cd "$tmp/s" && find . -type f ! -name gpuslice_build.h | LC_ALL=C sort | xargs sha256sum | sha256sum |
+        cut -c1-12)
     rm -rf "$tmp"
 }
 
@@ -122,6 +139,9 @@ case "$cmd" in
         stage "$1" ;;
     srchash)
         srchash ;;
+    build-h)
+        [[ $# -eq 1 ]] || { log "usage: $0 build-h FILE"; exit 2; }
+        build_h "$1" ;;
     tarball-name)
         [[ $# -eq 1 ]] || { log "usage: $0 tarball-name KVER"; exit 2; }
         tarball_name "$(version)" "$(srchash)" "$1" ;;
@@ -186,6 +206,6 @@ case "$cmd" in
     _sandbox_inner)
         sandbox_inner "$@" ;;
     *)
-        sed -n '2,27p' "$0" >&2
+        sed -n '2,30p' "$0" >&2
         exit 2 ;;
 esac

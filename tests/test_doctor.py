@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from types import SimpleNamespace
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -26,6 +27,7 @@ from gpuslice.ops import cdi
 from gpuslice.ops import doctor as D
 from gpuslice.ops import exporter as E
 from gpuslice import netlink as N
+from gpuslice import version as V
 from gpuslice.cli import main
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
@@ -421,7 +423,7 @@ def good_root(tmp_path, mmap_min_addr: str = "65536") -> str:
     root = tmp_path / "root"
     write(root / "proc" / "driver" / "nvidia" / "version", OPEN_580)
     write(root / "proc" / "sys" / "vm" / "mmap_min_addr", mmap_min_addr + "\n")
-    sys_module(root)
+    write(Path(sys_module(root)) / "version", f"{V.RELEASE} {V.build()}\n")  # from gpuctl's checkout
     (root / "dev").mkdir()
     return str(root)
 
@@ -436,8 +438,8 @@ def test_run_all_order_and_a_crashing_check(tmp_path) -> None:
     checks = D.run_all(str(tmp_path / "s.json"), str(tmp_path / "c.yaml"), lambda: spec_of(),
                        exporter_listen="127.0.0.1:1", root=good_root(tmp_path), connect=bad_connect,
                        unit=lambda u: None, get=crash)
-    assert [c.name for c in checks] == ["driver", "module", "instances", "daemon", "real-nodes", "device-cgroup",
-                                        "mmap-min-addr", "cdi", "exporter"]
+    assert [c.name for c in checks] == ["driver", "module", "build", "instances", "daemon", "real-nodes",
+                                        "device-cgroup", "mmap-min-addr", "cdi", "exporter"]
     by = {c.name: c for c in checks}
     assert by["driver"].status == D.OK and by["device-cgroup"].status == D.OK
     assert by["module"].status == D.FAIL and "the check itself failed: RuntimeError" in by["module"].message
@@ -477,8 +479,8 @@ def test_cli_all_good(doctor, exporter_server: str) -> None:
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["CHECK", "STATUS", "DETAIL"]
     got = {ln.split()[0]: ln.split()[1] for ln in lines[1:]}
-    assert got == {"driver": "ok", "module": "ok", "instances": "skip", "daemon": "ok", "real-nodes": "skip",
-                   "device-cgroup": "ok", "mmap-min-addr": "ok", "cdi": "ok", "exporter": "ok"}
+    assert got == {"driver": "ok", "module": "ok", "build": "ok", "instances": "skip", "daemon": "ok",
+                   "real-nodes": "skip", "device-cgroup": "ok", "mmap-min-addr": "ok", "cdi": "ok", "exporter": "ok"}
     assert "fix:" not in res.stdout and res.stderr == ""
 
 
@@ -498,7 +500,7 @@ def test_cli_a_failure_exits_non_zero_with_its_fix(doctor, exporter_server: str,
     write(os.path.join(D.ROOT, "proc", "sys", "vm", "mmap_min_addr"), "4096\n")
     res = doctor("--exporter", exporter_server)
     assert res.exit_code == 1
-    assert res.stderr == "gpuctl: 1 of 9 checks failed: mmap-min-addr\n"
+    assert res.stderr == "gpuctl: 1 of 10 checks failed: mmap-min-addr\n"
     lines = res.stdout.splitlines()
     i = next(i for i, ln in enumerate(lines) if ln.startswith("mmap-min-addr"))
     assert lines[i].split()[1] == "fail"
@@ -522,7 +524,7 @@ def test_cli_json_and_the_cdi_spec_of_cdi_generate(doctor, exporter_server: str,
     assert code == 1 and c["status"] == "fail" and "missing (instances: web)" in c["message"]
     assert c["fix"].startswith(f"sudo gpuctl cdi generate --output {doctor.spec}")
     res = doctor("--exporter", exporter_server)
-    assert res.exit_code == 1 and res.stderr == "gpuctl: 1 of 9 checks failed: cdi\n"
+    assert res.exit_code == 1 and res.stderr == "gpuctl: 1 of 10 checks failed: cdi\n"
     assert doctor.run("cdi", "generate", "--output", doctor.spec).exit_code == 0
     code, c = cdi_check()
     assert code == 0 and c["status"] == "ok" and "1 device(s) (web)" in c["message"]
@@ -540,3 +542,44 @@ def test_cli_bad_exporter_address_is_one_line(doctor) -> None:
     assert res.exit_code == 2 and res.stdout == ""
     err = res.stderr.strip()
     assert "\n" not in err and err.startswith("gpuctl: ") and "--exporter" in err
+
+
+# ---- gpuctl and the module from one checkout: release, netlink ABI, build ---------------------
+
+def test_build_same_checkout_is_ok(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(V, "build", lambda: "0123456789ab")
+    d = sys_module(tmp_path)
+    write(Path(d) / "version", f"{V.RELEASE} 0123456789ab\n")
+    c = D.check_build(d)
+    assert c.status == D.OK and f"gpuctl {V.RELEASE} (netlink ABI {N.VERSION}, build 0123456789ab)" in c.message
+
+
+def test_build_from_another_checkout_says_so(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(V, "build", lambda: "0123456789ab")
+    d = sys_module(tmp_path)
+    write(Path(d) / "version", f"{V.RELEASE} fedcba987654-dirty\n")
+    c = D.check_build(d)
+    assert c.status == D.WARN and "built from different checkouts" in c.message
+    assert "build 0123456789ab" in c.message and "build fedcba987654-dirty" in c.message and "same checkout" in c.fix
+
+
+def test_build_of_another_release_fails(tmp_path) -> None:
+    d = sys_module(tmp_path)
+    write(Path(d) / "version", "9.9.9 0123456789ab\n")
+    c = D.check_build(d)
+    assert c.status == D.FAIL and "different releases" in c.message and "gpuslice.ko 9.9.9" in c.message
+
+
+def test_build_of_a_module_without_a_version_warns(tmp_path) -> None:
+    c = D.check_build(sys_module(tmp_path))
+    assert c.status == D.WARN and "states no version" in c.message
+    assert D.check_build(str(tmp_path / "none")).status == D.SKIP
+
+
+def test_build_unknown_is_not_compared(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(V, "build", lambda: "unknown")
+    d = sys_module(tmp_path)
+    write(Path(d) / "version", f"{V.RELEASE} 0123456789ab\n")
+    assert D.check_build(d).status == D.OK
+    write(Path(d) / "version", f"{V.RELEASE}\n")  # a module built without gpuslice_build.h
+    assert V.parse_module_version(f"{V.RELEASE}\n") == (V.RELEASE, "unknown")

@@ -30,6 +30,14 @@ from .status import status, top
 __all__ = ["main", "GpuctlError", "kernel", "_make_probe", "_make_source", "_spawn_guard", "_die_with_parent"]
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from gpuslice.version import version_line
+
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--state", "state_path", envvar="GPUSLICE_STATE", default=S.DEFAULT_PATH, show_default=True,
               callback=_non_empty, help="State file (env GPUSLICE_STATE).")
@@ -40,7 +48,8 @@ __all__ = ["main", "GpuctlError", "kernel", "_make_probe", "_make_source", "_spa
 @click.option("--cdi-spec", envvar="GPUSLICE_CDI_SPEC", metavar="PATH",
               help="CDI spec that `instance create`, `delete` and `restore` keep current and `doctor` checks "
               "(env GPUSLICE_CDI_SPEC; default: /etc/cdi/gpuslice.yaml where /etc/cdi exists; '' for none).")
-@click.version_option(package_name="gpuslice")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="gpuctl's version, the netlink ABI it speaks and the checkout it was built from, then exit.")
 @click.pass_context
 def main(ctx: click.Context, state_path: str, kernel: str, cdi_spec: str | None) -> None:
     """Kernel-space GPU sharing: instances (fake NVIDIA device sets with a memory limit)

@@ -187,6 +187,36 @@ def check_instances(state_file: str | None, sys_module: str = SYS_MODULE,
                  "sudo gpuctl instance delete NAME, or put the GPU back")
 
 
+def check_build(sys_module: str = SYS_MODULE, read: Reader = read_text) -> Check:
+    """gpuctl and the loaded module from one checkout: the module's version
+    (/sys/module/gpuslice/version, ``RELEASE BUILD``: kmod/version.h) against gpuctl's
+    release and build (gpuslice.version); the netlink ABI is check_module's."""
+    from gpuslice import version as V
+
+    name = "build"
+    ours = f"gpuctl {V.RELEASE} (netlink ABI {V.ABI}, build {V.build()})"
+    fix = "install gpuctl and gpuslice.ko from the same checkout (docs/operations.md, \"Upgrade\"), then reload the module"
+    if not os.path.isdir(sys_module):
+        return Check(name, SKIP, "gpuslice.ko is not loaded")
+    try:
+        text = read(os.path.join(sys_module, "version"))
+    except FileNotFoundError:
+        return Check(name, WARN, f"gpuslice.ko states no version (built before modules did): {ours} cannot tell "
+                     "whether it is from the same checkout", fix)
+    except OSError as e:
+        return Check(name, WARN, f"cannot read {os.path.join(sys_module, 'version')}: {_reason(e)}")
+    release, build = V.parse_module_version(text)
+    mine = V.build()
+    theirs = f"gpuslice.ko {release} (build {build})"
+    if release != V.RELEASE:
+        return Check(name, FAIL, f"{ours} and {theirs} are different releases", fix)
+    if V.UNKNOWN in (mine, build):
+        return Check(name, OK, f"{ours}, {theirs}: same release; a build unknown, so not compared")
+    if mine != build:
+        return Check(name, WARN, f"{ours} and {theirs} were built from different checkouts", fix)
+    return Check(name, OK, f"{ours}: the module is the same build")
+
+
 # ---- 3. the daemon -------------------------------------------------------------------
 
 def run_cmd(argv: Sequence[str]) -> tuple[int, str] | None:
@@ -579,6 +609,7 @@ def run_all(status_file: str, cdi_path: str, cdi_generate: Callable[[], Mapping[
     checks: list[tuple[str, Callable[[], Check]]] = [
         ("driver", lambda: check_driver(host(PROC_DRIVER_VERSION), host(SYS_DRIVER_VERSION))),
         ("module", lambda: check_module(sys_module, conn)),
+        ("build", lambda: check_build(sys_module)),
         ("instances", lambda: check_instances(host(DEFAULT_STATE) if state_file == "" else state_file, sys_module,
                                               conn, host("/dev"))),
         ("daemon", lambda: check_daemon(status_file, unit_fn)),
