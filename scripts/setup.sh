@@ -54,13 +54,15 @@ if [[ ! -x .venv/bin/python ]]; then
     log "creating .venv"
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-# Re-install only when pyproject.toml, setup.py or the vendored kubelet protos changed
-# since the last successful install, or the modules generated from the protos are gone.
+# Re-install only when pyproject.toml, setup.py, constraints.txt or the vendored kubelet
+# protos changed since the last successful install, or the modules generated from the
+# protos are gone. The versions are constraints.txt's, the ones CI tests with; the dev
+# extra is the test extra (pytest, hypothesis, mypy, the kube extra) and virtme-ng.
 stamp=.venv/.gpuslice-installed
-newer=$(find pyproject.toml setup.py pyctl/gpuslice/kube/proto -newer "$stamp" 2>/dev/null | head -1 || true)
+newer=$(find pyproject.toml setup.py constraints.txt pyctl/gpuslice/kube/proto -newer "$stamp" 2>/dev/null | head -1 || true)
 if [[ ! -f "$stamp" ]] || [[ -n "$newer" ]] || [[ ! -f pyctl/gpuslice/kube/gen/__init__.py ]]; then
-    log "pip install -e .[test]"
-    .venv/bin/pip install -q -e '.[test]' >/tmp/gpuslice-pip.log 2>&1 || {
+    log "pip install -c constraints.txt -e .[dev]"
+    .venv/bin/pip install -q -c constraints.txt -e '.[dev]' >/tmp/gpuslice-pip.log 2>&1 || {
         tail -n 40 /tmp/gpuslice-pip.log >&2
         log "pip install failed"
         exit 1

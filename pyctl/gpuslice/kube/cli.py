@@ -72,6 +72,25 @@ def _stop_on_signals(log: logging.Logger) -> threading.Event:
     return stop
 
 
+def need_kube_extra(command: str, modules: tuple[str, ...]) -> None:
+    """The plugins' dependencies are the ``kube`` extra (grpcio, protobuf, kubernetes),
+    which a host that only uses the CLI does without: a missing one is one line saying
+    what to install, not a traceback."""
+    import importlib
+
+    missing = []
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            missing.append(mod)
+    if missing:
+        from gpuslice.cli.common import GpuctlError
+
+        raise GpuctlError(f"{command} needs the kube extra (no {', '.join(missing)} here): "
+                          "pip install 'gpuslice[kube]'")
+
+
 def register(main: click.Group) -> None:
     """Add the Kubernetes commands to ``main``."""
     main.add_command(device_plugin)
@@ -101,6 +120,7 @@ def device_plugin(ctx: click.Context, config_path: str, device_plugin_dir: str, 
     gpuslice.dev/<profile>, and GPUs in no profile whole as gpuslice.dev/gpu; each
     container gets one device, as the CDI device of its instance. Runs until SIGTERM
     or SIGINT; the instances stay."""
+    need_kube_extra("gpuctl device-plugin", ("grpc", "google.protobuf"))
     from gpuslice.ops import cdi
     from gpuslice.cli import GpuctlError, kernel
     from . import deviceplugin as DP
@@ -177,6 +197,7 @@ def kubelet_plugin(ctx: click.Context, node_name: str, plugin_dir: str, registry
     ResourceSlices with consumable memory and compute, and make each prepared claim
     an instance with exactly the amounts the scheduler granted. Runs until SIGTERM or
     SIGINT; prepared claims and their instances stay (checkpointed)."""
+    need_kube_extra("gpuctl kubelet-plugin", ("grpc", "google.protobuf", "kubernetes"))
     from gpuslice.ops import cdi
     from gpuslice.cli import GpuctlError, kernel
     from . import capacity as C
