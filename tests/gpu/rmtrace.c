@@ -100,6 +100,40 @@ static uint32_t u32at(const void *p, unsigned int off)
 	return v;
 }
 
+/*
+ * NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE (ctrl2080gr.h: flags, hChannel,
+ * gfxpPreemptMode, cilpPreemptMode): what the driver asks, and what RM answers.
+ * RMTRACE_PREEMPT=gfxp|wfi (graphics) or cilp|cta|cwfi (compute) asks for that mode
+ * instead: an experiment on how a context is preempted, never part of what ships.
+ */
+static int preempt_mode(int fd, unsigned long req, void *arg)
+{
+	const char *force = getenv("RMTRACE_PREEMPT");
+	uint32_t *p, in[4] = { 0 };
+	uint64_t pp;
+	int ret;
+
+	memcpy(&pp, (const char *)arg + 16, sizeof(pp));
+	p = (uint32_t *)(uintptr_t)pp;
+	if (p)
+		memcpy(in, p, sizeof(in));
+	if (p && force) {
+		if (!strcmp(force, "gfxp") || !strcmp(force, "wfi")) {
+			p[0] |= 2;
+			p[2] = !strcmp(force, "gfxp");
+		} else if (!strcmp(force, "cilp") || !strcmp(force, "cta") || !strcmp(force, "cwfi")) {
+			p[0] |= 1;
+			p[3] = !strcmp(force, "cilp") ? 2 : !strcmp(force, "cta");
+		}
+	}
+	ret = real_ioctl(fd, req, arg);
+	count(0x2a, 0x20801210, u32at(arg, 28));
+	sample("{\"preempt\":{\"asked\":{\"flags\":%u,\"gfxp\":%u,\"cilp\":%u},"
+	       "\"sent\":{\"flags\":%u,\"gfxp\":%u,\"cilp\":%u},\"status\":%u,\"ret\":%d}}",
+	       in[0], in[2], in[3], p ? p[0] : 0, p ? p[2] : 0, p ? p[3] : 0, u32at(arg, 28), ret);
+	return ret;
+}
+
 int ioctl(int fd, unsigned long req, ...)
 {
 	va_list ap;
@@ -112,6 +146,9 @@ int ioctl(int fd, unsigned long req, ...)
 	va_end(ap);
 	if (!real_ioctl)
 		real_ioctl = (int (*)(int, unsigned long, ...))dlsym(RTLD_NEXT, "ioctl");
+	if (((req >> 8) & 0xff) == 'F' && nr == 0x2a && arg && u32at(arg, 8) == 0x20801210 &&
+	    is_nvidia(fd))
+		return preempt_mode(fd, req, arg);
 	ret = real_ioctl(fd, req, arg);
 	if (((req >> 8) & 0xff) != 'F' || !arg || !is_nvidia(fd))
 		return ret;

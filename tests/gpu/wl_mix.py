@@ -13,7 +13,8 @@ for the way the framework's users usually wait:
   torch-small PyTorch, ten small matmuls per step (steps well under 1 ms), synchronize
   torch-sleep PyTorch fp32 matmul, event polled with 0.5 ms sleeps
   jax         JAX jitted matmul chain, block_until_ready() (about 1 ms a step)
-  egl         OpenGL through EGL (moderngl): one heavy fragment-shader frame (SIZE x SIZE), glFinish
+  egl         OpenGL through EGL (moderngl): one heavy fragment-shader frame (SIZE x SIZE), glFinish;
+              GS_EGL_FRAME_MS=T raises the shader's rounds until a frame takes about T ms
   vulkan      Vulkan through wgpu: one compute dispatch (integer rounds over 4 MiB), waited for
   nvdec       NVDEC (PyNvVideoCodec): one decoded 1080p H.264 frame, the clip looped
   nvjpg       NVJPG (nvJPEG hardware backend): one batch of 4 JPEGs decoded, synchronized
@@ -136,6 +137,20 @@ def make_gfx(kind: str, size: int, done: Callable[[], None]) -> tuple[Callable[[
 
         sc = egl_render.Scene(size, size)
         frame = [0]
+        want_ms = float(os.environ.get("GS_EGL_FRAME_MS", "0"))
+        if want_ms > 0:  # long frames: raise the shader's rounds until one frame takes want_ms
+            iters = egl_render.ITERS
+            while True:
+                sc.prog["iters"].value = iters
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    frame[0] += 1
+                    sc.render(frame[0], read=False)
+                ms = (time.perf_counter() - t0) * 1e3 / 3
+                if ms >= want_ms or iters >= 1 << 20:
+                    break
+                iters = max(iters + 1, int(iters * min(4.0, want_ms / max(ms, 0.05))))
+            print(json.dumps({"egl_iters": iters, "frame_ms": round(ms, 2)}), file=sys.stderr)
 
         def step() -> None:
             frame[0] += 1
