@@ -20,7 +20,7 @@ def policy() -> None:
 @policy.command("set")
 @click.argument("kind", type=click.Choice(POLICIES))
 @click.option("--period", type=PERIOD, help="Scheduling period, 1ms to 10s, e.g. 50ms (a bare number is "
-              "milliseconds; default: keep the GPU's period (50ms for a new GPU)).")
+              "seconds, no longer milliseconds: 0.05 is 50ms; default: keep the GPU's period (50ms for a new GPU)).")
 @click.option("--gpu", "gpus", type=GPUS, help="GPU minor(s), e.g. 0 or 0,1 (this or --all is required).")
 @click.option("--all", "all_gpus", is_flag=True, help="Every GPU of this host (/dev/nvidia<N>) and of the state file.")
 @json_option
