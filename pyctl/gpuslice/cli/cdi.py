@@ -112,7 +112,7 @@ def cdi_group() -> None:
 @cdi_group.command("generate")
 @click.option("--output", "-o", metavar="PATH", help="Write the spec here (e.g. /etc/cdi/gpuslice.yaml) "
               "instead of printing it.")
-@json_option
+@json_option(instead="YAML")
 @click.pass_context
 def cdi_generate(ctx: click.Context, output: str | None) -> None:
     """A CDI spec with one device per instance (kind gpuslice.dev/gpu): the instance's

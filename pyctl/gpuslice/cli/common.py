@@ -215,13 +215,18 @@ def emit(ctx: click.Context, data: Any, text: Callable[[], str]) -> None:
         click.echo(text())
 
 
-def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def json_option(f: Callable[..., Any] | None = None, *, instead: str = "a table") -> Any:
+    """``--json``: print JSON instead of ``instead``, what the command prints without it
+    (``@json_option``: a table; ``@json_option(instead="YAML")``)."""
     def cb(ctx: click.Context, _p: click.Parameter, v: bool) -> None:
         if v:
             ctx.ensure_object(dict)["json"] = True
 
-    return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=cb, is_eager=True,
-                        help="Print JSON instead of a table.")(f)
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=cb, is_eager=True,
+                            help=f"Print JSON instead of {instead}.")(fn)
+
+    return deco if f is None else deco(f)
 
 
 def share_json(share: float | None) -> float | None:

@@ -20,7 +20,7 @@ from .common import GUARD_STATUS, STATUS_PATH, GpuctlError, _read_status, emit, 
 @click.argument("name")
 @click.option("--driver/--no-driver", default=True, show_default=True,
               help="Also mount the host's NVIDIA driver files read-only (as the CDI spec does).")
-@json_option
+@json_option(instead="one shell-quoted line (a list of the arguments)")
 @click.pass_context
 def run_args(ctx: click.Context, name: str, driver: bool) -> None:
     """docker/podman run flags that give a container instance NAME without CDI:
