@@ -101,7 +101,7 @@ def test_the_files_are_there() -> None:
 def test_dockerfile() -> None:
     text = open(os.path.join(KUBE, "Dockerfile")).read()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
-    assert re.search(r"^RUN pip install \.", text, re.M)
+    assert re.search(r"^RUN pip install -c constraints\.txt '\.\[kube\]'", text, re.M)  # the plugins' extra
     assert re.search(r'^ENTRYPOINT \["gpuctl"\]', text, re.M)
     assert "not built by the test suite" in text.lower()
     assert re.search(r"^COPY \. /src$", text, re.M)
