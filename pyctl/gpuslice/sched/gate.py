@@ -79,6 +79,19 @@ class EnablesFirst(Protocol):
 
 
 @runtime_checkable
+class OrdersSwitches(Protocol):
+    """Takes the order of one switch's calls from the scheduler (``enable_first`` is its
+    own default) and says how long the disabling part of its last apply() took
+    (``disable_took_ns``, None when it disabled nothing): how the switcher finds a tenant
+    that is slow to stop (sched/switcher.py)."""
+
+    enable_first: bool
+    disable_took_ns: int | None
+
+    def apply_in_order(self, gpu: int, target: set[Channel], enable_first: bool) -> int: ...
+
+
+@runtime_checkable
 class HasStats(Protocol):
     """Counts its calls (GateStats: call durations, stale drops) for status.json."""
 
@@ -129,6 +142,7 @@ class RmGate:
         # after apply(): when the incoming slot's channels were enabled, if they were
         # enabled before the outgoing ones were disabled (enable-first), else None
         self.incoming_at: int | None = None
+        self.disable_took_ns: int | None = None  # the disabling part of the last apply()
         self.disabled: set[Channel] = set()
         self.announced: set[Channel] = set()
         self.stats = GateStats()
@@ -276,6 +290,10 @@ class RmGate:
         """Make exactly ``target`` disabled among this GPU's channels: incoming channels
         are enabled before outgoing ones are disabled if ``enable_first``, else after.
         Returns RM calls issued."""
+        return self.apply_in_order(gpu, target, self.enable_first)
+
+    def apply_in_order(self, gpu: int, target: set[Channel], enable_first: bool) -> int:
+        """apply(), enabling first or not as told for this switch."""
         before = self.stats.calls
         cur = {c for c in self.disabled if c.gpu == gpu}
         to_disable = {c for c in target if c.gpu == gpu} - cur
@@ -289,13 +307,17 @@ class RmGate:
             if line:
                 log.warning("%s", line)
         self.incoming_at = None
-        if self.enable_first:
+        if enable_first:
             self._enable(gpu, to_enable)
             # the incoming channels may run from here on if nothing else runs
             self.incoming_at = self.clock()
+            t0 = self.clock()
             self._disable(gpu, to_disable)
+            self.disable_took_ns = self.clock() - t0 if to_disable else None
         else:
+            t0 = self.clock()
             self._disable(gpu, to_disable)
+            self.disable_took_ns = self.clock() - t0 if to_disable else None
             self._enable(gpu, to_enable)
         return self.stats.calls - before
 

@@ -64,6 +64,9 @@ def snapshot(now: int, switcher: Switcher, timelines: Mapping[int, GpuTimeline],
         "stale_channels": stats.stale if stats is not None else 0,
         "stale_now": len(gate.dropped or ()) if isinstance(gate, DropsStale) else 0,
         "wake_bias_ns": wake_bias_ns,
+        # instances whose last disable took long (a frame the GPU cannot preempt): switched
+        # to disable-first (sched/switcher.py SLOW_TO_STOP_NS)
+        "slow_to_stop": sorted(switcher.slow_to_stop),
         "switch_latency_ns": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None},
         # duration of each FIFO_DISABLE_CHANNELS call (disable / re-enable), as the daemon saw it
         "rm_call_ns": {"disable": _dist(stats.disable_ns if stats is not None else None),

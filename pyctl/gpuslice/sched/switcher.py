@@ -21,7 +21,7 @@ from collections import deque
 from typing import Callable, Mapping, Protocol
 
 from gpuslice import abi
-from gpuslice.sched.gate import EnablesFirst, Gate
+from gpuslice.sched.gate import EnablesFirst, Gate, OrdersSwitches
 from gpuslice.sched.planner import Plan, planning_slot
 from gpuslice.sched.probes import Probe, hold_probe
 from gpuslice.sched.sources import Channel, SeesWork, Source
@@ -37,6 +37,12 @@ log = logging.getLogger("gpuslice.sched.scheduler")
 # enabled again at slot boundaries decoded nothing more (docs/render-video.md), and those
 # engines hold no tenant's compute back (docs/policies.md, "Engines").
 GATED_ENGINE_GROUPS = frozenset({"gr", "copy", "other"})
+
+# A disable that takes longer than this stopped a tenant that is slow to stop: a context
+# the GPU leaves only when its work ends, as an OpenGL frame on Hopper (no graphics
+# preemption there: the disable waits for the frame; docs/render-video.md). Compute
+# contexts are preempted within about a millisecond.
+SLOW_TO_STOP_NS = 5_000_000
 
 
 def gated(c: Channel) -> bool:
@@ -92,6 +98,10 @@ class Switcher:
         self.switches = 0
         self.rm_calls = 0
         self.plan_cost_ns = 1_000_000  # running average, for when to plan
+        # instances seen slow to stop (SLOW_TO_STOP_NS): a switch to one of them disables
+        # the outgoing instance before enabling it, so that its work cannot start inside
+        # the outgoing one's disable and be counted as the outgoing one's time
+        self.slow_to_stop: set[str] = set()
 
     def target_disabled(self, tl: GpuTimeline, owner: str | None) -> set[Channel]:
         """The channels of ``tl``'s GPU to hold disabled while ``owner``'s slot runs."""
@@ -136,7 +146,7 @@ class Switcher:
             tl.started(prev)
         slot = tl.plan.slots[tl.idx]
         due = tl.period_start + slot.start_ns
-        calls = self.gate.apply(tl.gpu, self.target_disabled(tl, slot.name))
+        calls = self._apply(tl, slot.name)
         done = self.clock()
         if calls:
             self.switches += 1
@@ -158,6 +168,30 @@ class Switcher:
             t0 = self.clock()
             tl.next_plan = self.host.make_plan(tl.gpu, t0)
             self.plan_cost_ns = int(0.8 * self.plan_cost_ns + 0.2 * (self.clock() - t0))
+
+    def _apply(self, tl: GpuTimeline, owner: str | None) -> int:
+        """Gate for ``owner``'s slot. With an enable-first gate, a slot of an instance
+        slow to stop is switched to disable-first: enabled first, its work (a frame)
+        would start inside the outgoing instance's disable, which then returns only
+        when that frame ends, and the frame would be settled as the outgoing slot's
+        time. The disable's length tells who is slow: after a disable-first switch it is
+        the outgoing instance's alone; after an enable-first one either may be slow,
+        and both are taken as slow until a short disable of each clears it (a slow
+        instance's disable is long whichever way its switch went)."""
+        target = self.target_disabled(tl, owner)
+        if not isinstance(self.gate, OrdersSwitches):
+            return self.gate.apply(tl.gpu, target)
+        first = self.gate.enable_first and owner not in self.slow_to_stop
+        calls = self.gate.apply_in_order(tl.gpu, target, first)
+        out, took = tl.last_owner, self.gate.disable_took_ns
+        if out and out != owner and out in tl.plan.active and took is not None:
+            if took <= SLOW_TO_STOP_NS:
+                self.slow_to_stop.discard(out)
+            else:
+                self.slow_to_stop.add(out)
+                if first and owner:
+                    self.slow_to_stop.add(owner)
+        return calls
 
     def _work_arrival(self, seen: set[str], mine: dict[str, set[Channel]], now: int) -> int:
         """When the online work ``seen`` reached us, if the source says (the arrival of the
