@@ -178,3 +178,39 @@ def test_a_frame_started_inside_anothers_disable_is_the_render_tenants(policy, i
     r1 = gate.render_ns + (clock.t - gate.render_since if gate.render_since else 0)
     assert (r1 - r0) / (clock.t - t0) == pytest.approx(share, abs=0.01)
     assert sched.snapshot()["slow_to_stop"] == ["r"]
+
+
+class FlipProbe(AllProbe):
+    """``x`` busy for ``on`` periods, then idle for as long, and so on."""
+
+    def __init__(self, clock: Clock, period_ns: int, on: int) -> None:
+        self.clock, self.span = clock, period_ns * on
+
+    def active(self, chans: dict[str, set[Channel]]) -> set[str]:
+        busy = super().active(chans)
+        return busy if (self.clock.t // self.span) % 2 else busy - {"x"}
+
+
+def test_an_overrun_is_not_forgiven_when_the_shares_change() -> None:
+    """Under burst the shares change whenever an instance becomes busy or idle; the render
+    tenant's account carries over them (as long as the policy and period stay), or each
+    change forgave what its last frames took past its slots."""
+    insts = [S.Instance("a", [0], 1, weight=10), S.Instance("r", [0], 1, weight=1),
+             S.Instance("x", [0], 1, weight=9)]
+    table = {i.name: chans(k) for k, i in enumerate(insts)}
+    state = S.State(instances={i.name: i for i in insts}, gpus={0: S.GpuPolicy("burst", 50 * MS)})
+    clock = Clock()
+    gate = OrderedFrameGate(clock, table["r"], 26 * MS)
+    sched = FakeSched(None, StaticSource(table), gate, FlipProbe(clock, 50 * MS, 6), clock=clock,
+                      state_obj=state)
+    sched.start()
+    sched.run(lambda: False, until_ns=clock.t + 2_000 * MS)
+    t0, r0 = clock.t, gate.render_ns + (clock.t - gate.render_since if gate.render_since else 0)
+    want: list[float] = []
+    while clock.t < t0 + 20_000 * MS:
+        sched.run(lambda: False, until_ns=clock.t + 50 * MS)
+        want.append(sched.timelines[0].plan.shares.get("r", 0.0))
+    r1 = gate.render_ns + (clock.t - gate.render_since if gate.render_since else 0)
+    target = sum(want) / len(want)
+    assert 0.05 < target < 0.091  # both targets were in force
+    assert (r1 - r0) / (clock.t - t0) == pytest.approx(target, abs=0.01)

@@ -56,6 +56,16 @@ class Plan:
     offline: set[str] = field(default_factory=set)  # the offline members (Claim.offline)
 
 
+def keeps_debts(prev: Plan, plan: Plan) -> bool:
+    """Whether the slots' accounts carry over from ``prev``'s targets to ``plan``'s: under
+    one policy and period, without offline instances, whatever the shares (an instance
+    becoming active or idle under equal or burst changes every share; a render tenant's
+    overrun would otherwise be forgiven each time). A new period length, a new policy, or
+    priorities (whose preemptions cut periods short on purpose) start them afresh."""
+    return (plan.policy == prev.policy and plan.period_ns == prev.period_ns
+            and not plan.offline and not prev.offline)
+
+
 # With offline instances on a GPU: until the daemon's disable of the offline channels
 # lands (1-3 ms on the H100), the GPU's runlist shares it by timeslice; a short one for
 # offline TSGs and a long one for online TSGs let the online work run sooner and longer.
@@ -167,7 +177,9 @@ def make_plan(gpu: int, now: int, *, state: st.State, chans: Mapping[str, set[Ch
     idle = 1.0 - sum(given.values())
     if idle > 1e-9:
         given[""] = idle  # the idle remainder, nobody's
-    fixed = corrected_shares(given, tl.owed if tl is not None and tl.plan.shares == shares else {})
+    same = tl is not None and (tl.plan.shares == shares or keeps_debts(tl.plan, Plan(
+        gp.policy, gp.period_ns, offline={c.name for c in claims if c.offline})))
+    fixed = corrected_shares(given, tl.owed if tl is not None and same else {})
     corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
     fixed.pop("", None)
     slots = slot_plan(fixed, gp.period_ns, order=members)

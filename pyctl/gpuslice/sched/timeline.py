@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gpuslice.policy import Slot
-from gpuslice.sched.planner import Plan
+from gpuslice.sched.planner import Plan, keeps_debts
 
 # how much a slot's account may hold, in periods either way: enough for a render tenant
 # whose frames outlast the period twice over (its disable waits for the frame, and the
@@ -83,7 +83,7 @@ class GpuTimeline:
         act = sorted(self.plan.active)
         if not self.active_changes or self.active_changes[-1][1] != act:
             self.active_changes.append((self.period_start, act))
-        if self.plan.shares != prev.shares or self.plan.period_ns != prev.period_ns:
+        if self.plan.shares != prev.shares and not keeps_debts(prev, self.plan):
             self.owed, self.switched = {}, []  # new targets: old debts are void
         for n, c in self.plan.corr.items():
             self.owed[n] = self.owed.get(n, 0.0) - c
