@@ -21,7 +21,7 @@ guest_rc=0
 bash scripts/vm.sh --timeout 3000 -- bash scripts/guest-tests.sh -rfE --durations=25 || guest_rc=$?
 
 # The oldest supported branch: the stand-in answers with 535's layouts where they differ
-# (struct nvrm_table), and the module decodes with 535's table. The files of the suite that
+# (struct nvstub_table, from NVIDIA's vendored headers), and the module decodes with 535's table. The files of the suite that
 # reach the driver's ABI; the others (DKMS, podman, Kubernetes, exporter, netlink, the
 # daemon's gating, the USERD sampler, tracing, the 64-process load) test what does not
 # depend on it, and would add 10 minutes (docs/driver-versions.md).

@@ -223,10 +223,17 @@ int gs_uvm_spares_alloc(struct gs_call *c)
 
 static enum gs_verdict gs_uvm_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status);
 
-/* a range UVM refuses itself (uvm_api_range_invalid_4k()): nothing to charge */
+/*
+ * A range UVM refuses itself, so nothing to charge: kernel-open/nvidia-uvm/uvm_api.h
+ * uvm_api_range_invalid_aligned(), 4 KiB for UVM_MAP_EXTERNAL_ALLOCATION
+ * (uvm_map_external.c) and the dynamic-parallelism region (uvm_va_range.c
+ * uvm_map_sked_reflected_range()), PAGE_SIZE for the semaphore pool (4 KiB on x86-64;
+ * a larger PAGE_SIZE refuses more, and a refused range charged here is given back at
+ * the UVM file's release).
+ */
 static int gs_uvm_range_bad(nv_u64 base, nv_u64 length)
 {
-	return !length || base + length - 1 < base;
+	return (base & 0xfff) || (length & 0xfff) || !base || !length || base + length < base;
 }
 
 /*
