@@ -337,7 +337,7 @@ def test_the_module_is_asked_to_sample_online_instances_sooner(monkeypatch) -> N
     genl.sets.clear()
     src.set_module_sampling({"web"}, 0, 2500)  # --online-sample 0: nobody is asked
     assert genl.sets == [("web", 0, 0)] and src.report_gap_ns == slow_gap
-    src.set_fast({"svc"}, 200, 2500)  # what the scheduler calls (Scheduler._sync_sampling)
+    src.set_fast({"svc"}, 200, 2500)  # what the scheduler calls (sched/config.py Config.tell_source)
     assert genl.sets[-1] == ("svc", 200, 2500)
     genl.sets.clear()
     src.close()

@@ -6,7 +6,7 @@ Two trainers (4096^2 fp32 matmuls, three in flight) run at once with no daemon, 
 LD_PRELOAD=preload/libgpuslice.so with GPUSLICE_TIMESLICE_US set to each value in turn
 ('' = RM's default), so the runlist switches between them at every slice; one trainer
 alone first. Prints matmuls/s per trainer and their sum against the one alone: how much
-of the GPU the switching costs (scheduler.OFFLINE_TIMESLICE_US is what offline TSGs get).
+of the GPU the switching costs (planner.OFFLINE_TIMESLICE_US is what offline TSGs get).
 """
 
 from __future__ import annotations

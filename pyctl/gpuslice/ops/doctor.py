@@ -38,7 +38,7 @@ MMAP_MIN_ADDR_NEEDED = 65536
 DAEMON_UNIT = "gpuslice-daemon.service"
 EXPORTER_UNIT = "gpuslice-exporter.service"
 # The daemon rewrites its status file every 0.5 s, and at the latest every 5 s
-# (scheduler.Scheduler._status_due): older than this, its loop is not running.
+# (sched/report.py StatusFile.due): older than this, its loop is not running.
 STATUS_MAX_AGE_S = 15.0
 HTTP_TIMEOUT_S = 3.0
 
