@@ -382,6 +382,8 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	gs_inst_set_gpu_ids(inst->core, gpu_ids);
 	if (cfg->set & GS_CFG_GPU_MEM_LIMIT)
 		gs_inst_set_gpu_limits(inst->core, cfg->gpu_mem_limit);
+	if (cfg->set & GS_CFG_CAPS)	/* else all (the core's default) */
+		gs_inst_set_caps(inst->core, cfg->caps);
 
 	mutex_lock(&gs_instances_lock);
 	if (gs_instance_find(cfg->name)) {
@@ -471,6 +473,8 @@ int gs_instance_set(const struct gs_inst_cfg *cfg)
 		gs_inst_set_limit(inst->core, cfg->mem_limit);
 	if (cfg->set & GS_CFG_GPU_MEM_LIMIT)
 		gs_inst_set_gpu_limits(inst->core, cfg->gpu_mem_limit);
+	if (cfg->set & GS_CFG_CAPS)	/* for the calls to come; objects made stay */
+		gs_inst_set_caps(inst->core, cfg->caps);
 	mutex_lock(&gs_instances_lock);
 	if (!inst->live) {
 		err = -ENOENT;

@@ -100,6 +100,7 @@ struct gs_instance {
 #define GS_CFG_MODE		BIT(6)
 #define GS_CFG_GPU_MEM_LIMIT	BIT(7)
 #define GS_CFG_SAMPLE		BIT(8)	/* sample_us and repeat_us */
+#define GS_CFG_CAPS		BIT(9)
 
 struct gs_inst_cfg {
 	char name[GPUSLICE_NAME_MAX];
@@ -114,6 +115,7 @@ struct gs_inst_cfg {
 	u32 mode;
 	u32 sample_us;
 	u32 repeat_us;
+	u32 caps;		/* GPUSLICE_CAP_* */
 	u32 set;
 };
 

@@ -51,6 +51,7 @@ static const struct nla_policy gs_nl_policy[GPUSLICE_A_MAX + 1] = {
 	[GPUSLICE_A_GPU_MEM_LIMIT]	= NLA_POLICY_EXACT_LEN(sizeof(u64) * GPUSLICE_MAX_GPUS),
 	[GPUSLICE_A_SAMPLE_US]		= { .type = NLA_U32 },
 	[GPUSLICE_A_REPEAT_US]		= { .type = NLA_U32 },
+	[GPUSLICE_A_CAPS]		= { .type = NLA_U32 },
 };
 
 /*
@@ -166,6 +167,12 @@ static int gs_nl_parse_cfg(struct genl_info *info, struct gs_inst_cfg *cfg, bool
 			return -EINVAL;
 		cfg->set |= GS_CFG_SAMPLE;
 	}
+	if (a[GPUSLICE_A_CAPS]) {
+		cfg->caps = nla_get_u32(a[GPUSLICE_A_CAPS]);
+		if (!cfg->caps || (cfg->caps & ~GPUSLICE_CAPS_ALL))
+			return -EINVAL;
+		cfg->set |= GS_CFG_CAPS;
+	}
 	return 0;
 }
 
@@ -251,6 +258,7 @@ struct gs_nl_inst {
 	u32 mode;
 	u32 sample_us;
 	u32 repeat_us;
+	u32 caps;
 	u64 nr_events_suppressed;
 	struct gs_stats st;
 	u64 gpu_limit[GPUSLICE_MAX_GPUS];
@@ -355,6 +363,7 @@ static int gs_nl_inst_at(struct gs_nl_inst *s, long *pos, const struct nlattr *f
 		return -ENOENT;
 	gs_inst_stats(inst->core, &s->st);
 	gs_inst_gpu_mem(inst->core, s->gpu_limit, s->gpu_used, s->gpu_peak);
+	s->caps = gs_inst_caps(inst->core);
 	s->nr_events_suppressed = gs_nl_ratelimit_suppressed(&inst->refusal_events);
 	err = gs_nl_pids(inst, &s->pids, &s->nr_pids);
 	gs_instance_put(inst);
@@ -373,7 +382,7 @@ static size_t gs_nl_instance_size(unsigned int nr_pids)
 	unsigned int nests = max(1U, DIV_ROUND_UP(nr_pids, GS_NL_PIDS_PER_NEST));
 
 	return nla_total_size(GPUSLICE_NAME_MAX) +		/* NAME */
-	       7 * nla_total_size(sizeof(u32)) +		/* ID ... MODE */
+	       10 * nla_total_size(sizeof(u32)) +		/* ID ... MODE, SAMPLE_US, REPEAT_US, CAPS */
 	       8 * nla_total_size_64bit(sizeof(u64)) +		/* MEM_LIMIT ... */
 	       6 * nla_total_size_64bit(sizeof(u64)) +		/* LOCK_ACQUIRED ... */
 	       2 * nla_total_size_64bit(sizeof(u64) * GPUSLICE_LOCK_HIST_BUCKETS) + /* LOCK_*_HIST */
@@ -449,6 +458,7 @@ static int gs_nl_fill_instance(struct sk_buff *skb, const struct gs_nl_inst *s,
 	     nla_put_u32(skb, GPUSLICE_A_MODE, s->mode) ||
 	     nla_put_u32(skb, GPUSLICE_A_SAMPLE_US, s->sample_us) ||
 	     nla_put_u32(skb, GPUSLICE_A_REPEAT_US, s->repeat_us) ||
+	     nla_put_u32(skb, GPUSLICE_A_CAPS, s->caps) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_IOCTLS, st->nr_ioctls) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_QUOTA, st->nr_refused_quota) ||
 	     gs_nl_put_u64(skb, GPUSLICE_A_NR_REFUSED_FILTER, st->nr_refused_filter) ||

@@ -43,6 +43,10 @@
  *                       only (0x1b INSUFFICIENT_PERMISSIONS otherwise, on the H100;
  *                       seen with GPUSLICE_DEBUG). The module's build refuses it from
  *                       a container (not allowlisted): there the operator's tools own it.
+ *   GPUSLICE_CAPS       the instance's capability set, as NVIDIA_DRIVER_CAPABILITIES
+ *                       names it: compute, utility, graphics, video, comma-separated,
+ *                       or all; unset: all. A class or control of none of them is
+ *                       refused as RM refuses one it does not have (the module's CAPS)
  *   GPUSLICE_EXPORTS    where an instance's processes list what they exported or
  *                       shared, for each other's imports (siblings.c; default
  *                       /dev/shm/gpuslice-exports)
@@ -166,9 +170,35 @@ static struct gs_inst *gs_new_inst(const struct gs_inst_ops *ops)
 {
 	struct gs_inst *in = gs_inst_new(gs_pl.limit, ops);
 
-	if (in)
+	if (in) {
 		gs_inst_set_gpu_limits(in, gs_pl.gpu_limit);
+		gs_inst_set_caps(in, gs_pl.caps);
+	}
 	return in;
+}
+
+/* GPUSLICE_CAPS: "compute,utility" (or "all") -> GS_CAP_*; 0 for a bad or empty set */
+static nv_u32 gs_parse_caps(const char *s)
+{
+	static const struct { const char *name; nv_u32 bit; } caps[] = {
+		{ "compute", GS_CAP_COMPUTE }, { "utility", GS_CAP_UTILITY },
+		{ "graphics", GS_CAP_GRAPHICS }, { "video", GS_CAP_VIDEO }, { "all", GS_CAPS_ALL },
+	};
+	nv_u32 mask = 0;
+
+	while (*s) {
+		size_t n = strcspn(s, ","), i;
+
+		for (i = 0; i < sizeof(caps) / sizeof(caps[0]); i++)
+			if (n == strlen(caps[i].name) && !strncasecmp(s, caps[i].name, n))
+				break;
+		if (n && i == sizeof(caps) / sizeof(caps[0]))
+			return 0;
+		if (n)
+			mask |= caps[i].bit;
+		s += n + (s[n] == ',');
+	}
+	return mask;
 }
 
 static void gs_atfork_child(void)
@@ -276,6 +306,12 @@ static void gs_init_once(void)
 	if (s && *s && (gs_parse_size(s, &gs_pl.timeslice_us) || gs_pl.timeslice_us > 1000000000ull)) {
 		fprintf(stderr, "gpuslice: bad GPUSLICE_TIMESLICE_US '%s', RM's default\n", s);
 		gs_pl.timeslice_us = 0;
+	}
+	gs_pl.caps = GS_CAPS_ALL;
+	s = getenv("GPUSLICE_CAPS");
+	if (s && *s && !(gs_pl.caps = gs_parse_caps(s))) {
+		fprintf(stderr, "gpuslice: bad GPUSLICE_CAPS '%s' (compute, utility, graphics, video, all), all\n", s);
+		gs_pl.caps = GS_CAPS_ALL;
 	}
 	gs_pl.limit = ~0ull;
 	s = getenv("GPUSLICE_MEM_LIMIT");

@@ -34,6 +34,7 @@ struct gs_preload {
 	nv_u64 proof_file;	/* the RM file sent last as {"proof_file":1} on sock, 0: none (under sock_lock) */
 	nv_u64 timeslice_us;	/* GPUSLICE_TIMESLICE_US; 0: RM's default */
 	int interleave;		/* GPUSLICE_INTERLEAVE: NVA06C_CTRL_INTERLEAVE_LEVEL_*; -1: RM's default */
+	nv_u32 caps;		/* GPUSLICE_CAPS: the capability set, GS_CAP_* */
 };
 
 extern struct gs_preload gs_pl;

@@ -217,7 +217,7 @@ def test_run_args(gpuctl, monkeypatch) -> None:
     line = gpuctl("run-args", "web", "--no-driver").stdout.strip()
     assert line == ("--device /dev/gpuslice/web/nvidiactl:/dev/nvidiactl --device /dev/gpuslice/web/nvidia2:/dev/nvidia2 "
                     "--device /dev/gpuslice/web/nvidia-uvm:/dev/nvidia-uvm --env GPUSLICE_INSTANCE=web "
-                    "--env NVIDIA_VISIBLE_DEVICES=void")
+                    "--env NVIDIA_DRIVER_CAPABILITIES=all --env NVIDIA_VISIBLE_DEVICES=void")
     err = gpuctl("run-args", "nope").stderr.strip()
     assert err == "gpuctl: no instance 'nope'"
 

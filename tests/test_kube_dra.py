@@ -606,3 +606,25 @@ def test_a_renumbered_gpu_is_not_restored(tmp_path: Any, caplog: Any) -> None:
                plugin_dir=str(tmp_path / "plugin"))
     assert d.recover()["failed"] == [uid] and nl.names == set()
     assert "gpu-0 was GPU-0 when the claim was prepared, now GPU-1" in caplog.text
+
+
+# ---- the capability set (GpuConfig capabilities) ----
+
+def test_capabilities_from_the_class_and_narrowed_by_the_claim(plugin: Plugin) -> None:
+    """The DeviceClass's set is the most its claims get; a claim may narrow it, never widen it.
+    Without any, the instance has all four (recorded as None)."""
+    k = plugin.start()
+    ref = plugin.api.add(claim(name="a", config=[cfg("FromClass", capabilities="compute,utility,video"),
+                                                 cfg("FromClaim", capabilities="compute,utility")]))
+    assert k.prepare([ref])[ref[1]].error == ""
+    assert plugin.instances()[K.instance_name(ref[1])].caps == 0x3
+    spec = yaml.safe_load(open(os.path.join(plugin.dirs["cdi"], plugin.specs()[0])))
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in spec["devices"][0]["containerEdits"]["env"]
+    ref = plugin.api.add(claim(name="b"))
+    assert k.prepare([ref])[ref[1]].error == ""
+    assert plugin.instances()[K.instance_name(ref[1])].caps is None
+    ref = plugin.api.add(claim(name="c", config=[cfg("FromClass", capabilities="compute,utility"),
+                                                 cfg("FromClaim", capabilities="compute,graphics")]))
+    assert "may only narrow" in k.prepare([ref])[ref[1]].error
+    ref = plugin.api.add(claim(name="d", config=[cfg("FromClaim", capabilities="display")]))
+    assert "unknown capability" in k.prepare([ref])[ref[1]].error

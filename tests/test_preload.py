@@ -996,3 +996,19 @@ int main(int argc, char **argv)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["thread", "0", "child_exited", "1", "child_status", "0",
                                 "child_signal", "0"], p.stderr
+
+
+@pytest.mark.parametrize("caps,refused", [("", False), ("compute,utility", False), ("all", False),
+                                          ("utility,graphics", True), ("warp", False)])
+def test_preload_takes_the_capability_set(built, tmp_path, caps, refused):
+    """GPUSLICE_CAPS is the instance's capability set, as the module's CAPS: without compute
+    the video memory class (a compute row) is refused as RM refuses a class it does not have
+    (NV_ERR_INVALID_CLASS) and never reaches the driver; a bad set is named and all apply."""
+    out, _, rmlog, err = run_client(built, tmp_path, extra_env={"GPUSLICE_CAPS": caps} if caps else {},
+                                    check=not refused)
+    if refused:
+        assert out["alloc256_0"] == 0x22
+        assert "2b 40" not in rmlog
+    else:
+        assert [out[f"alloc256_{i}"] for i in range(4)] == [0, 0, 0, 0]
+    assert ("bad GPUSLICE_CAPS" in err) == (caps == "warp")

@@ -80,6 +80,8 @@ def test_kinds_events_and_defines(header: str) -> None:
     assert int(d["GPUSLICE_MAX_GPUS"]) == N.MAX_GPUS
     assert (int(d["GPUSLICE_SAMPLE_US_MIN"]), int(d["GPUSLICE_SAMPLE_US_MAX"])) == (N.SAMPLE_US_MIN, N.SAMPLE_US_MAX)
     assert (int(d["GPUSLICE_REPEAT_US_MIN"]), int(d["GPUSLICE_REPEAT_US_MAX"])) == (N.REPEAT_US_MIN, N.REPEAT_US_MAX)
+    assert {n: int(d["GPUSLICE_CAP_" + n.upper()], 16) for n in N.CAPS} == N.CAPS
+    assert int(d["GPUSLICE_CAPS_ALL"], 16) == N.CAPS_ALL == sum(N.CAPS.values())
 
 
 def nla(typ: int, payload: bytes) -> bytes:

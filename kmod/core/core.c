@@ -46,6 +46,7 @@ struct gs_inst *gs_inst_new(nv_u64 mem_limit, const struct gs_inst_ops *ops)
 	in->reg = &gs_reg_ops;
 	in->limit = mem_limit;
 	in->gpus = ~0u;
+	in->caps = GS_CAPS_ALL;
 	if (ops)
 		in->ops = *ops;
 	return in;
@@ -115,6 +116,23 @@ void gs_inst_set_flags(struct gs_inst *in, nv_u32 flags)
 	gs_lock(&in->lock);
 	in->flags = flags;
 	gs_unlock(&in->lock);
+}
+
+void gs_inst_set_caps(struct gs_inst *in, nv_u32 caps)
+{
+	gs_lock(&in->lock);
+	in->caps = caps & GS_CAPS_ALL;
+	gs_unlock(&in->lock);
+}
+
+nv_u32 gs_inst_caps(struct gs_inst *in)
+{
+	nv_u32 caps;
+
+	gs_lock(&in->lock);
+	caps = in->caps;
+	gs_unlock(&in->lock);
+	return caps;
 }
 
 void gs_inst_stats(struct gs_inst *in, struct gs_stats *st)
@@ -537,6 +555,13 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	row = gs_class_row(p->h_class);
 	if (!row)
 		return gs_refuse_as(c, GS_REFUSE_UNLISTED, st, NV_ERR_INVALID_CLASS);
+	/*
+	 * A class for none of the instance's capabilities is answered as RM
+	 * answers a class it does not have (as one on no row); the rule is
+	 * nvproxy's (frontendIoctlHandler.handle: capSet & capsEnabled == 0).
+	 */
+	if (!(row->caps & in->caps))
+		return gs_refuse_as(c, GS_REFUSE_CAPS, st, NV_ERR_INVALID_CLASS);
 	if (row->refusal != GS_REFUSE_NONE)
 		return gs_refuse_as(c, row->refusal, st, row->status);
 	if (in->nr_objects >= GS_MAX_OBJECTS ||
@@ -593,6 +618,9 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	row = gs_control_row(p->cmd);
 	if (!row)
 		return gs_refuse_as(c, GS_REFUSE_UNLISTED, st, NV_ERR_NOT_SUPPORTED);
+	/* likewise a control for none of them: RM's answer for one it does not have */
+	if (!(row->caps & in->caps))
+		return gs_refuse_as(c, GS_REFUSE_CAPS, st, NV_ERR_NOT_SUPPORTED);
 	if (row->handler && row->handler->pre) {
 		if (row->handler->pre(in, c, io, p, &status) == GS_PASS)
 			return GS_PASS;

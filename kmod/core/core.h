@@ -44,7 +44,20 @@ enum gs_refusal {
 	GS_REFUSE_MALFORMED,		/* argument block could not be read or is too short */
 	GS_REFUSE_UNLISTED,		/* not on the allowlist (deny by default) */
 	GS_REFUSE_LIMIT,		/* over the instance's object or channel cap */
+	GS_REFUSE_CAPS,			/* its row's capability is not in the instance's set */
 };
+
+/*
+ * The container capabilities (NVIDIA_DRIVER_CAPABILITIES' names, as gVisor's
+ * nvproxy has them): each filter row (filter.c) is for one or more of them,
+ * and an instance may use a row only where its set, gs_inst_set_caps(), holds
+ * one (default: all).
+ */
+#define GS_CAP_COMPUTE	0x1
+#define GS_CAP_UTILITY	0x2
+#define GS_CAP_GRAPHICS	0x4
+#define GS_CAP_VIDEO	0x8
+#define GS_CAPS_ALL	(GS_CAP_COMPUTE | GS_CAP_UTILITY | GS_CAP_GRAPHICS | GS_CAP_VIDEO)
 
 /* instance flags, gs_inst_set_flags() */
 #define GS_INST_ALLOW_TEST_ESCAPES	0x1	/* let GS_TEST_ESC_SUBMIT through (stand-in only) */
@@ -310,6 +323,9 @@ void gs_inst_set_gpu_limits(struct gs_inst *in, const nv_u64 *limits);
 void gs_inst_gpu_mem(struct gs_inst *in, nv_u64 *limit, nv_u64 *used, nv_u64 *peak);
 void gs_inst_stats(struct gs_inst *in, struct gs_stats *st);
 void gs_inst_set_flags(struct gs_inst *in, nv_u32 flags);
+/* the instance's capability set, GS_CAP_* (bits outside GS_CAPS_ALL are ignored) */
+void gs_inst_set_caps(struct gs_inst *in, nv_u32 caps);
+nv_u32 gs_inst_caps(struct gs_inst *in);
 /* pids with a live RM client; returns how many (may exceed max: call again bigger) */
 int gs_inst_pids(struct gs_inst *in, nv_u32 *pids, int max);
 

@@ -208,6 +208,7 @@ struct gs_inst {
 	struct gs_inst_ops ops;
 	const struct gs_reg_ops *reg;	/* core.c gs_reg_ops */
 	nv_u32 flags;
+	nv_u32 caps;		/* GS_CAP_*: the rows it may use, gs_inst_set_caps() */
 	nv_u64 limit;		/* of a GPU without a limit of its own */
 	nv_u32 gpus;		/* the instance's GPUs (device instances), gs_inst_set_gpus() */
 	nv_u32 gpu_ids[GPUSLICE_MAX_GPUS];	/* their RM gpuIds, gs_inst_set_gpu_ids() */
@@ -380,13 +381,11 @@ enum gs_verdict gs_pre_free_handle(struct gs_inst *in, struct gs_call *c, nv_han
 
 /* filter.c */
 /*
- * The container capabilities a row is for, as libnvidia-container
- * (NVIDIA_DRIVER_CAPABILITIES) and gVisor's nvproxy name them.
+ * The container capabilities a row is for: GS_CAP_* (core.h), as
+ * libnvidia-container (NVIDIA_DRIVER_CAPABILITIES) and gVisor's nvproxy name
+ * them. A row passes only for an instance whose set (gs_inst_set_caps())
+ * holds at least one of them.
  */
-#define GS_CAP_COMPUTE	0x1
-#define GS_CAP_UTILITY	0x2
-#define GS_CAP_GRAPHICS	0x4
-#define GS_CAP_VIDEO	0x8
 
 /*
  * What the core does with a control beyond letting it through: pre decides

@@ -156,6 +156,7 @@ static const char * const gs_refusals[] = {
 	[GS_REFUSE_MALFORMED] = "malformed",
 	[GS_REFUSE_UNLISTED] = "unlisted",
 	[GS_REFUSE_LIMIT] = "limit",
+	[GS_REFUSE_CAPS] = "caps",
 };
 
 static const char *gs_lookup(const struct gs_name *t, unsigned int n, nv_u32 v)

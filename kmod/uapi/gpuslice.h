@@ -13,7 +13,7 @@
  * to go on when it differs from its own), and refuses every request whose
  * genetlink header carries another version with -EPROTO. Version 1 was the
  * contract before the handshake (no check); 2 adds only the check; 3 adds
- * SAMPLE_US and REPEAT_US.
+ * SAMPLE_US and REPEAT_US; 4 adds CAPS.
  *
  * Every command needs CAP_NET_ADMIN and CAP_SYS_ADMIN in the initial user
  * namespace (-EPERM without), reads and dumps included: replies name host
@@ -25,7 +25,7 @@
  *   GPUSLICE_CMD_INSTANCE_NEW
  *       in:  NAME (required), GPU_MASK (required), MEM_LIMIT (required),
  *            GPU_MEM_LIMIT, WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE,
- *            SAMPLE_US and REPEAT_US (as INSTANCE_SET)
+ *            SAMPLE_US, REPEAT_US and CAPS (as INSTANCE_SET)
  *       Creates /dev/gpuslice/<NAME>/{nvidiactl,nvidia<N>...,nvidia-uvm}.
  *       -EEXIST if NAME exists, -EINVAL on a bad name, mask or limit,
  *       -ENODEV if a GPU in GPU_MASK is not present.
@@ -33,7 +33,7 @@
  *       in:  NAME. -EBUSY while any of its nodes is open (no draining).
  *   GPUSLICE_CMD_INSTANCE_SET
  *       in:  NAME, any of MEM_LIMIT, GPU_MEM_LIMIT, WEIGHT, SHARE,
- *            TIMESLICE_US, UID, GID, MODE, SAMPLE_US, REPEAT_US.
+ *            TIMESLICE_US, UID, GID, MODE, SAMPLE_US, REPEAT_US, CAPS.
  *       Takes effect for the next call; lowering a limit below what is used
  *       refuses further allocations but frees nothing.
  *       SAMPLE_US and REPEAT_US (both or neither; -EINVAL otherwise, or out
@@ -44,11 +44,15 @@
  *       0: every 50 ms) while it keeps submitting. A controller asks it of the
  *       instances whose work must preempt others' at once (online ones
  *       beside offline ones); it costs a CPU wake-up per SAMPLE_US.
+ *       CAPS (a non-empty subset of GPUSLICE_CAPS_ALL; -EINVAL otherwise)
+ *       is the capability set: an RM class or control whose allowlist row
+ *       is for none of them is refused as RM refuses one it does not have
+ *       (NV_ERR_INVALID_CLASS, NV_ERR_NOT_SUPPORTED). Absent on NEW: all.
  *   GPUSLICE_CMD_INSTANCE_GET   (doit with NAME, or dump; NAME filters a dump)
  *       out: one message per instance with NAME, ID, GPU_MASK, MEM_LIMIT,
  *            MEM_USED, MEM_PEAK, GPU_MEM_LIMIT, GPU_MEM_USED, GPU_MEM_PEAK,
  *            WEIGHT, SHARE, TIMESLICE_US, UID, GID, MODE, SAMPLE_US,
- *            REPEAT_US, NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
+ *            REPEAT_US, CAPS, NR_IOCTLS, NR_REFUSED_QUOTA, NR_REFUSED_FILTER,
  *            NR_EVENTS_SUPPRESSED, the LOCK_* figures of the instance's core
  *            lock (below), and PIDS: one or more nests of PID (at most 4096
  *            each; the list is their concatenation, in increasing order).
@@ -108,7 +112,7 @@
 #define _UAPI_GPUSLICE_H
 
 #define GPUSLICE_GENL_NAME		"gpuslice"
-#define GPUSLICE_GENL_VERSION		3
+#define GPUSLICE_GENL_VERSION		4
 #define GPUSLICE_MCGRP_EVENTS		"events"
 
 #define GPUSLICE_NAME_MAX		32	/* including the NUL */
@@ -121,6 +125,11 @@
 #define GPUSLICE_SAMPLE_US_MAX		1000000
 #define GPUSLICE_REPEAT_US_MIN		500	/* REPEAT_US other than 0 */
 #define GPUSLICE_REPEAT_US_MAX		10000
+#define GPUSLICE_CAP_COMPUTE		0x1	/* CAPS: NVIDIA_DRIVER_CAPABILITIES' names */
+#define GPUSLICE_CAP_UTILITY		0x2
+#define GPUSLICE_CAP_GRAPHICS		0x4
+#define GPUSLICE_CAP_VIDEO		0x8
+#define GPUSLICE_CAPS_ALL		0xf
 
 enum gpuslice_cmd {
 	GPUSLICE_CMD_UNSPEC,
@@ -179,6 +188,7 @@ enum gpuslice_attr {
 	GPUSLICE_A_GPU_MEM_PEAK,	/* u64[GPUSLICE_MAX_GPUS] bytes per GPU */
 	GPUSLICE_A_SAMPLE_US,		/* u32 the sampler's period for the instance, 0: default */
 	GPUSLICE_A_REPEAT_US,		/* u32 its CHANNEL_WORK at most this often, 0: default */
+	GPUSLICE_A_CAPS,		/* u32 GPUSLICE_CAP_* the instance may use; absent on NEW: all */
 	__GPUSLICE_A_MAX,
 };
 #define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)

@@ -54,7 +54,7 @@ def add(st: S.State, inst: S.Instance, nl: Any, *, policy: str | None = None, ui
 
 def create_in_module(nl: Any, inst: S.Instance, **attrs: Any) -> None:
     """INSTANCE_NEW of ``inst`` as the state file has it: GPUs, memory limits, weight,
-    share, and its nodes' uid, gid and mode (`instance restore` and the daemon's re-create
+    share, capability set, and its nodes' uid, gid and mode (`instance restore` and the daemon's re-create
     after a reboot or a module reload make them as they were made); the nodes of an
     instance a Kubernetes plugin owns get S.OWNED_NODE_MODE unless it or ``attrs`` names a
     mode. ``attrs`` adds to or overrides the attributes (None: left out)."""
@@ -67,6 +67,8 @@ def create_in_module(nl: Any, inst: S.Instance, **attrs: Any) -> None:
             attrs[k] = getattr(inst, k)
     if inst.owner is not None and attrs.get("mode") is None:
         attrs["mode"] = S.OWNED_NODE_MODE
+    if attrs.get("caps") is None and inst.caps is not None:
+        attrs["caps"] = inst.caps  # else left out: the module gives all
     nl.instance_new(inst.name, mask_of(inst.gpus), inst.memory, gpu_mem_limit=gpu_mem_limits(inst.gpu_memory),
                     **attrs)
 

@@ -30,7 +30,7 @@ def module_loaded(sys_module: str = SYS_MODULE) -> bool:
 # below are needed by processes that never open a netlink socket (sources, workloads).
 
 FAMILY = "gpuslice"
-VERSION = 3  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
+VERSION = 4  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
 MCGRP_EVENTS = "events"
 EVENTS_RCVBUF = 8 << 20  # bytes: about 60 s of one instance's CHANNEL_WORK at its most
 NAME_MAX = 32
@@ -41,6 +41,9 @@ LOCK_HIST_BUCKETS = 32
 MAX_GPUS = 32  # GPUSLICE_MAX_GPUS: bits of GPU_MASK, entries of GPU_MEM_*
 SAMPLE_US_MIN, SAMPLE_US_MAX = 50, 1000000  # GPUSLICE_SAMPLE_US_*: an instance's sampler period
 REPEAT_US_MIN, REPEAT_US_MAX = 500, 10000  # GPUSLICE_REPEAT_US_*: its CHANNEL_WORK at most this often
+# GPUSLICE_CAP_*: an instance's capability set (CAPS), NVIDIA_DRIVER_CAPABILITIES' names, in that order
+CAPS = {"compute": 0x1, "utility": 0x2, "graphics": 0x4, "video": 0x8}
+CAPS_ALL = 0xF  # GPUSLICE_CAPS_ALL: an instance created without CAPS has all
 
 # enum gpuslice_cmd
 CMD_UNSPEC = 0
@@ -106,6 +109,7 @@ ATTRS: tuple[tuple[str, str], ...] = (
     ("GPUSLICE_A_GPU_MEM_PEAK", "array(uint64)"),
     ("GPUSLICE_A_SAMPLE_US", "uint32"),
     ("GPUSLICE_A_REPEAT_US", "uint32"),
+    ("GPUSLICE_A_CAPS", "uint32"),
 )
 ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
 
@@ -152,6 +156,34 @@ def attr_name(key: str) -> str:
     if full not in ATTR_IDS:
         raise KeyError(f"unknown gpuslice attribute {key!r}")
     return full
+
+
+def parse_caps(text: str) -> int:
+    """``compute,utility`` (NVIDIA_DRIVER_CAPABILITIES' form; ``all``: the four) -> the CAPS
+    mask; ValueError for an unknown name or an empty set."""
+    mask = 0
+    for word in (w.strip().lower() for w in text.split(",")):
+        if not word:
+            continue
+        if word == "all":
+            mask |= CAPS_ALL
+        elif word in CAPS:
+            mask |= CAPS[word]
+        else:
+            raise ValueError(f"unknown capability {word!r} (one of: all, {', '.join(CAPS)})")
+    if not mask:
+        raise ValueError("an empty capability set (name one or more of: all, " + ", ".join(CAPS) + ")")
+    return mask
+
+
+def caps_names(mask: int) -> list[str]:
+    """The CAPS mask as names, in NVIDIA_DRIVER_CAPABILITIES' order."""
+    return [n for n, bit in CAPS.items() if mask & bit]
+
+
+def caps_text(mask: int) -> str:
+    """``all`` for the four, else ``compute,utility`` (as NVIDIA_DRIVER_CAPABILITIES)."""
+    return "all" if mask & CAPS_ALL == CAPS_ALL else ",".join(caps_names(mask))
 
 
 def build(cmd: int, attrs: dict[str, Any]) -> Any:

@@ -14,7 +14,8 @@ Layout (version 1)::
                             "uid": 1000, "gid": 44, "mode": "0660"}}}
 
 uid, gid and mode (the device nodes', octal) are there only when given; a file without
-them reads as before.
+them reads as before. So is caps, the capability set as NVIDIA_DRIVER_CAPABILITIES writes
+it ("compute,utility"); without it an instance has all four.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from gpuslice.netlink import MAX_GPUS
+from gpuslice.netlink import CAPS_ALL, MAX_GPUS, caps_text, parse_caps
 from gpuslice.policy import POLICIES, PRIORITIES, WEIGHT_MAX, WEIGHT_MIN, Claim, validate
 
 DEFAULT_PATH = "/var/lib/gpuslice/state.json"
@@ -97,6 +98,8 @@ class Instance:
     uid: int | None = None
     gid: int | None = None
     mode: int | None = None  # in the file as an octal string, "0660"
+    # the capability set (netlink.CAPS bits; None: all), in the file as "compute,utility"
+    caps: int | None = None
 
     def memory_of(self, gpu: int) -> int:
         """The video memory limit on ``gpu`` (bytes)."""
@@ -186,6 +189,14 @@ class State:
                 if not isinstance(m, str) or not re.fullmatch(r"[0-7]{1,4}", m):
                     raise StateError(f"instance {name!r}: mode must be an octal string such as \"0660\"")
                 val = {**val, "mode": int(m, 8)}
+            if "caps" in val:
+                c = val["caps"]
+                try:
+                    val = {**val, "caps": parse_caps(c) if isinstance(c, str) else None}
+                except ValueError as e:
+                    raise StateError(f"instance {name!r}: caps: {e}") from None
+                if val["caps"] is None:
+                    raise StateError(f"instance {name!r}: caps must be a string such as \"compute,utility\"")
             try:
                 inst = Instance(name=name, **val)
             except TypeError as e:
@@ -205,6 +216,10 @@ def _inst_json(i: Instance) -> dict[str, Any]:
             del d[k]  # files written before node attributes were kept read the same
     if i.mode is not None:
         d["mode"] = f"{i.mode:04o}"
+    if i.caps is None:
+        del d["caps"]  # files written before capability sets read the same
+    else:
+        d["caps"] = caps_text(i.caps)
     if i.gpu_memory is None:
         del d["gpu_memory"]  # files written before per-GPU limits read the same
     else:
@@ -223,7 +238,7 @@ def _check_types(inst: Instance) -> None:
         and isinstance(inst.priority, str)
         and (inst.min_share is None or isinstance(inst.min_share, (int, float)))
         and (inst.owner is None or inst.owner in OWNERS)
-        and all(v is None or type(v) is int for v in (inst.uid, inst.gid, inst.mode))
+        and all(v is None or type(v) is int for v in (inst.uid, inst.gid, inst.mode, inst.caps))
         and (inst.gpu_memory is None or (isinstance(inst.gpu_memory, dict)
                                          and all(type(g) is int and type(v) is int
                                                  for g, v in inst.gpu_memory.items())))
@@ -260,6 +275,8 @@ def _check_instance(name: str, inst: Instance) -> None:
             raise StateError(f"instance {name}: {what} {v} outside 0..{ID_MAX}")
     if inst.mode is not None and not 0 <= inst.mode <= 0o777:
         raise StateError(f"instance {name}: mode {inst.mode:o} outside 0..0777")
+    if inst.caps is not None and not (0 < inst.caps and not inst.caps & ~CAPS_ALL):
+        raise StateError(f"instance {name}: capability set {inst.caps:#x} outside 1..{CAPS_ALL:#x}")
 
 
 def state_path(path: str | None = None) -> str:

@@ -37,8 +37,12 @@ GS_PASS, GS_REPLY, GS_FAIL = 0, 1, 2
     GS_REFUSE_MALFORMED,
     GS_REFUSE_UNLISTED,
     GS_REFUSE_LIMIT,
-) = range(9)
+    GS_REFUSE_CAPS,
+) = range(10)
 GS_INST_ALLOW_TEST_ESCAPES = 1
+# kmod/core/core.h GS_CAP_*: an instance's capability set
+CAP_COMPUTE, CAP_UTILITY, CAP_GRAPHICS, CAP_VIDEO = 1, 2, 4, 8
+CAPS_ALL = 15
 
 # kmod/uapi/gpuslice.h
 OBJ_CLIENT, OBJ_TSG, OBJ_CHANNEL, OBJ_MEMORY, OBJ_OTHER = range(5)
@@ -133,6 +137,7 @@ class Core:
         lib.t_free.argtypes = [ctypes.c_void_p]
         lib.t_set_limit.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         lib.t_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        lib.t_set_caps.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         lib.t_set_gpus.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         lib.t_set_gpu_limits.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         lib.t_set_gpu_ids.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
@@ -213,6 +218,9 @@ class Core:
 
     def set_flags(self, flags: int):
         self.lib.t_set_flags(self.inst, flags)
+
+    def set_caps(self, caps: int):
+        self.lib.t_set_caps(self.inst, caps)
 
     def call(self, req: int, arg: bytearray, driver=None, *, kind=GS_FILE_CTL, minor=0,
              file_id=1, pid=100, ret=0, arg_size=None, ns_pid=0, fd_file_id=0,

@@ -123,6 +123,11 @@ void t_set_flags(struct gs_inst *in, uint32_t flags)
 	gs_inst_set_flags(in, flags);
 }
 
+void t_set_caps(struct gs_inst *in, uint32_t caps)
+{
+	gs_inst_set_caps(in, caps);
+}
+
 /* gs_call.reply_trusted of the calls to come (an nvidia-uvm reply the caller could not rewrite) */
 static uint8_t t_reply_trusted = 1;
 

@@ -26,7 +26,7 @@ def _cdi_instances(ctx: click.Context, st: S.State | None = None) -> list[Any]:
     nl = kernel(ctx)
     if nl is not None:
         return [i for i in cdi.instances_from_netlink(nl.instances()) if i.name not in owned]
-    return [cdi.Instance(i.name, tuple(i.gpus)) for i in sorted(st.instances.values(), key=lambda i: i.name)
+    return [cdi.Instance(i.name, tuple(i.gpus), i.caps) for i in sorted(st.instances.values(), key=lambda i: i.name)
             if i.name not in owned]
 
 

@@ -10,7 +10,7 @@ import click
 from gpuslice import instances
 from gpuslice import state as S
 from gpuslice import units
-from gpuslice.netlink import lock_summary
+from gpuslice.netlink import CAPS_ALL, caps_names, caps_text, lock_summary, parse_caps
 from gpuslice.policy import EPS, POLICIES, compute_shares, shares_online_idle
 
 from .cdi import _cdi_failed, _regenerate_cdi
@@ -23,7 +23,8 @@ def inst_row(i: S.Instance) -> dict[str, Any]:
             "memory_bytes": i.memory, "weight": i.weight,
             "share": units.format_share(i.share) if i.share is not None else None,
             "ceiling": units.format_share(i.ceiling) if i.ceiling is not None else None,
-            "priority": i.priority + (f" (min {units.format_share(i.min_share)})" if i.min_share else "")}
+            "priority": i.priority + (f" (min {units.format_share(i.min_share)})" if i.min_share else ""),
+            "caps": caps_text(CAPS_ALL if i.caps is None else i.caps)}
 
 
 def inst_json(i: S.Instance) -> dict[str, Any]:
@@ -35,7 +36,8 @@ def inst_json(i: S.Instance) -> dict[str, Any]:
             "memory_per_gpu": {str(g): v for g, v in sorted(i.gpu_memory.items())} if i.gpu_memory else None,
             "weight": i.weight, "share": share_json(i.share),
             "ceiling": share_json(i.ceiling), "priority": i.priority, "min_share": share_json(i.min_share),
-            "uid": i.uid, "gid": i.gid, "mode": None if i.mode is None else f"{i.mode:04o}"}
+            "uid": i.uid, "gid": i.gid, "mode": None if i.mode is None else f"{i.mode:04o}",
+            "caps": caps_names(CAPS_ALL if i.caps is None else i.caps)}
 
 
 PRIORITY = click.Choice(["online", "offline"])
@@ -69,6 +71,8 @@ def _mode_warning(mode: int | None) -> list[str]:
 
 
 MODE = _Unit("mode", _parse_mode)
+CAPS = _Unit("caps", parse_caps)
+CAPS_HELP = "compute,utility,graphics,video or all (default): what the module lets it use."
 MODE_HELP = ("Permission bits of the device nodes, octal (default 0660): the owner reads and writes, no execute "
              "bit. Bits for others (0666, as the Kubernetes plugins make their nodes) are taken with a warning: "
              "then only the module's require_device_cgroup=Y keeps host processes out.")
@@ -116,12 +120,14 @@ def _check_gpus(gpus: list[int]) -> list[str]:
 @click.option("--uid", type=ID_RANGE, help="Owner of the device nodes.")
 @click.option("--gid", type=ID_RANGE, help="Group of the device nodes.")
 @click.option("--mode", type=MODE, help=MODE_HELP)
+@click.option("--caps", type=CAPS, help=CAPS_HELP)
 @json_option
 @click.pass_context
 def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tuple[int, dict[int, int]],
                     policy: str | None, force: bool,
                     weight: int | None, share: float | None, ceiling: float | None, priority: str,
-                    min_share: float | None, uid: int | None, gid: int | None, mode: int | None) -> None:
+                    min_share: float | None, uid: int | None, gid: int | None, mode: int | None,
+                    caps: int | None) -> None:
     """Create instance NAME on --gpu with a --memory limit."""
     if weight is not None and share is not None:
         raise click.UsageError("--weight and --share are mutually exclusive")
@@ -145,7 +151,8 @@ def instance_create(ctx: click.Context, name: str, gpus: list[int], memory: tupl
         replaced = [f"gpu {g}: --policy {policy} replaces {st.policy_of(g).policy} for every instance of the GPU, "
                     f"also {', '.join(names)} (--force)" for g, names in others.items()]
         inst = S.Instance(name, gpus, size, weight=weight or 1, share=share, ceiling=ceiling, priority=priority,
-                          min_share=min_share, gpu_memory=per_gpu, uid=uid, gid=gid, mode=mode)
+                          min_share=min_share, gpu_memory=per_gpu, uid=uid, gid=gid, mode=mode,
+                          caps=None if caps == CAPS_ALL else caps)
         try:
             instances.add(st, inst, nl, policy=policy)
         except instances.InstanceError as e:
@@ -183,7 +190,7 @@ def _memory(ctx: click.Context, memory: tuple[int, dict[int, int]], gpus: list[i
 
 
 INST_COLS = [("name", "NAME"), ("gpus", "GPUS"), ("memory", "MEMORY"), ("weight", "WEIGHT"), ("share", "SHARE"),
-             ("ceiling", "CEILING"), ("priority", "PRIORITY")]
+             ("ceiling", "CEILING"), ("priority", "PRIORITY"), ("caps", "CAPS")]
 
 
 def _kernel_info(ctx: click.Context) -> dict[str, dict[str, Any]]:
@@ -246,7 +253,8 @@ def instance_show(ctx: click.Context, name: str) -> None:
     def text() -> str:
         r = inst_row(i)
         lines = [("name", i.name), ("gpus", r["gpus"]), ("memory", r["memory"]), ("weight", str(i.weight)),
-                 ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-"), ("priority", r["priority"])]
+                 ("share", r["share"] or "-"), ("ceiling", r["ceiling"] or "-"), ("priority", r["priority"]),
+                 ("caps", r["caps"])]
         if (i.uid, i.gid, i.mode) != (None, None, None):
             lines.append(("nodes", ", ".join(f"{k} {v}" for k, v in (("uid", i.uid), ("gid", i.gid),
                                                                      ("mode", data["mode"])) if v is not None)))
@@ -285,12 +293,13 @@ def instance_show(ctx: click.Context, name: str) -> None:
 @click.option("--priority", type=PRIORITY, help=PRIORITY_HELP)
 @click.option("--min-share", type=MIN_SHARE, help="Offline only: the share it keeps while online work runs.")
 @click.option("--no-min-share", is_flag=True, help="Remove the offline floor.")
+@click.option("--caps", type=CAPS, help="compute,utility,graphics,video or all: for the calls to come.")
 @json_option
 @click.pass_context
 def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int]] | None, weight: int | None,
                  share: float | None,
                  no_share: bool, ceiling: float | None, no_ceiling: bool, priority: str | None,
-                 min_share: float | None, no_min_share: bool) -> None:
+                 min_share: float | None, no_min_share: bool, caps: int | None) -> None:
     """Change an instance; the daemon applies it from its next period."""
     if share is not None and no_share:
         raise click.UsageError("--share and --no-share are mutually exclusive")
@@ -298,10 +307,10 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
         raise click.UsageError("--ceiling and --no-ceiling are mutually exclusive")
     if min_share is not None and no_min_share:
         raise click.UsageError("--min-share and --no-min-share are mutually exclusive")
-    if all(v is None for v in (memory, weight, share, ceiling, priority, min_share)) and \
+    if all(v is None for v in (memory, weight, share, ceiling, priority, min_share, caps)) and \
             not (no_share or no_ceiling or no_min_share):
-        raise click.UsageError("nothing to change (give --memory, --weight, --share, --ceiling, --priority "
-                               "or --min-share)")
+        raise click.UsageError("nothing to change (give --memory, --weight, --share, --ceiling, --priority, "
+                               "--min-share or --caps)")
     dropped: list[str] = []
     nl = kernel(ctx, "record the change")
     with S.locked(ctx.obj["state"]) as st:
@@ -325,6 +334,8 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
                 i.min_share = None  # a floor means nothing online
         if min_share is not None or no_min_share:
             i.min_share = min_share
+        if caps is not None:
+            i.caps = None if caps == CAPS_ALL else caps
         if i.min_share is not None and i.priority != "offline":
             raise click.UsageError(f"--min-share is for offline instances ({name} is {i.priority}; "
                                    "add --priority offline)")
@@ -336,8 +347,10 @@ def instance_set(ctx: click.Context, name: str, memory: tuple[int, dict[int, int
 
             nl.instance_set(name, mem_limit=size, weight=weight,
                             gpu_mem_limit=None if memory is None else gpu_mem_limits(per_gpu) or [0] * MAX_GPUS,
-                            share=units.share_to_ppt(i.share) if i.share else None)
+                            share=units.share_to_ppt(i.share) if i.share else None, caps=caps)
+        cdi_err = _regenerate_cdi(ctx, st) if caps is not None else None
     warn(warnings)
+    _cdi_failed(f"updated {name}", cdi_err)
     emit(ctx, inst_json(i), lambda: f"updated {name}\n" + table([inst_row(i)], INST_COLS))
 
 

@@ -37,7 +37,7 @@ def run_args(ctx: click.Context, name: str, driver: bool) -> None:
     args = [a for n in cdi.device_nodes(inst) for a in ("--device", f"{n['hostPath']}:{n['path']}")]
     if driver:
         args += [a for f in cdi.driver_files(cdi.scan_host()) for a in ("--volume", f"{f}:{f}:ro")]
-    args += [a for e in cdi.container_env(name) for a in ("--env", e)]  # the CDI spec's, from one place
+    args += [a for e in cdi.container_env(name, inst.caps) for a in ("--env", e)]  # the CDI spec's, from one place
     emit(ctx, args, lambda: shlex.join(args))
 
 

@@ -18,7 +18,10 @@ results of our driver on this node into one instance:
   granted compute) come only from a config whose source is the DeviceClass, which the
   administrator owns, else the plugin's default policy: a claim that sets them is
   refused, since each would give it more than it was granted (equal and burst give idle
-  time away, a floor is taken before online work). A claim may lower its ``ceiling``.
+  time away, a floor is taken before online work). A claim may lower its ``ceiling``;
+- ``capabilities`` (NVIDIA_DRIVER_CAPABILITIES' form, e.g. ``"compute,utility"``; default
+  all) is the instance's capability set, which the module enforces: a DeviceClass's is
+  the most its claims get, a claim's may only narrow it.
 
 A claim status is written by the scheduler, but also by anyone allowed to update
 ``resourceclaims/status``: every amount is checked against what the node's slices
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from gpuslice import state as S
+from gpuslice.netlink import CAPS_ALL, caps_text, parse_caps
 from gpuslice.policy import POLICIES, PRIORITIES
 from gpuslice import units
 from . import DRIVER
@@ -43,7 +47,7 @@ CONFIG_API_VERSION = "gpuslice.dev/v1alpha1"
 CONFIG_KIND = "GpuConfig"
 COMPUTE_FULL = 100  # the `compute` capacity of one GPU, percent
 OWNER = "kubelet-plugin"  # state.OWNERS
-_CONFIG_KEYS = {"apiVersion", "kind", "policy", "priority", "minShare", "ceiling"}
+_CONFIG_KEYS = {"apiVersion", "kind", "policy", "priority", "minShare", "ceiling", "capabilities"}
 _CLASS_ONLY = ("policy", "priority", "minShare")  # what would give a claim more than it was granted
 _DEVICE_RE = re.compile(r"gpu-(0|[1-9][0-9]{0,2})")
 
@@ -81,6 +85,8 @@ class GpuConfig:
     min_share: float | None = None
     ceiling: float | None = None  # the DeviceClass's
     claim_ceiling: float | None = None  # the claim's: it may only lower the ceiling
+    caps: int | None = None  # the DeviceClass's capability set (netlink.CAPS bits; None: all)
+    claim_caps: int | None = None  # the claim's: it may only narrow the set
 
 
 @dataclass(frozen=True)
@@ -141,8 +147,16 @@ def parse_config(params: Any, from_class: bool) -> GpuConfig:
     priority = params.get("priority")
     if priority is not None and priority not in PRIORITIES:
         raise ClaimError(f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")
+    caps = params.get("capabilities")
+    if caps is not None:
+        if not isinstance(caps, str):
+            raise ClaimError("capabilities must be a string such as \"compute,utility\"")
+        try:
+            caps = parse_caps(caps)
+        except ValueError as e:
+            raise ClaimError(f"capabilities: {e}") from None
     return GpuConfig(policy=policy, priority=priority, min_share=_share(params, "minShare"),
-                     ceiling=_share(params, "ceiling"))
+                     ceiling=_share(params, "ceiling"), caps=caps)
 
 
 def _share(params: Mapping[str, Any], key: str) -> float | None:
@@ -177,6 +191,8 @@ def merged_config(allocation: Mapping[str, Any], requests: Iterable[str]) -> Gpu
         fields = {k: v for k, v in parsed.__dict__.items() if v is not None}
         if source == "FromClaim" and "ceiling" in fields:
             fields["claim_ceiling"] = fields.pop("ceiling")
+        if source == "FromClaim" and "caps" in fields:
+            fields["claim_caps"] = fields.pop("caps")
         out.update(fields)
     return GpuConfig(**out)
 
@@ -275,9 +291,16 @@ def plan(claim: Mapping[str, Any], pool: str, gpus: Mapping[int, Gpu], default_p
     priority = cfg.priority or "online"
     # an offline floor is what the instance keeps beside online work: never more than granted
     min_share = min(cfg.min_share, granted) if priority == "offline" and cfg.min_share is not None else None
+    caps = CAPS_ALL if cfg.caps is None else cfg.caps
+    if cfg.claim_caps is not None:
+        if cfg.claim_caps & ~caps:
+            raise ClaimError(f"capabilities {caps_text(cfg.claim_caps)} are more than the DeviceClass gives "
+                             f"({caps_text(caps)}): a claim may only narrow them")
+        caps = cfg.claim_caps
     inst = S.Instance(instance_name(uid), gpu_list, max(mems.values()), weight=weight, share=share,
                       ceiling=ceiling, priority=priority, min_share=min_share,
-                      gpu_memory=mems if len(set(mems.values())) > 1 else None, owner=OWNER)
+                      gpu_memory=mems if len(set(mems.values())) > 1 else None, owner=OWNER,
+                      caps=None if caps == CAPS_ALL else caps)
     return Plan(uid, ns, name, inst, policy, tuple(got))
 
 

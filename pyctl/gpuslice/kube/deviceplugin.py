@@ -478,7 +478,7 @@ def _restore_policy(st: S.State, gpu: int, old: S.GpuPolicy | None) -> None:
 
 def build_cdi_spec(st: S.State, files: Sequence[str], nvidia_ctk: str | None) -> dict[str, Any]:
     """The plugin's CDI spec: every instance it owns in ``st``."""
-    insts = [cdi.Instance(i.name, tuple(i.gpus)) for i in sorted(st.instances.values(), key=lambda i: i.name)
+    insts = [cdi.Instance(i.name, tuple(i.gpus), i.caps) for i in sorted(st.instances.values(), key=lambda i: i.name)
              if i.owner == OWNER]
     spec = cdi.build_spec(insts, files, nvidia_ctk, kind=CDI_KIND)
     errs = cdi.check_spec(spec)

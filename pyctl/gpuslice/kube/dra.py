@@ -271,7 +271,7 @@ class Driver:
         log.info("unprepared claim %s/%s (%s): instance %s deleted", c.get("namespace"), c.get("name"), uid, name)
 
     def _write_spec(self, uid: str, inst: S.Instance) -> None:
-        spec = cdi.build_spec([cdi.Instance(inst.name, tuple(inst.gpus))], self.driver_files, self.nvidia_ctk,
+        spec = cdi.build_spec([cdi.Instance(inst.name, tuple(inst.gpus), inst.caps)], self.driver_files, self.nvidia_ctk,
                               kind=CDI_KIND)
         errs = cdi.check_spec(spec)
         if errs:

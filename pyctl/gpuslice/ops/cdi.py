@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from gpuslice.netlink import gpus_of
+from gpuslice.netlink import CAPS_ALL, caps_text, gpus_of
 
 CDI_VERSION = "0.5.0"
 KIND = "gpuslice.dev/gpu"
@@ -53,9 +53,11 @@ _FIRMWARE_RE = re.compile(r"gsp_\w+\.bin$")
 
 @dataclass(frozen=True)
 class Instance:
-    """What the spec needs of an instance: its name and GPU minors."""
+    """What the spec needs of an instance: its name, GPU minors and capability set
+    (netlink.CAPS bits; None: all)."""
     name: str
     gpus: tuple[int, ...]
+    caps: int | None = None
 
 
 _CDI_NAME_RE = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9_.:-]*[a-zA-Z0-9])?")
@@ -73,7 +75,8 @@ def instances_from_netlink(replies: Iterable[Mapping[str, Any]]) -> list[Instanc
     for d in replies:
         if "name" not in d:
             continue
-        out.append(Instance(d["name"], tuple(gpus_of(int(d.get("gpu_mask", 0))))))
+        caps = d.get("caps")
+        out.append(Instance(d["name"], tuple(gpus_of(int(d.get("gpu_mask", 0)))), None if caps is None else int(caps)))
     return sorted(out, key=lambda i: i.name)
 
 
@@ -136,16 +139,17 @@ def ldcache_hook(files: Sequence[str], nvidia_ctk: str | None) -> list[dict[str,
 SHARED_ENV = ("NVIDIA_VISIBLE_DEVICES=void",)
 
 
-def instance_env(name: str) -> list[str]:
+def instance_env(name: str, caps: int | None = None) -> list[str]:
     """The environment of one instance's device: GPUSLICE_INSTANCE names it (the
-    daemon's sources and reconcile read it)."""
-    return [f"GPUSLICE_INSTANCE={name}"]
+    daemon's sources and reconcile read it), NVIDIA_DRIVER_CAPABILITIES is its
+    capability set (``all``, or e.g. ``compute,utility``: what the module lets it use)."""
+    return [f"GPUSLICE_INSTANCE={name}", f"NVIDIA_DRIVER_CAPABILITIES={caps_text(CAPS_ALL if caps is None else caps)}"]
 
 
-def container_env(name: str) -> list[str]:
+def container_env(name: str, caps: int | None = None) -> list[str]:
     """All the environment the spec gives a container of instance NAME (its device's,
     then the shared): what `gpuctl run-args` passes with --env, so the two cannot drift."""
-    return [*instance_env(name), *SHARED_ENV]
+    return [*instance_env(name, caps), *SHARED_ENV]
 
 
 def build_spec(instances: Iterable[Instance], files: Sequence[str], nvidia_ctk: str | None = None,
@@ -155,7 +159,7 @@ def build_spec(instances: Iterable[Instance], files: Sequence[str], nvidia_ctk: 
     an NVIDIA runtime hook in the same container adds no real node). An instance whose
     name is not a CDI name (is_cdi_name) is left out."""
     devices = [{"name": i.name,
-                "containerEdits": {"env": instance_env(i.name),
+                "containerEdits": {"env": instance_env(i.name, i.caps),
                                    "deviceNodes": device_nodes(i, dev_root)}}
                for i in sorted(instances, key=lambda i: i.name) if is_cdi_name(i.name)]
     edits: dict[str, Any] = {"env": list(SHARED_ENV)}

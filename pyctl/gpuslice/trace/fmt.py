@@ -25,6 +25,7 @@ REFUSAL_NAMES: dict[int, str] = {
     6: "MALFORMED",
     7: "UNLISTED",
     8: "LIMIT",
+    9: "CAPS",
 }
 
 # enum gs_file_kind (kmod/core/core.h), the tracepoints' file_kind; checked like the above.
