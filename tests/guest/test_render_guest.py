@@ -183,3 +183,42 @@ def test_channel_bound_to_nvdec_shows_its_engine(nl):
             assert [c.engine for c in eng] == [NV2080_ENGINE_TYPE_NVDEC0]
         finally:
             s.close()
+
+
+def _engine(s, h_channel: int, klass: int) -> int:
+    if klass == abi.NVB8B0_VIDEO_DECODER:
+        return _decoder(s, h_channel, 0)
+    p = ctypes.create_string_buffer(16)  # NV_GR_ALLOCATION_PARAMETERS
+    return nvstub.rm_alloc(s.ctl, s.client, h_channel, s.handle(), klass, p)[0]
+
+
+def test_the_capability_set_gates_graphics_video_and_compute(nl):
+    """An instance's CAPS (NVIDIA_DRIVER_CAPABILITIES' names): one created with compute and
+    utility only is refused the 3D class (HOPPER_A) and NVDEC's as RM refuses a class it does
+    not have (NV_ERR_INVALID_CLASS), its CUDA objects still made; INSTANCE_SET of all lets
+    them through. One without compute gets no TSG. An instance created without CAPS has all
+    (the dump says 0xf)."""
+    with Instance(nl, 16 * MIB) as inst:
+        assert inst.get()["caps"] == 0xF
+    with Instance(nl, 16 * MIB, caps=0x3) as inst:
+        assert inst.get()["caps"] == 0x3
+        s = session(inst)
+        try:
+            _, ch = s.tsg_channel(schedule_it=False)  # TSG, channel and compute object: compute's
+            before = inst.get()["nr_refused_filter"]
+            for klass in (abi.HOPPER_A, abi.NVB8B0_VIDEO_DECODER):
+                assert _engine(s, ch, klass) == abi.NV_ERR_INVALID_CLASS, hex(klass)
+            assert inst.get()["nr_refused_filter"] == before + 2
+            nl.instance_set(inst.name, caps=0xF)
+            assert inst.get()["caps"] == 0xF
+            for klass in (abi.HOPPER_A, abi.NVB8B0_VIDEO_DECODER):
+                assert _engine(s, ch, klass) == abi.NV_OK, hex(klass)
+        finally:
+            s.close()
+    with Instance(nl, 16 * MIB, caps=0x6) as inst:  # utility and graphics
+        s = session(inst)  # the client, device and subdevice are utility's too
+        try:
+            st, _ = nvstub.rm_alloc(s.ctl, s.client, s.device, s.handle(), abi.KEPLER_CHANNEL_GROUP_A)
+            assert st == abi.NV_ERR_INVALID_CLASS
+        finally:
+            s.close()
