@@ -65,14 +65,7 @@ def one_mode(mode: str, a: argparse.Namespace, rmtrace: str) -> dict:
                            cmd=[sys.executable, wl, "cupy"])}
     for w in ws.values():
         w.wait_ready(timeout=300)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 10:
-        src.refresh()
-        ch = src.channels()
-        if ch.get("r") and ch.get("c"):
-            break
-        time.sleep(0.05)
-    ch = src.channels()
+    ch = sc.channels_of(src, ws)
     pairs = {n: sorted(c.pair for c in ch.get(n, set())) for n in ws}
     rm = RmClient().open()
     res: dict = {"mode": mode, "channels": {n: len(p) for n, p in pairs.items()}}

@@ -42,14 +42,7 @@ def main() -> int:
           for n, k in (("a", a.kind_a), ("b", "torch-block"))}
     for w in ws.values():
         w.wait_ready(timeout=300)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 10:
-        src.refresh()
-        ch = src.channels()
-        if ch.get("a") and ch.get("b"):
-            break
-        time.sleep(0.05)
-    chans = src.channels()
+    chans = sc.channels_of(src, ws)
     pairs = sorted(c.pair for c in chans.get("b", set()))
     print(f"channels: a {len(chans.get('a', ()))}, b {len(pairs)}")
     rm = RmClient().open()

@@ -109,6 +109,18 @@ class Workload:
         return self._ts
 
 
+def channels_of(src, names, timeout: float = 10.0) -> dict:
+    """``src.channels()`` once each of ``names`` has reported a channel (or ``timeout`` passed)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        src.refresh()
+        ch = src.channels()
+        if all(ch.get(n) for n in names):
+            return ch
+        time.sleep(0.05)
+    return src.channels()
+
+
 def count(ts, t0: float, t1: float) -> int:
     return bisect.bisect_left(ts, t1) - bisect.bisect_left(ts, t0)
 
