@@ -15,19 +15,8 @@ from __future__ import annotations
 import pytest
 
 from gpuslice import state as S
-from gpuslice.sched.scheduler import Scheduler
 from gpuslice.sched.sources import Channel, StaticSource
-
-MS = 1_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000 * MS
-
-    def __call__(self) -> int:
-        return self.t
-
+from test_scheduler import MS, Clock, FakeSched
 
 class FrameGate:
     """A gate over one GPU whose ``render`` channels finish their frame before a disable returns."""
@@ -64,11 +53,6 @@ class FrameGate:
 
     def release_all(self) -> None:
         self.disabled.clear()
-
-
-class FakeSched(Scheduler):
-    def _wait(self, seconds: float) -> None:
-        self.clock.t += max(1, int(seconds * 1e9))  # type: ignore[attr-defined]
 
 
 class AllProbe:
@@ -214,3 +198,25 @@ def test_an_overrun_is_not_forgiven_when_the_shares_change() -> None:
     target = sum(want) / len(want)
     assert 0.05 < target < 0.091  # both targets were in force
     assert (r1 - r0) / (clock.t - t0) == pytest.approx(target, abs=0.01)
+
+
+def test_an_account_starts_afresh_with_a_new_period_or_new_priorities() -> None:
+    """Accounts are fractions of a period: a new period length voids them even with the
+    same shares; new shares void them when offline instances are in either plan."""
+    from gpuslice.sched.planner import Plan
+    from gpuslice.sched.timeline import GpuTimeline
+
+    def after(prev: Plan, plan: Plan) -> dict[str, float]:
+        tl = GpuTimeline(0, plan=plan)
+        tl.owed = {"r": -0.4, "c": 0.4}
+        tl.started(prev)
+        return tl.owed
+
+    half = {"r": 0.5, "c": 0.5}
+    base = Plan("weight", 50 * MS, shares=half)
+    assert after(base, Plan("weight", 50 * MS, shares={"r": 0.25, "c": 0.75})) == {"r": -0.4, "c": 0.4}
+    assert after(base, Plan("weight", 20 * MS, shares=half)) == {}
+    assert after(base, Plan("fixed", 50 * MS, shares={"r": 0.25, "c": 0.75})) == {}
+    assert after(base, Plan("weight", 50 * MS, shares={"r": 0.25, "c": 0.75}, offline={"c"})) == {}
+    assert after(Plan("weight", 50 * MS, shares=half, offline={"c"}),
+                 Plan("weight", 50 * MS, shares=half, offline={"c"})) == {"r": -0.4, "c": 0.4}

@@ -56,14 +56,18 @@ class Plan:
     offline: set[str] = field(default_factory=set)  # the offline members (Claim.offline)
 
 
-def keeps_debts(prev: Plan, plan: Plan) -> bool:
-    """Whether the slots' accounts carry over from ``prev``'s targets to ``plan``'s: under
-    one policy and period, without offline instances, whatever the shares (an instance
+def keeps_debts(prev: Plan, policy: str, period_ns: int, shares: Mapping[str, float],
+                offline: set[str]) -> bool:
+    """Whether the slots' accounts carry over from ``prev`` to a plan of ``policy``,
+    ``period_ns``, ``shares`` and ``offline`` instances: under one period, with the same
+    shares, or under one policy without offline instances whatever the shares (an instance
     becoming active or idle under equal or burst changes every share; a render tenant's
-    overrun would otherwise be forgiven each time). A new period length, a new policy, or
-    priorities (whose preemptions cut periods short on purpose) start them afresh."""
-    return (plan.policy == prev.policy and plan.period_ns == prev.period_ns
-            and not plan.offline and not prev.offline)
+    overrun would otherwise be forgiven each time). A new period length, or new shares
+    under a new policy or with priorities (whose preemptions cut periods short on
+    purpose), start them afresh."""
+    if period_ns != prev.period_ns:
+        return False
+    return shares == prev.shares or (policy == prev.policy and not offline and not prev.offline)
 
 
 # With offline instances on a GPU: until the daemon's disable of the offline channels
@@ -177,14 +181,14 @@ def make_plan(gpu: int, now: int, *, state: st.State, chans: Mapping[str, set[Ch
     idle = 1.0 - sum(given.values())
     if idle > 1e-9:
         given[""] = idle  # the idle remainder, nobody's
-    same = tl is not None and (tl.plan.shares == shares or keeps_debts(tl.plan, Plan(
-        gp.policy, gp.period_ns, offline={c.name for c in claims if c.offline})))
-    fixed = corrected_shares(given, tl.owed if tl is not None and same else {})
+    offline = {c.name for c in claims if c.offline}
+    keep = tl is not None and keeps_debts(tl.plan, gp.policy, gp.period_ns, shares, offline)
+    fixed = corrected_shares(given, tl.owed if tl is not None and keep else {})
     corr = {n: fixed[n] - given[n] for n in given if fixed[n] != given[n]}
     fixed.pop("", None)
     slots = slot_plan(fixed, gp.period_ns, order=members)
     return Plan(gp.policy, gp.period_ns, slots, shares, members, free, active, corr, watch, watch_for,
-                {c.name for c in claims if c.offline})
+                offline)
 
 
 def planning_slot(slots: list[Slot], plan_cost_ns: int) -> int:

@@ -83,7 +83,8 @@ class GpuTimeline:
         act = sorted(self.plan.active)
         if not self.active_changes or self.active_changes[-1][1] != act:
             self.active_changes.append((self.period_start, act))
-        if self.plan.shares != prev.shares and not keeps_debts(prev, self.plan):
+        p = self.plan
+        if not keeps_debts(prev, p.policy, p.period_ns, p.shares, p.offline):
             self.owed, self.switched = {}, []  # new targets: old debts are void
         for n, c in self.plan.corr.items():
             self.owed[n] = self.owed.get(n, 0.0) - c
