@@ -10,29 +10,12 @@ import struct
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).parent / "core"))
 import coreshim as cs  # noqa: E402
 from coreshim import GiB, MiB, abi  # noqa: E402
+from test_core import ALLOC, CONTROL, DEV, env, so  # noqa: E402,F401  (fixtures)
 
-ALLOC = abi.IOCTL_RM_ALLOC
-CONTROL = abi.IOCTL_RM_CONTROL
-DEV = 0x5C000001
 UNLISTED_CMD = 0x2080FFFF  # a control on no row of filter.c
-
-
-@pytest.fixture(scope="module")
-def so(tmp_path_factory):
-    return cs.build(tmp_path_factory.mktemp("core"))
-
-
-@pytest.fixture
-def env(so):
-    core = cs.Core(so, 1 * GiB)
-    rm = cs.MockRM()
-    yield core, rm
-    core.close()
 
 
 def client(core, rm) -> int:
