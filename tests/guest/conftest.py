@@ -18,6 +18,8 @@ collect_ignore_glob: list[str] = [] if IN_GUEST else ["*.py", "*/"]
 if IN_GUEST:
     import pytest
 
+    from hangwatch import pytest_configure, pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401  (a hung test is reported, not waited for)
+
     @pytest.fixture
     def nl():
         """A netlink connection to gpuslice.ko (tests that use it also mark
