@@ -235,6 +235,30 @@ enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err)
 	return GS_FAIL;
 }
 
+/*
+ * The capability rule, gVisor nvproxy's (pkg/sentry/devices/nvproxy/
+ * handlers.go, frontendIoctlHandler.handle() and its likes for controls,
+ * classes and nvidia-uvm: "if h.capSet&fi.fd.dev.nvp.capsEnabled == 0"):
+ * a row whose caps hold none of the instance's is answered as RM answers
+ * what it does not have. status_off and status: where and what RM writes
+ * for a class (NV_ERR_INVALID_CLASS, rmapi/alloc_free.c) or a control
+ * (NV_ERR_NOT_SUPPORTED, rs_resource.c resControlLookup_IMPL); GS_ST_NONE:
+ * an escape or an nvidia-uvm ioctl, failed with EINVAL as nv.c
+ * nv_validate_ioctls() fails an escape it has no entry for ("unknown NVRM
+ * ioctl command"), nvidia-uvm's uvm_ioctl() an ioctl it does not route,
+ * and nvproxy a missing capability (frontend.go, uvm.go: linuxerr.EINVAL).
+ * GS_PASS when the instance has one of caps.
+ */
+enum gs_verdict gs_pre_caps(struct gs_inst *in, struct gs_call *c, nv_u32 caps,
+			    nv_u32 status_off, nv_u32 status)
+{
+	if (caps & in->caps)
+		return GS_PASS;
+	if (status_off == GS_ST_NONE)
+		return gs_fail(c, GS_REFUSE_CAPS, EINVAL);
+	return gs_refuse_as(c, GS_REFUSE_CAPS, status_off, status);
+}
+
 /* the later of two calls in flight that must not meet on a handle (gs_busy_conflict()) */
 enum gs_verdict gs_busy_refuse(struct gs_call *c, nv_u32 status_off)
 {
@@ -546,6 +570,7 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	struct nvos64_params *p = c->arg;
 	const nv_u32 st = GS_ST_NVOS64;
 	const struct gs_class_row *row;
+	enum gs_verdict v;
 	unsigned int i;
 	nv_u32 status;
 
@@ -555,13 +580,10 @@ static enum gs_verdict gs_pre_alloc(struct gs_inst *in, struct gs_call *c,
 	row = gs_class_row(p->h_class);
 	if (!row)
 		return gs_refuse_as(c, GS_REFUSE_UNLISTED, st, NV_ERR_INVALID_CLASS);
-	/*
-	 * A class for none of the instance's capabilities is answered as RM
-	 * answers a class it does not have (as one on no row); the rule is
-	 * nvproxy's (frontendIoctlHandler.handle: capSet & capsEnabled == 0).
-	 */
-	if (!(row->caps & in->caps))
-		return gs_refuse_as(c, GS_REFUSE_CAPS, st, NV_ERR_INVALID_CLASS);
+	/* a class for none of the instance's capabilities: as one on no row */
+	v = gs_pre_caps(in, c, row->caps, st, NV_ERR_INVALID_CLASS);
+	if (v != GS_PASS)
+		return v;
 	if (row->refusal != GS_REFUSE_NONE)
 		return gs_refuse_as(c, row->refusal, st, row->status);
 	if (in->nr_objects >= GS_MAX_OBJECTS ||
@@ -609,6 +631,7 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	const nv_u32 st = GS_ST_NVOS54;
 	const struct gs_control_row *row;
 	nv_u32 status = NV_OK;
+	enum gs_verdict v;
 
 	if (gs_short(c, sizeof(*p)))
 		return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
@@ -619,8 +642,9 @@ static enum gs_verdict gs_pre_control(struct gs_inst *in, struct gs_call *c,
 	if (!row)
 		return gs_refuse_as(c, GS_REFUSE_UNLISTED, st, NV_ERR_NOT_SUPPORTED);
 	/* likewise a control for none of them: RM's answer for one it does not have */
-	if (!(row->caps & in->caps))
-		return gs_refuse_as(c, GS_REFUSE_CAPS, st, NV_ERR_NOT_SUPPORTED);
+	v = gs_pre_caps(in, c, row->caps, st, NV_ERR_NOT_SUPPORTED);
+	if (v != GS_PASS)
+		return v;
 	if (row->handler && row->handler->pre) {
 		if (row->handler->pre(in, c, io, p, &status) == GS_PASS)
 			return GS_PASS;
@@ -753,11 +777,18 @@ static enum gs_verdict gs_pre_free(struct gs_inst *in, struct gs_call *c)
  * this check cannot uncharge memory RM has duplicated by then; and a free or
  * a creation in flight on its handles, which RM may run first (the handle
  * then naming whatever is made under it next), is waited for.
+ *
+ * The duplicate is an object of the source's class (resserv/src/rs_server.c
+ * serverCopyResource(): a new resource of the source's external class), so
+ * the class's row gates it as it gates RM_ALLOC of the class: an object made
+ * before INSTANCE_SET narrowed the capability set is not copied past it.
  */
 static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 {
 	const struct nvos55_params *p = c->arg;
+	const struct gs_class_row *row;
 	const struct gs_obj *src;
+	enum gs_verdict v;
 	nv_u32 status;
 
 	if (gs_short(c, sizeof(*p)))
@@ -765,6 +796,14 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 	if (!gs_is_client(in, p->h_client) ||
 	    (!gs_is_client(in, p->h_client_src) && !c->src_sibling))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, GS_ST_NVOS55);
+	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
+	row = src ? gs_class_row(src->o.klass) : NULL;
+	if (row) {
+		c->what = src->o.klass;
+		v = gs_pre_caps(in, c, row->caps, GS_ST_NVOS55, NV_ERR_INVALID_CLASS);
+		if (v != GS_PASS)
+			return v;
+	}
 	status = gs_create_conflict(in, p->h_client, p->h_object, p->h_parent);
 	if (status != NV_OK)
 		return gs_refuse_as(c, GS_REFUSE_MALFORMED, GS_ST_NVOS55, status);
@@ -772,7 +811,6 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 		return gs_busy_refuse(c, GS_ST_NVOS55);
 	gs_busy_add(in, c, GS_BUSY_SOURCE, p->h_client_src, p->h_object_src, 0);
 	gs_busy_add(in, c, GS_BUSY_CREATE, p->h_client, p->h_object, p->h_parent);
-	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
 	if (!src)
 		return GS_PASS;
 	c->src_found = 1;
@@ -872,8 +910,11 @@ enum gs_verdict gs_pre_memory_mapper(struct gs_inst *in, struct gs_call *c, cons
 }
 
 /*
- * RM_ALLOC_MEMORY (NVOS02): the class's answer, then the common checks; the
- * heap-size question of NV01_MEMORY_LOCAL_USER is asked as the
+ * RM_ALLOC_MEMORY (NVOS02): the class's answer, then its row's capabilities
+ * (RM makes an RmAlloc of the class, interface/deprecated/
+ * rmapi_deprecated_allocmemory.c: gated as RM_ALLOC of it is; the OS
+ * descriptor has no row and only the escape's), then the common checks;
+ * the heap-size question of NV01_MEMORY_LOCAL_USER is asked as the
  * unprivileged object (gs_post_heap_size()); register memory by a handle
  * the core knows, whatever RM answers.
  */
@@ -882,6 +923,7 @@ static enum gs_verdict gs_pre_alloc_memory(struct gs_inst *in, struct gs_call *c
 {
 	struct nvos02_params *p = c->arg;
 	const nv_u32 st = GS_ST_NVOS02;
+	const struct gs_class_row *row;
 	enum gs_refusal r;
 	enum gs_verdict v;
 	nv_u32 status;
@@ -890,6 +932,12 @@ static enum gs_verdict gs_pre_alloc_memory(struct gs_inst *in, struct gs_call *c
 	r = gs_filter_alloc_memory_class(p->h_class, &status);
 	if (r != GS_REFUSE_NONE)
 		return gs_refuse_as(c, r, st, status);
+	row = gs_class_row(p->h_class);
+	if (row) {
+		v = gs_pre_caps(in, c, row->caps, st, NV_ERR_INVALID_CLASS);
+		if (v != GS_PASS)
+			return v;
+	}
 	v = gs_pre_client_first(in, c, sizeof(struct nvos02_params_with_fd), st);
 	if (v != GS_PASS)
 		return v;
@@ -1031,7 +1079,12 @@ static void gs_post_os_event(struct gs_inst *in, struct gs_call *c, const struct
  * and the step after it. GS_ESC_CLIENT_FIRST: the block starts with a
  * client that must be the instance's. The legacy escapes OpenGL, Vulkan
  * and the video libraries use before RM_ALLOC have their table in legacy.c;
- * any other escape is the filter's (filter.c gs_filter_escape()).
+ * any other escape is the filter's (filter.c gs_filter_escape()). caps: the
+ * capabilities gVisor's nvproxy gives the escape (pkg/sentry/devices/nvproxy/
+ * version.go Init(), the frontendIoctl map of 535.104.05, which no later ABI
+ * up to 580 changes for these: compUtil, RM_ALLOC_MEMORY
+ * compUtil|CapGraphics); an instance with none of them is refused the
+ * escape, as RM refuses one it does not have (gs_pre_caps()).
  */
 /* the layouts NVIDIA's headers give every supported release (abi/layouts) */
 _Static_assert(GS_ST_NVOS64 == 40 && GS_ST_NVOS54 == 28 && GS_ST_NVOS00 == 12 &&
@@ -1046,13 +1099,13 @@ _Static_assert(GS_CH_OFF(h_context_share) == 24 && GS_CH_OFF(h_va_space) == 28 &
 
 static const struct gs_escape_row gs_escapes[] = {
 	{ NV_ESC_RM_ALLOC, sizeof(struct nvos64_params), GS_ST_NVOS64,
-	  GS_ESC_CREATES | GS_ESC_CHARGES, gs_pre_alloc, gs_post_alloc },
+	  GS_ESC_CREATES | GS_ESC_CHARGES, GS_CAPS_COMPUTE_UTILITY, gs_pre_alloc, gs_post_alloc },
 	{ NV_ESC_RM_CONTROL, sizeof(struct nvos54_params), GS_ST_NVOS54,
-	  0, gs_pre_control_row, gs_post_control },
+	  0, GS_CAPS_COMPUTE_UTILITY, gs_pre_control_row, gs_post_control },
 	{ NV_ESC_RM_FREE, sizeof(struct nvos00_params), GS_ST_NVOS00,
-	  GS_ESC_CLIENT_FIRST, gs_pre_free_row, gs_post_free },
+	  GS_ESC_CLIENT_FIRST, GS_CAPS_COMPUTE_UTILITY, gs_pre_free_row, gs_post_free },
 	{ NV_ESC_RM_DUP_OBJECT, sizeof(struct nvos55_params), GS_ST_NVOS55,
-	  GS_ESC_CREATES, gs_pre_dup_row, gs_post_dup_row },
+	  GS_ESC_CREATES, GS_CAPS_COMPUTE_UTILITY, gs_pre_dup_row, gs_post_dup_row },
 	/*
 	 * A share policy on one of the instance's own objects (what
 	 * cudaIpcGetMemHandle sets before another process duplicates the
@@ -1061,26 +1114,27 @@ static const struct gs_escape_row gs_escapes[] = {
 	 * another instance still cannot take it.
 	 */
 	{ NV_ESC_RM_SHARE, sizeof(struct nvos57_params), GS_ST_NVOS57,
-	  GS_ESC_CLIENT_FIRST, NULL, NULL },
+	  GS_ESC_CLIENT_FIRST, GS_CAPS_COMPUTE_UTILITY, NULL, NULL },
 	{ NV_ESC_RM_ALLOC_MEMORY, sizeof(struct nvos02_params_with_fd), GS_ST_NVOS02,
-	  GS_ESC_CREATES | GS_ESC_CHARGES, gs_pre_alloc_memory, gs_post_alloc_memory_row },
+	  GS_ESC_CREATES | GS_ESC_CHARGES, GS_CAPS_COMPUTE_UTILITY | GS_CAP_GRAPHICS,
+	  gs_pre_alloc_memory, gs_post_alloc_memory_row },
 	{ NV_ESC_RM_MAP_MEMORY, sizeof(struct nvos33_params_with_fd), GS_ST_NVOS33,
-	  0, gs_pre_map_memory_row, NULL },
+	  0, GS_CAPS_COMPUTE_UTILITY, gs_pre_map_memory_row, NULL },
 	{ NV_ESC_RM_UNMAP_MEMORY, sizeof(struct nvos34_params), GS_ST_NVOS34,
-	  GS_ESC_CLIENT_FIRST, NULL, NULL },
+	  GS_ESC_CLIENT_FIRST, GS_CAPS_COMPUTE_UTILITY, NULL, NULL },
 	{ NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, sizeof(struct nvos56_params), GS_ST_NVOS56,
-	  GS_ESC_CLIENT_FIRST, NULL, NULL },
+	  GS_ESC_CLIENT_FIRST, GS_CAPS_COMPUTE_UTILITY, NULL, NULL },
 	{ NV_ESC_ALLOC_OS_EVENT, sizeof(struct nv_ioctl_alloc_os_event), GS_ST_OS_EVENT,
-	  GS_ESC_CLIENT_FIRST, gs_pre_os_event, gs_post_os_event },
+	  GS_ESC_CLIENT_FIRST, GS_CAPS_COMPUTE_UTILITY, gs_pre_os_event, gs_post_os_event },
 	{ NV_ESC_FREE_OS_EVENT, sizeof(struct nv_ioctl_alloc_os_event), GS_ST_OS_EVENT,
-	  GS_ESC_CLIENT_FIRST, gs_pre_os_event, gs_post_os_event },
+	  GS_ESC_CLIENT_FIRST, GS_CAPS_COMPUTE_UTILITY, gs_pre_os_event, gs_post_os_event },
 	/* an array of gpuIds: its size is the call's (gs_pre_attach_gpus()) */
 	{ NV_ESC_ATTACH_GPUS_TO_FD, 0, GS_ST_NONE,
-	  0, gs_pre_attach_gpus_row, NULL },
+	  0, GS_CAPS_COMPUTE_UTILITY, gs_pre_attach_gpus_row, NULL },
 	{ NV_ESC_REGISTER_FD, 0, GS_ST_NONE,
-	  0, gs_pre_register_fd, NULL },
+	  0, GS_CAPS_COMPUTE_UTILITY, gs_pre_register_fd, NULL },
 	{ NV_ESC_SYS_PARAMS, 0, GS_ST_NONE,
-	  0, gs_pre_sys_params, NULL },
+	  0, GS_CAPS_COMPUTE_UTILITY, gs_pre_sys_params, NULL },
 };
 
 static const struct gs_escape_row *gs_escape_row(const struct gs_call *c)
@@ -1100,18 +1154,20 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 {
 	const struct gs_escape_row *row;
 	enum gs_verdict v;
-	enum gs_refusal r;
 
 	if (c->kind == GS_FILE_UVM) {
-		r = gs_filter_uvm(c->escape);
-		if (r != GS_REFUSE_NONE)
-			return gs_fail(c, r, EPERM);
+		v = gs_filter_uvm(in, c);
+		if (v != GS_PASS)
+			return v;
 		return gs_uvm_pre(in, c);
 	}
 	if (NV_IOC_TYPE(c->req) != NV_IOCTL_MAGIC)
 		return gs_fail(c, GS_REFUSE_ESCAPE, ENOTTY);
 	row = gs_escape_row(c);
 	if (row) {
+		v = gs_pre_caps(in, c, row->caps, GS_ST_NONE, 0);
+		if (v != GS_PASS)
+			return v;
 		if (row->size && gs_short(c, row->size))
 			return gs_fail(c, GS_REFUSE_MALFORMED, EINVAL);
 		if (row->flags & GS_ESC_CLIENT_FIRST) {
@@ -1123,10 +1179,7 @@ static enum gs_verdict gs_pre_locked(struct gs_inst *in, struct gs_call *c,
 	}
 	if (gs_legacy_escape(c->escape))
 		return gs_legacy_pre(in, c, q);
-	r = gs_filter_escape(in, c->escape);
-	if (r != GS_REFUSE_NONE)
-		return gs_fail(c, r, EPERM);
-	return GS_PASS;
+	return gs_filter_escape(in, c);
 }
 
 int gs_block_decided(const struct gs_call *c)

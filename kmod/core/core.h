@@ -58,6 +58,8 @@ enum gs_refusal {
 #define GS_CAP_GRAPHICS	0x4
 #define GS_CAP_VIDEO	0x8
 #define GS_CAPS_ALL	(GS_CAP_COMPUTE | GS_CAP_UTILITY | GS_CAP_GRAPHICS | GS_CAP_VIDEO)
+/* nvproxy's compUtil (pkg/sentry/devices/nvproxy/seccomp_filters.go) */
+#define GS_CAPS_COMPUTE_UTILITY	(GS_CAP_COMPUTE | GS_CAP_UTILITY)
 
 /* instance flags, gs_inst_set_flags() */
 #define GS_INST_ALLOW_TEST_ESCAPES	0x1	/* let GS_TEST_ESC_SUBMIT through (stand-in only) */

@@ -344,9 +344,10 @@ nv_u32 gs_first_gpu(const struct gs_inst *in);
 
 /*
  * One escape the core decides on (core.c gs_escapes[]): the block it reads
- * (size; 0: the step checks it), its status offset, flags, and the steps
- * before RM (pre, under in->lock; NULL: the common checks alone) and after
- * it (post, with c->status RM's; NULL: nothing to account for).
+ * (size; 0: the step checks it), its status offset, flags, the capabilities
+ * it is for (GS_CAP_*: nvproxy's, gs_pre_caps()), and the steps before RM
+ * (pre, under in->lock; NULL: the common checks alone) and after it (post,
+ * with c->status RM's; NULL: nothing to account for).
  */
 #define GS_ESC_CLIENT_FIRST	0x1	/* the block starts with a client of the instance's */
 #define GS_ESC_CREATES		0x2	/* may register an object (gs_call.spare_obj) */
@@ -357,6 +358,7 @@ struct gs_escape_row {
 	nv_u32 size;
 	nv_u32 status_off;
 	nv_u32 flags;
+	nv_u32 caps;
 	enum gs_verdict (*pre)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 			       struct gs_evq *q);
 	void (*post)(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
@@ -369,6 +371,8 @@ void gs_put_status(struct gs_call *c, nv_u32 off, nv_u32 status);
 enum gs_verdict gs_refuse_as(struct gs_call *c, enum gs_refusal r, nv_u32 status_off,
 			     nv_u32 status);
 enum gs_verdict gs_refuse(struct gs_call *c, enum gs_refusal r, nv_u32 status_off);
+enum gs_verdict gs_pre_caps(struct gs_inst *in, struct gs_call *c, nv_u32 caps,
+			    nv_u32 status_off, nv_u32 status);
 enum gs_verdict gs_fail(struct gs_call *c, enum gs_refusal r, int err);
 enum gs_verdict gs_busy_refuse(struct gs_call *c, nv_u32 status_off);
 int gs_short(const struct gs_call *c, nv_u32 need);
@@ -460,8 +464,8 @@ const struct gs_class_row *gs_class_row(nv_u32 klass);
 enum gs_refusal gs_filter_disable_channels(struct gs_inst *in, const struct gs_io *io,
 					   const struct nvos54_params *p);
 
-enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape);
-enum gs_refusal gs_filter_uvm(nv_u32 cmd);
+enum gs_verdict gs_filter_escape(struct gs_inst *in, struct gs_call *c);
+enum gs_verdict gs_filter_uvm(struct gs_inst *in, struct gs_call *c);
 enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status);
 
 /* osevent.c */

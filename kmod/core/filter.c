@@ -452,13 +452,20 @@ static const struct gs_class_row gs_classes[] = {
  * GPUs only), NV_ESC_REGISTER_FD (on nvidiactl it changes which file RM
  * checks clients against: core.c lets GPU files have it only) and
  * NV_ESC_SYS_PARAMS (host-wide: core.c answers it without the driver).
+ * caps: nvproxy's for the escape (pkg/sentry/devices/nvproxy/version.go
+ * Init(), frontendIoctl; NV_ESC_WAIT_OPEN_COMPLETE from 550.40.07): compUtil.
+ * NV_ESC_STATUS_CODE is not in nvproxy's map: compUtil, as CARD_INFO, the
+ * other read of the GPUs' state CUDA and nvidia-smi make (traces d s).
  */
-static const nv_u32 gs_plain_escapes[] = {
-	NV_ESC_CARD_INFO,
-	NV_ESC_STATUS_CODE,
-	NV_ESC_CHECK_VERSION_STR,
-	NV_ESC_NUMA_INFO,
-	NV_ESC_WAIT_OPEN_COMPLETE,
+static const struct {
+	nv_u32 escape;
+	nv_u32 caps;
+} gs_plain_escapes[] = {
+	{ NV_ESC_CARD_INFO, GS_CAPS_COMPUTE_UTILITY },
+	{ NV_ESC_STATUS_CODE, GS_CAPS_COMPUTE_UTILITY },
+	{ NV_ESC_CHECK_VERSION_STR, GS_CAPS_COMPUTE_UTILITY },
+	{ NV_ESC_NUMA_INFO, GS_CAPS_COMPUTE_UTILITY },
+	{ NV_ESC_WAIT_OPEN_COMPLETE, GS_CAPS_COMPUTE_UTILITY },
 };
 
 const struct gs_control_row *gs_control_row(nv_u32 cmd)
@@ -482,16 +489,16 @@ const struct gs_control_row *gs_control_row(nv_u32 cmd)
 }
 
 /* the escapes gs_pre() decodes itself are not asked about here */
-enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape)
+enum gs_verdict gs_filter_escape(struct gs_inst *in, struct gs_call *c)
 {
 	unsigned int i;
 
 	for (i = 0; i < ARRAY_SIZE(gs_plain_escapes); i++)
-		if (gs_plain_escapes[i] == escape)
-			return GS_REFUSE_NONE;
-	if (escape == GS_TEST_ESC_SUBMIT && (in->flags & GS_INST_ALLOW_TEST_ESCAPES))
-		return GS_REFUSE_NONE;
-	return GS_REFUSE_ESCAPE;
+		if (gs_plain_escapes[i].escape == c->escape)
+			return gs_pre_caps(in, c, gs_plain_escapes[i].caps, GS_ST_NONE, 0);
+	if (c->escape == GS_TEST_ESC_SUBMIT && (in->flags & GS_INST_ALLOW_TEST_ESCAPES))
+		return GS_PASS;
+	return gs_fail(c, GS_REFUSE_ESCAPE, EPERM);
 }
 
 /*
@@ -503,51 +510,56 @@ enum gs_refusal gs_filter_escape(struct gs_inst *in, nv_u32 escape)
  * READ/WRITE_PROCESS_MEMORY), UVM_RUN_TEST, MPS registration, system-wide
  * atomics, POPULATE_PAGEABLE, sparse mappings, access-counter clearing,
  * device P2P allocation, DISCARD and the pre-UVM8 legacy calls.
+ * caps: nvproxy's for the ioctl (version.go Init(), uvmIoctl: compUtil for
+ * each of these; its one other, UVM_PAGEABLE_MEM_ACCESS_ON_GPU, is
+ * CapVideo and not here), checked as its handler checks them (handlers.go
+ * uvmIoctlHandler.handle(); gs_pre_caps()).
  */
 static const struct {
 	nv_u32 cmd;
+	nv_u32 caps;
 	const char *why;
 } gs_uvm_allowed[] = {
-	{ UVM_INITIALIZE, "dst: binds the VA space to the caller's mm" },
-	{ UVM_DEINITIALIZE, "s: ends it" },
-	{ 23, "dt UVM_CREATE_RANGE_GROUP: bookkeeping in the caller's VA space" },
-	{ 24, "dt UVM_DESTROY_RANGE_GROUP" },
-	{ 25, "dt UVM_REGISTER_GPU_VASPACE: RM VA space of the caller's own client (rmCtrlFd, hClient checked by RM)" },
-	{ 26, "UVM_UNREGISTER_GPU_VASPACE" },
-	{ 27, "dt UVM_REGISTER_CHANNEL: the caller's own channel (RM checks the client)" },
-	{ 28, "UVM_UNREGISTER_CHANNEL" },
-	{ 29, "UVM_ENABLE_PEER_ACCESS: between GPUs the caller registered" },
-	{ 30, "UVM_DISABLE_PEER_ACCESS" },
-	{ 31, "UVM_SET_RANGE_GROUP" },
-	{ 33, "dt UVM_MAP_EXTERNAL_ALLOCATION: maps the caller's own RM memory (cuMemMap)" },
-	{ 34, "dt UVM_FREE" },
-	{ 37, "dt UVM_REGISTER_GPU" },
-	{ 38, "UVM_UNREGISTER_GPU" },
-	{ 39, "dst UVM_PAGEABLE_MEM_ACCESS: a query" },
-	{ 42, "UVM_SET_PREFERRED_LOCATION: managed ranges of the caller" },
-	{ 43, "UVM_UNSET_PREFERRED_LOCATION" },
-	{ 44, "UVM_ENABLE_READ_DUPLICATION" },
-	{ 45, "UVM_DISABLE_READ_DUPLICATION" },
-	{ 46, "UVM_SET_ACCESSED_BY" },
-	{ 47, "UVM_UNSET_ACCESSED_BY" },
-	{ 51, "UVM_MIGRATE: prefetch of the caller's managed memory" },
-	{ 53, "UVM_MIGRATE_RANGE_GROUP" },
-	{ 65, "dt UVM_MAP_DYNAMIC_PARALLELISM_REGION" },
-	{ 66, "UVM_UNMAP_EXTERNAL" },
-	{ 68, "dt UVM_ALLOC_SEMAPHORE_POOL" },
-	{ 72, "dt UVM_VALIDATE_VA_RANGE: a query" },
-	{ 73, "dt UVM_CREATE_EXTERNAL_RANGE" },
-	{ 75, "dt UVM_MM_INITIALIZE" },
+	{ UVM_INITIALIZE, GS_CAPS_COMPUTE_UTILITY, "dst: binds the VA space to the caller's mm" },
+	{ UVM_DEINITIALIZE, GS_CAPS_COMPUTE_UTILITY, "s: ends it" },
+	{ 23, GS_CAPS_COMPUTE_UTILITY, "dt UVM_CREATE_RANGE_GROUP: bookkeeping in the caller's VA space" },
+	{ 24, GS_CAPS_COMPUTE_UTILITY, "dt UVM_DESTROY_RANGE_GROUP" },
+	{ 25, GS_CAPS_COMPUTE_UTILITY, "dt UVM_REGISTER_GPU_VASPACE: RM VA space of the caller's own client (rmCtrlFd, hClient checked by RM)" },
+	{ 26, GS_CAPS_COMPUTE_UTILITY, "UVM_UNREGISTER_GPU_VASPACE" },
+	{ 27, GS_CAPS_COMPUTE_UTILITY, "dt UVM_REGISTER_CHANNEL: the caller's own channel (RM checks the client)" },
+	{ 28, GS_CAPS_COMPUTE_UTILITY, "UVM_UNREGISTER_CHANNEL" },
+	{ 29, GS_CAPS_COMPUTE_UTILITY, "UVM_ENABLE_PEER_ACCESS: between GPUs the caller registered" },
+	{ 30, GS_CAPS_COMPUTE_UTILITY, "UVM_DISABLE_PEER_ACCESS" },
+	{ 31, GS_CAPS_COMPUTE_UTILITY, "UVM_SET_RANGE_GROUP" },
+	{ 33, GS_CAPS_COMPUTE_UTILITY, "dt UVM_MAP_EXTERNAL_ALLOCATION: maps the caller's own RM memory (cuMemMap)" },
+	{ 34, GS_CAPS_COMPUTE_UTILITY, "dt UVM_FREE" },
+	{ 37, GS_CAPS_COMPUTE_UTILITY, "dt UVM_REGISTER_GPU" },
+	{ 38, GS_CAPS_COMPUTE_UTILITY, "UVM_UNREGISTER_GPU" },
+	{ 39, GS_CAPS_COMPUTE_UTILITY, "dst UVM_PAGEABLE_MEM_ACCESS: a query" },
+	{ 42, GS_CAPS_COMPUTE_UTILITY, "UVM_SET_PREFERRED_LOCATION: managed ranges of the caller" },
+	{ 43, GS_CAPS_COMPUTE_UTILITY, "UVM_UNSET_PREFERRED_LOCATION" },
+	{ 44, GS_CAPS_COMPUTE_UTILITY, "UVM_ENABLE_READ_DUPLICATION" },
+	{ 45, GS_CAPS_COMPUTE_UTILITY, "UVM_DISABLE_READ_DUPLICATION" },
+	{ 46, GS_CAPS_COMPUTE_UTILITY, "UVM_SET_ACCESSED_BY" },
+	{ 47, GS_CAPS_COMPUTE_UTILITY, "UVM_UNSET_ACCESSED_BY" },
+	{ 51, GS_CAPS_COMPUTE_UTILITY, "UVM_MIGRATE: prefetch of the caller's managed memory" },
+	{ 53, GS_CAPS_COMPUTE_UTILITY, "UVM_MIGRATE_RANGE_GROUP" },
+	{ 65, GS_CAPS_COMPUTE_UTILITY, "dt UVM_MAP_DYNAMIC_PARALLELISM_REGION" },
+	{ 66, GS_CAPS_COMPUTE_UTILITY, "UVM_UNMAP_EXTERNAL" },
+	{ 68, GS_CAPS_COMPUTE_UTILITY, "dt UVM_ALLOC_SEMAPHORE_POOL" },
+	{ 72, GS_CAPS_COMPUTE_UTILITY, "dt UVM_VALIDATE_VA_RANGE: a query" },
+	{ 73, GS_CAPS_COMPUTE_UTILITY, "dt UVM_CREATE_EXTERNAL_RANGE" },
+	{ 75, GS_CAPS_COMPUTE_UTILITY, "dt UVM_MM_INITIALIZE" },
 };
 
-enum gs_refusal gs_filter_uvm(nv_u32 cmd)
+enum gs_verdict gs_filter_uvm(struct gs_inst *in, struct gs_call *c)
 {
 	unsigned int i;
 
 	for (i = 0; i < ARRAY_SIZE(gs_uvm_allowed); i++)
-		if (gs_uvm_allowed[i].cmd == cmd)
-			return GS_REFUSE_NONE;
-	return GS_REFUSE_UNLISTED;
+		if (gs_uvm_allowed[i].cmd == c->escape)
+			return gs_pre_caps(in, c, gs_uvm_allowed[i].caps, GS_ST_NONE, 0);
+	return gs_fail(c, GS_REFUSE_UNLISTED, EPERM);
 }
 
 const struct gs_class_row *gs_class_row(nv_u32 klass)

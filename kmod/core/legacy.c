@@ -29,17 +29,41 @@
 #include "core_int.h"
 
 
+/*
+ * The legacy escapes and the capabilities each is for: gVisor nvproxy's
+ * (pkg/sentry/devices/nvproxy/version.go Init(), frontendIoctl, unchanged
+ * to 580 but for the parameters' layout): VID_HEAP_CONTROL compUtil,
+ * IDLE_CHANNELS and ALLOC_CONTEXT_DMA2 CapGraphics, MAP_MEMORY_DMA and
+ * UNMAP_MEMORY_DMA CapGraphics|CapVideo. An instance with none of them is
+ * refused the escape as RM refuses one it does not have (core.c
+ * gs_pre_caps()). NV_ESC_RM_BIND_CONTEXT_DMA is in neither table: the
+ * filter refuses it (filter.c gs_filter_escape()).
+ */
+static const struct {
+	nv_u32 escape;
+	nv_u32 caps;
+} gs_legacy_escapes[] = {
+	{ NV_ESC_RM_VID_HEAP_CONTROL, GS_CAPS_COMPUTE_UTILITY },
+	{ NV_ESC_RM_IDLE_CHANNELS, GS_CAP_GRAPHICS },
+	{ NV_ESC_RM_ALLOC_CONTEXT_DMA2, GS_CAP_GRAPHICS },
+	{ NV_ESC_RM_MAP_MEMORY_DMA, GS_CAP_GRAPHICS | GS_CAP_VIDEO },
+	{ NV_ESC_RM_UNMAP_MEMORY_DMA, GS_CAP_GRAPHICS | GS_CAP_VIDEO },
+};
+
+/* the escape's capabilities; 0: not a legacy escape */
+static nv_u32 gs_legacy_caps(nv_u32 escape)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(gs_legacy_escapes); i++)
+		if (gs_legacy_escapes[i].escape == escape)
+			return gs_legacy_escapes[i].caps;
+	return 0;
+}
+
 int gs_legacy_escape(nv_u32 escape)
 {
-	switch (escape) {
-	case NV_ESC_RM_VID_HEAP_CONTROL:
-	case NV_ESC_RM_IDLE_CHANNELS:
-	case NV_ESC_RM_ALLOC_CONTEXT_DMA2:
-	case NV_ESC_RM_MAP_MEMORY_DMA:
-	case NV_ESC_RM_UNMAP_MEMORY_DMA:
-		return 1;
-	}
-	return 0;
+	return gs_legacy_caps(escape) != 0;
 }
 
 static nv_u32 gs_u32_at(const void *blk, nv_u32 off)
@@ -83,9 +107,10 @@ static nv_u32 gs_vidheap_size_off(nv_u32 function)
 }
 
 /*
- * What an allocation function allocates, as RM turns it into an RmAlloc:
- * 1 with r filled in for counted memory, 0 for a virtual range (nothing to
- * count), -1 for EGM (not allowed: a class on no row of filter.c).
+ * What an allocation function allocates, as RM turns it into an RmAlloc
+ * (r->klass, the class whose row gates it): 1 with r filled in for counted
+ * memory, 0 for a virtual range (nothing to count), -1 for EGM (not
+ * allowed: a class on no row of filter.c).
  */
 static int gs_vidheap_req(const void *blk, struct gs_mem_req *r)
 {
@@ -133,8 +158,10 @@ static int gs_vidheap_req(const void *blk, struct gs_mem_req *r)
 	r->mp.flags = flags;
 	r->mp.attr = attr;
 	r->mp.attr2 = attr2;
-	if (flags & NVOS32_ALLOC_FLAGS_VIRTUAL)
+	if (flags & NVOS32_ALLOC_FLAGS_VIRTUAL) {
+		r->klass = NV50_MEMORY_VIRTUAL;
 		return 0;
+	}
 	if ((attr2 >> NVOS32_ATTR2_USE_EGM_SHIFT) & 1)
 		return -1;
 	r->klass = ((attr >> NVOS32_ATTR_LOCATION_SHIFT) & 3) == NVOS32_ATTR_LOCATION_VIDMEM ?
@@ -165,6 +192,7 @@ static enum gs_verdict gs_vidheap_info(struct gs_inst *in, struct gs_call *c)
 static enum gs_verdict gs_vidheap_pre(struct gs_inst *in, struct gs_call *c, struct gs_evq *q)
 {
 	nv_u32 function, status, st = NVOS32_OFF_STATUS;
+	const struct gs_class_row *row;
 	struct gs_mem_req r;
 	enum gs_verdict v;
 	int kind;
@@ -202,6 +230,14 @@ static enum gs_verdict gs_vidheap_pre(struct gs_inst *in, struct gs_call *c, str
 	kind = gs_vidheap_req(c->arg, &r);
 	if (kind < 0)
 		return gs_refuse_as(c, GS_REFUSE_CLASS, st, NV_ERR_NOT_SUPPORTED);
+	/*
+	 * the class RM allocates (_rmVidHeapControlAllocCommon: pRmApi->Alloc
+	 * of it, its status the call's) is gated by its row as RM_ALLOC of it
+	 */
+	row = gs_class_row(r.klass);
+	v = gs_pre_caps(in, c, row ? row->caps : 0, st, NV_ERR_INVALID_CLASS);
+	if (v != GS_PASS)
+		return v;
 	if (in->nr_objects >= GS_MAX_OBJECTS)
 		return gs_refuse_as(c, GS_REFUSE_LIMIT, st, NV_ERR_INSUFFICIENT_RESOURCES);
 	status = gs_create_conflict(in, r.root, r.handle, r.parent);
@@ -248,6 +284,9 @@ enum gs_verdict gs_legacy_pre(struct gs_inst *in, struct gs_call *c, struct gs_e
 {
 	enum gs_verdict v;
 
+	v = gs_pre_caps(in, c, gs_legacy_caps(c->escape), GS_ST_NONE, 0);
+	if (v != GS_PASS)
+		return v;
 	switch (c->escape) {
 	case NV_ESC_RM_VID_HEAP_CONTROL:
 		return gs_vidheap_pre(in, c, q);
