@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as hst
 
+from gpuslice.netlink import CAPS
 from gpuslice.ops import cdi
 from gpuslice import state as S
 from gpuslice.kube import deviceplugin as DP
@@ -441,6 +443,53 @@ def test_restart_recreates_instances_the_module_lost(env: Env) -> None:
     env.kubelet.wait_registered([R8, RW], count=2)
     env.kubelet.wait_devices(R8, lambda d: len(d) == 5 and all(h == "Healthy" for h in d.values()))
     assert nl.names == set(env.ours()) and len(nl.names) == 6
+
+
+def test_profile_capabilities_reach_the_module_the_state_and_the_cdi_spec(env: Env) -> None:
+    """A profile's capabilities are its slots' instances' capability set: in the module
+    (INSTANCE_NEW's caps), the state file and each CDI device's
+    NVIDIA_DRIVER_CAPABILITIES; a change of them re-makes the instances (a kept
+    instance would keep the old set), and a profile without them gets all."""
+    assert DP.load_config("profiles: [{name: a, memory: 1Gi}]").profiles[0].caps is None
+    assert DP.load_config("profiles: [{name: a, memory: 1Gi, capabilities: all}]").profiles[0].caps is None
+    nl = FakeNetlink()
+    made: dict[str, Any] = {}
+    new = nl.instance_new
+
+    def instance_new(name: str, gpu_mask: int, mem_limit: int, **attrs: Any) -> None:
+        new(name, gpu_mask, mem_limit, **attrs)
+        made[name] = attrs.get("caps")
+
+    nl.instance_new = instance_new  # type: ignore[method-assign]
+    cfg = CFG + "    capabilities: compute,utility\n"
+    p = env.plugin(cfg, TWO, nl=nl)
+    env.kubelet.wait_registered([R8, RW])
+    env.kubelet.wait_devices(R8, lambda d: len(d) == 5)
+    env.stop_plugin(p)
+    want = CAPS['compute'] | CAPS['utility']
+    assert {n: c for n, c in made.items() if n.startswith("dp-gpu-8gi")} == {f"dp-gpu-8gi-0-{i}": want
+                                                                           for i in range(5)}
+    assert made["dp-gpu-1"] is None  # a whole GPU: all
+    ours = env.ours()
+    assert ours["dp-gpu-8gi-0-2"].caps == want and ours["dp-gpu-1"].caps is None
+    with open(env.spec) as f:
+        envs = {d["name"]: d["containerEdits"]["env"] for d in yaml.safe_load(f)["devices"]}
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in envs["dp-gpu-8gi-0-2"], envs
+    assert "NVIDIA_DRIVER_CAPABILITIES=all" in envs["dp-gpu-1"], envs
+
+    made.clear()
+    p = env.plugin(cfg.replace("compute,utility", "graphics,utility"), TWO, nl=nl)
+    env.kubelet.wait_registered([R8, RW], count=2)
+    env.kubelet.wait_devices(R8, lambda d: len(d) == 5 and all(h == "Healthy" for h in d.values()))
+    env.stop_plugin(p)
+    assert {n: c for n, c in made.items()} == {f"dp-gpu-8gi-0-{i}": CAPS['graphics'] | CAPS['utility'] for i in range(5)}
+    assert ("del", "dp-gpu-8gi-0-0") in nl.calls
+
+
+@pytest.mark.parametrize("caps, err", [("'compute,gpu'", "capabilities: unknown capability 'gpu'"), ("[compute]", "capabilities must be")])
+def test_profile_capabilities_bad(caps: str, err: str) -> None:
+    with pytest.raises(DP.ConfigError, match=f"profile a: {re.escape(err)}"):
+        DP.load_config(f"profiles: [{{name: a, memory: 1Gi, capabilities: {caps}}}]")
 
 
 def test_config_change_busy_instances(env: Env) -> None:

@@ -9,6 +9,7 @@ Configuration (YAML)::
         compute: 12%        # optional: a fixed share of the GPU for each slot
         gpus: [0, 1]        # optional: default, every GPU no other profile names
         slots: 4            # optional: at most this many slots per GPU
+        capabilities: compute,utility   # optional: the slots' capability set (default: all)
 
 A GPU belongs to at most one profile (and at most one profile may leave ``gpus`` out).
 GPUs in no profile are advertised whole, one device each, as ``gpuslice.dev/gpu``.
@@ -86,7 +87,7 @@ from gpuslice import instances
 from gpuslice import state as S
 from gpuslice import units
 from . import DRIVER, NODE_MODE
-from gpuslice.netlink import MAX_GPUS
+from gpuslice.netlink import CAPS_ALL, MAX_GPUS, parse_caps
 
 log = logging.getLogger("gpuslice.kube.deviceplugin")
 
@@ -128,7 +129,7 @@ class GpuLike(Protocol):
 # k8s.io/apimachinery validation IsQualifiedName, name part: at most 63 characters
 _RESOURCE_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _TOP_KEYS = {"profiles"}
-_PROFILE_KEYS = {"name", "memory", "compute", "gpus", "slots"}
+_PROFILE_KEYS = {"name", "memory", "compute", "gpus", "slots", "capabilities"}
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class Profile:
     compute: float | None = None  # fixed share of each slot, a fraction; None: the GPU's policy decides
     gpus: tuple[int, ...] | None = None  # None: every GPU no other profile names
     slots: int | None = None  # at most this many slots per GPU
+    caps: int | None = None  # the slots' capability set (netlink.CAPS bits); None: all
 
     @property
     def resource(self) -> str:
@@ -266,7 +268,16 @@ def _profile(i: int, p: Any) -> Profile:
         if compute is not None and s * units.share_to_ppt(compute) > 10000:
             raise ConfigError(f"{where}: {s} slots of {units.format_share(compute)} sum to "
                               f"{units.format_share(s * units.share_to_ppt(compute) / 10000)} of a GPU (> 100%)")
-    return Profile(name, memory, compute, gpus, slots)
+    caps = None
+    if p.get("capabilities") is not None:
+        c = p["capabilities"]
+        if not isinstance(c, str):
+            raise ConfigError(f"{where}: capabilities must be a string such as \"compute,utility\"")
+        try:
+            caps = parse_caps(c)
+        except ValueError as e:
+            raise ConfigError(f"{where}: capabilities: {e}") from None
+    return Profile(name, memory, compute, gpus, slots, None if caps == CAPS_ALL else caps)
 
 
 def read_config(path: str) -> Config:
@@ -293,9 +304,11 @@ class Slot:
     memory: int  # bytes
     share: float | None  # fixed share; None: the GPU's policy (weight 1)
     numa_node: int | None = None
+    caps: int | None = None  # capability set; None: all
 
     def wanted(self) -> S.Instance:
-        return S.Instance(self.instance, [self.gpu], self.memory, weight=1, share=self.share, owner=OWNER)
+        return S.Instance(self.instance, [self.gpu], self.memory, weight=1, share=self.share, owner=OWNER,
+                          caps=self.caps)
 
 
 def instance_name(profile: str, gpu: int, slot: int) -> str:
@@ -338,8 +351,8 @@ def plan_slots(config: Config, gpus: Sequence[GpuLike],
                 raise ConfigError(f"profile {p.name}: memory {units.format_size(p.memory)} is more than GPU {m} "
                                   f"has ({units.format_size(g.memory)})")
             node = numa(g.pci_bus_id)
-            slots += [Slot(p.resource, f"gpu{m}-slot{i}", instance_name(p.name, m, i), m, p.memory, p.compute, node)
-                      for i in range(slot_count(p, g.memory))]
+            slots += [Slot(p.resource, f"gpu{m}-slot{i}", instance_name(p.name, m, i), m, p.memory, p.compute, node,
+                           p.caps) for i in range(slot_count(p, g.memory))]
         if slots:
             out[p.resource] = slots
     profiled = taken | {m for p in config.profiles if p.gpus is None for m in by_minor}
@@ -385,10 +398,15 @@ class Outcome:
         return bool(self.problems or self.lingering)
 
 
+def _caps(caps: int | None) -> int:
+    return CAPS_ALL if caps is None else caps
+
+
 def _matches(have: S.Instance, want: S.Instance) -> bool:
     return (have.owner == OWNER and have.gpus == want.gpus and have.memory == want.memory
             and have.weight == want.weight and have.gpu_memory is None and have.ceiling is None
             and have.priority == want.priority and have.min_share is None
+            and _caps(have.caps) == _caps(want.caps)
             and (have.share is None) == (want.share is None)
             and (have.share is None or want.share is None
                  or units.share_to_ppt(have.share) == units.share_to_ppt(want.share)))
