@@ -45,8 +45,10 @@
  *                       a container (not allowlisted): there the operator's tools own it.
  *   GPUSLICE_CAPS       the instance's capability set, as NVIDIA_DRIVER_CAPABILITIES
  *                       names it: compute, utility, graphics, video, comma-separated,
- *                       or all; unset: all. A class or control of none of them is
- *                       refused as RM refuses one it does not have (the module's CAPS)
+ *                       or all; unset or empty: all. A class, control, escape or
+ *                       nvidia-uvm ioctl of none of them is refused as RM refuses one
+ *                       it does not have (the module's CAPS); a set with a name not
+ *                       among these: none (named on stderr), as the module refuses it
  *   GPUSLICE_EXPORTS    where an instance's processes list what they exported or
  *                       shared, for each other's imports (siblings.c; default
  *                       /dev/shm/gpuslice-exports)
@@ -177,7 +179,11 @@ static struct gs_inst *gs_new_inst(const struct gs_inst_ops *ops)
 	return in;
 }
 
-/* GPUSLICE_CAPS: "compute,utility" (or "all") -> GS_CAP_*; 0 for a bad or empty set */
+/*
+ * GPUSLICE_CAPS: "compute,utility" (or "all") -> GS_CAP_*; 0 for a set with a
+ * name it does not know or no name at all, which the caller takes as no
+ * capability (the module refuses such a set: netlink.c, CAPS 0 or unknown bits)
+ */
 static nv_u32 gs_parse_caps(const char *s)
 {
 	static const struct { const char *name; nv_u32 bit; } caps[] = {
@@ -307,12 +313,15 @@ static void gs_init_once(void)
 		fprintf(stderr, "gpuslice: bad GPUSLICE_TIMESLICE_US '%s', RM's default\n", s);
 		gs_pl.timeslice_us = 0;
 	}
+	/*
+	 * A bad set fails closed: no capability, so every class, control,
+	 * escape and nvidia-uvm ioctl of one is refused as RM refuses what it
+	 * does not have, and never more than was asked for.
+	 */
 	gs_pl.caps = GS_CAPS_ALL;
 	s = getenv("GPUSLICE_CAPS");
-	if (s && *s && !(gs_pl.caps = gs_parse_caps(s))) {
-		fprintf(stderr, "gpuslice: bad GPUSLICE_CAPS '%s' (compute, utility, graphics, video, all), all\n", s);
-		gs_pl.caps = GS_CAPS_ALL;
-	}
+	if (s && *s && !(gs_pl.caps = gs_parse_caps(s)))
+		fprintf(stderr, "gpuslice: bad GPUSLICE_CAPS '%s' (compute, utility, graphics, video, all), none\n", s);
 	gs_pl.limit = ~0ull;
 	s = getenv("GPUSLICE_MEM_LIMIT");
 	if (s && *s && gs_parse_limits(s, &gs_pl.limit, gs_pl.gpu_limit))

@@ -998,17 +998,25 @@ int main(int argc, char **argv)
                                 "child_signal", "0"], p.stderr
 
 
+BAD_CAPS = ("warp", "compute,warp", ",")
+
+
 @pytest.mark.parametrize("caps,refused", [("", False), ("compute,utility", False), ("all", False),
-                                          ("utility,graphics", True), ("warp", False)])
+                                          ("utility,graphics", True)] + [(c, True) for c in BAD_CAPS])
 def test_preload_takes_the_capability_set(built, tmp_path, caps, refused):
     """GPUSLICE_CAPS is the instance's capability set, as the module's CAPS: without compute
     the video memory class (a compute row) is refused as RM refuses a class it does not have
-    (NV_ERR_INVALID_CLASS) and never reaches the driver; a bad set is named and all apply."""
-    out, _, rmlog, err = run_client(built, tmp_path, extra_env={"GPUSLICE_CAPS": caps} if caps else {},
-                                    check=not refused)
-    if refused:
+    (NV_ERR_INVALID_CLASS) and never reaches the driver. A bad set fails closed, as the module
+    refuses one: it is named, and no capability applies (not all, nor the names it did know),
+    so no RM call reaches the driver (the escapes are compute's and utility's: EINVAL)."""
+    env = {"GPUSLICE_CAPS": caps, "GPUSLICE_DEBUG": "1"} if caps else {}
+    out, _, rmlog, err = run_client(built, tmp_path, extra_env=env, check=not refused)
+    if caps in BAD_CAPS:
+        assert not [line for line in rmlog if line.strip()], rmlog[:3]
+        assert "refused caps (box1) escape 0x2b RM_ALLOC" in err
+    elif refused:
         assert out["alloc256_0"] == 0x22
         assert "2b 40" not in rmlog
     else:
         assert [out[f"alloc256_{i}"] for i in range(4)] == [0, 0, 0, 0]
-    assert ("bad GPUSLICE_CAPS" in err) == (caps == "warp")
+    assert ("bad GPUSLICE_CAPS" in err) == (caps in BAD_CAPS)
