@@ -92,6 +92,13 @@ def _report(nodeid: str) -> None:
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     _blocked()
     try:
+        mem = {k: v.strip() for k, v in (ln.split(":", 1) for ln in Path("/proc/meminfo").read_text().splitlines())}
+        _out("hangwatch: memory: " + ", ".join(f"{k} {mem.get(k)}" for k in ("MemTotal", "MemAvailable", "Shmem",
+                                                                             "Dirty", "Writeback")))
+        _out(subprocess.run(["df", "-h", "/tmp", "/dev/shm"], capture_output=True, text=True, timeout=30).stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    try:
         Path("/proc/sysrq-trigger").write_text("w")  # blocked tasks' stacks into the log
     except OSError:
         pass
