@@ -11,6 +11,7 @@ were on no row of the class list (and NVA06F_CTRL_CMD_BIND on none of the contro
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 
@@ -220,5 +221,36 @@ def test_the_capability_set_gates_graphics_video_and_compute(nl):
         try:
             st, _ = nvstub.rm_alloc(s.ctl, s.client, s.device, s.handle(), abi.KEPLER_CHANNEL_GROUP_A)
             assert st == abi.NV_ERR_INVALID_CLASS
+        finally:
+            s.close()
+
+
+def test_the_capability_set_gates_the_heap_and_the_graphics_escapes(nl):
+    """Past RM_ALLOC and RM_CONTROL: a utility-only instance (nvidia-smi's) gets no memory
+    through NV_ESC_RM_VID_HEAP_CONTROL (the class RM makes of it is compute's: refused as RM
+    refuses a class it does not have, NV_ERR_INVALID_CLASS); a compute,utility one is refused
+    NV_ESC_RM_IDLE_CHANNELS, which nvproxy gives to graphics alone, with EINVAL as the driver
+    fails an escape it does not have; with graphics added it passes the core again."""
+    with Instance(nl, 16 * MIB, caps=0x2) as inst:  # utility
+        s = session(inst)
+        try:
+            before = inst.get()["nr_refused_filter"]
+            st, _, _ = nvstub.vid_heap_alloc(s.ctl, s.client, s.device, 4 * MIB)
+            assert st == abi.NV_ERR_INVALID_CLASS
+            assert inst.get()["nr_refused_filter"] == before + 1
+        finally:
+            s.close()
+    with Instance(nl, 16 * MIB, caps=0x3) as inst:  # compute, utility
+        s = session(inst)
+        try:
+            idle = abi.iowr(abi.NV_ESC_RM_IDLE_CHANNELS, 56)
+            a = bytearray(56)
+            struct.pack_into("<II", a, 0, s.client, s.device)
+            assert nvstub.ioctl(s.ctl, idle, a) == -errno.EINVAL
+            nl.instance_set(inst.name, caps=0x7)
+            a = bytearray(56)
+            struct.pack_into("<II", a, 0, s.client, s.device)
+            assert nvstub.ioctl(s.ctl, idle, a) == 0
+            assert struct.unpack_from("<I", a, 48)[0] == abi.NV_OK  # NVOS30 status
         finally:
             s.close()
