@@ -19,6 +19,7 @@ LAYERS = [
     ("quota", ["quota.c"]),
     ("uvm", ["uvm.c"]),
     ("dispatch", ["core.c", "filter.c", "legacy.c", "osevent.c", "export.c", "engines.c", "virt.c"]),
+    ("snapshot", ["snapshot.c"]),
     ("call", ["call.c"]),
 ]
 LAYER = {f: i for i, (_, files) in enumerate(LAYERS) for f in files}

@@ -421,6 +421,28 @@ int gs_for_each_object(struct gs_inst *in,
 		       int (*cb)(void *ctx, const struct gs_object *o), void *ctx);
 
 /*
+ * An instance's state as bytes (snapshot.c), for a new core to take over:
+ * limits, capability set, flags, charges, counters, the registry with its
+ * links, parked and orphaned charges, exports, nvidia-uvm's records and the
+ * OS events. The format's layout is at the top of snapshot.c; its version is
+ * GS_SNAPSHOT_VERSION, the only place it is defined. The bytes hold kernel
+ * state and are never for user space.
+ *
+ * gs_snapshot_size() and gs_snapshot_write() need an instance with no call
+ * between gs_pre() and gs_post() (-EBUSY); write returns the bytes written or
+ * -ENOSPC. gs_snapshot_read() fills in, an instance gs_inst_new() made and no
+ * call has reached (-EBUSY), and checks everything first: on any refusal in is
+ * unchanged. Its refusals: -EBADMSG malformed (magic, lengths, checksum, a
+ * count past its cap, an index or link out of range, charges that do not add
+ * up), -EPROTONOSUPPORT a format version this core does not read, -ENOEXEC
+ * another driver ABI or another build's GPU count, -ENOMEM.
+ */
+#define GS_SNAPSHOT_VERSION	1
+long gs_snapshot_size(struct gs_inst *in);
+long gs_snapshot_write(struct gs_inst *in, void *buf, unsigned long len);
+int gs_snapshot_read(struct gs_inst *in, const void *buf, unsigned long len);
+
+/*
  * A channel's submissions from its USERD (activity.c). GPGet and GPPut are
  * one 8-byte word (GPGet | GPPut << 32) at GS_USERD_GPGET into the USERD;
  * GS_USERD_SIZE bytes of it must be mapped. A channel that keeps submitting

@@ -7,6 +7,8 @@
  * it, never above (tests/test_core_layers.py checks it):
  *
  *   call      call.c: one ioctl, gs_pre() to gs_post(), for the glue
+ *   snapshot  snapshot.c: an instance's state as bytes and back, for a new
+ *             core to take over (reads the records of every layer below)
  *   dispatch  core.c (the instance, gs_pre(), gs_post()), filter.c,
  *             legacy.c, osevent.c, export.c, engines.c, virt.c: the
  *             decisions of the escapes, classes and controls, which name
@@ -72,6 +74,7 @@ struct gs_mem {
 	nv_u32 gpu;		/* video memory: its GPU, < GPUSLICE_MAX_GPUS */
 	int sys;		/* pinned system memory (NV01_MEMORY_SYSTEM) */
 	nv_u32 uvm_maps;	/* nvidia-uvm mappings of it the core holds (uvm.c) */
+	nv_u32 snap_idx;	/* snapshot.c's, under in->lock: its index + 1, 0 none */
 };
 
 /*
@@ -182,6 +185,7 @@ struct gs_obj {
 	nv_u8 uvm_registered;	/* channels: UVM_REGISTER_CHANNEL named it (uvm.c) */
 	nv_u8 stray;		/* on its client's strays */
 	nv_u8 dying;		/* collected by a free (registry.c) */
+	nv_u32 snap_idx;	/* snapshot.c's, under in->lock: its record's index */
 };
 
 /*
@@ -275,6 +279,8 @@ void gs_obj_free_file(struct gs_inst *in, nv_u64 file_id, struct gs_evq *q);
 void gs_obj_free_all(struct gs_inst *in);
 void gs_obj_depend(struct gs_inst *in, struct gs_obj *ob, nv_handle handle);
 void gs_client_set_ns_pid(struct gs_inst *in, struct gs_obj *cl, nv_u32 ns_pid);
+void gs_obj_restore(struct gs_inst *in, struct gs_obj *ob, struct gs_obj *up, int stray,
+		    int ns_linked);
 int gs_is_client(struct gs_inst *in, nv_handle client);
 /* what a call in flight does to a handle (struct gs_busy) */
 #define GS_BUSY_CREATE	1	/* RM_ALLOC, RM_ALLOC_MEMORY, a dup's or an import's new handle */
@@ -468,7 +474,14 @@ enum gs_verdict gs_filter_escape(struct gs_inst *in, struct gs_call *c);
 enum gs_verdict gs_filter_uvm(struct gs_inst *in, struct gs_call *c);
 enum gs_refusal gs_filter_alloc_memory_class(nv_u32 klass, nv_u32 *status);
 
-/* osevent.c */
+/* osevent.c: one entry RM keeps for NV_ESC_ALLOC_OS_EVENT, keyed by (client, fd) */
+struct gs_osev {
+	struct gs_osev *next;
+	nv_u64 file_id;
+	nv_handle client;
+	nv_u32 fd;
+};
+
 int gs_osev_spare_alloc(struct gs_call *c);
 void gs_osev_spare_free(struct gs_call *c);
 enum gs_verdict gs_osev_pre(struct gs_inst *in, struct gs_call *c);

@@ -22,13 +22,6 @@
  */
 #include "core_int.h"
 
-struct gs_osev {
-	struct gs_osev *next;
-	nv_u64 file_id;
-	nv_handle client;
-	nv_u32 fd;
-};
-
 int gs_osev_spare_alloc(struct gs_call *c)
 {
 	c->spare_osev = NULL;

@@ -18,6 +18,7 @@
 #include <linux/errno.h>
 #include <linux/kernel.h>
 #include <linux/ktime.h>
+#include <linux/mm.h>
 #include <linux/mutex.h>
 #include <linux/random.h>
 #include <linux/siphash.h>
@@ -39,6 +40,17 @@ static inline void *gs_zalloc(size_t n)
 static inline void gs_free(void *p)
 {
 	kfree(p);
+}
+
+/* a zeroed array that may be large (snapshot.c's indexes); gs_free_array() frees it */
+static inline void *gs_zalloc_array(size_t n, size_t size)
+{
+	return gs_inject_fail() ? NULL : kvcalloc(n, size, GFP_KERNEL);
+}
+
+static inline void gs_free_array(void *p)
+{
+	kvfree(p);
 }
 
 static inline void gs_os_mutex_init(struct gs_os_mutex *m)
@@ -120,6 +132,16 @@ static inline void *gs_zalloc(size_t n)
 }
 
 static inline void gs_free(void *p)
+{
+	free(p);
+}
+
+static inline void *gs_zalloc_array(size_t n, size_t size)
+{
+	return calloc(n, size);
+}
+
+static inline void gs_free_array(void *p)
 {
 	free(p);
 }

@@ -393,6 +393,38 @@ struct gs_obj *gs_obj_add(struct gs_inst *in, struct gs_call *c,
 	return ob;
 }
 
+/*
+ * ob, a record read from a snapshot (snapshot.c), linked as gs_obj_add() left
+ * it: a client (up NULL) on the clients list and by its pid, and by its
+ * ns_pid if gs_client_set_ns_pid() had linked it (ns_linked); any other
+ * object under up, on its kids or, a stray, on its strays. The lists add at
+ * their head: called for each list's members last to first, they come out in
+ * the snapshot's order. No events: the objects are not new to RM.
+ */
+void gs_obj_restore(struct gs_inst *in, struct gs_obj *ob, struct gs_obj *up, int stray,
+		    int ns_linked)
+{
+	unsigned int b = gs_hash(in, ob->o.client, ob->o.handle);
+
+	ob->next = in->hash[b];
+	in->hash[b] = ob;
+	gs_obj_count(in, ob, 1);
+	if (!up) {
+		gs_client_link(in, ob);
+		if (ns_linked)
+			gs_client_set_ns_pid(in, ob, ob->ns_pid);
+		return;
+	}
+	ob->up = up;
+	if (stray) {
+		ob->stray = 1;
+		in->nr_strays++;
+		gs_list_add(&up->strays, ob);
+	} else {
+		gs_list_add(&up->kids, ob);
+	}
+}
+
 static void gs_channel_scheduled(struct gs_obj *ch, struct gs_evq *q)
 {
 	if (ch->o.flags & GS_OBJ_SCHEDULED)
