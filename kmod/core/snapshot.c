@@ -878,7 +878,7 @@ static int gs_snap_check_tables(const struct gs_snap_in *s)
 		prev = to;
 	}
 	/* orphans, then parked: a client's, grouped by client */
-	for (i = 0, p = s->p + l->orphans; i < l->n.orphans + l->n.parked; i++, p += GS_SNAP_OWNED) {
+	for (i = 0, prev = 0, p = s->p + l->orphans; i < l->n.orphans + l->n.parked; i++, p += GS_SNAP_OWNED) {
 		nv_u32 cl = gs_get32(p);
 
 		if (i == l->n.orphans)
