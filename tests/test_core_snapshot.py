@@ -8,8 +8,10 @@ from __future__ import annotations
 import copy
 import ctypes
 import errno
+import re
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +23,7 @@ from test_core_lifetimes import CH, CTX, TSG, VAS, chan_params, os_event, schedu
 from test_core_uvm import BASE, UVM_FILE, map_arg, range_arg, region, register_channel, unregister_channel, uvm
 from coreshim import GiB, LOCK_HIST_BUCKETS, MAX_GPUS, MiB, abi
 
+REPO = Path(__file__).resolve().parents[1]
 EXPORT_FILE = 78  # the nvidiactl file holding the export (not the UVM file, 77)
 RM_TYPE = abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM
 
@@ -490,3 +493,66 @@ def test_a_tenant_at_every_cap_round_trips_and_stays_capped(so):
 
 def ok_pass(r) -> bool:
     return r.verdict == cs.GS_PASS and r.status == 0
+
+
+# ---- what the snapshot carries: every field of the records it reads ----
+
+# Each field of the core's records, and where snapshot.c has it. A field added to one of these
+# structs fails here: carry it in snapshot.c (a new format version if the bytes change) or
+# say why it is not carried, then list it.
+CARRIED = {
+    "gs_inst": {
+        "lock": "its figures; the mutex is the reader's", "ops": "the reader's glue", "reg": "the reader's",
+        "flags": "instance", "caps": "instance", "limit": "instance", "gpus": "instance",
+        "gpu_ids": "instance", "gpu_ids_set": "instance", "used": "instance", "peak": "instance",
+        "gpu_limit": "instance", "gpu_used": "instance", "gpu_reserved": "0: no call in flight",
+        "gpu_peak": "instance", "sys_used": "instance", "sys_reserved": "0: no call in flight",
+        "nr_ioctls": "instance", "nr_refused_quota": "instance", "nr_refused_filter": "instance",
+        "nr_objects": "counted again", "nr_channels": "counted again", "nr_tsgs": "counted again",
+        "nr_strays": "counted again", "nr_mappers": "counted again", "nr_os_events": "os_events",
+        "busy": "NULL: no call in flight", "exports": "exports", "nr_exports": "exports",
+        "uvm_recs": "uvm", "nr_uvm_recs": "counted again", "nr_uvm_regions": "counted again",
+        "nr_uvm_channels": "counted again", "hash": "rebuilt with the reader's key",
+        "clients": "objs, clients first", "os_events": "os_events", "by_pid": "rebuilt",
+        "by_ns_pid": "state 4", "hash_key": "the reader's",
+    },
+    "gs_obj": {
+        "next": "hash chain, rebuilt", "kill": "free between calls", "up": "up", "kids": "order",
+        "strays": "order, state 1", "sib": "order", "psib": "order", "pid_next": "rebuilt",
+        "pid_pprev": "rebuilt", "nspid_next": "state 4", "nspid_pprev": "state 4", "dep": "dep[4]",
+        "dependants": "edges", "o": "the record's fields", "mem": "mem", "ns_pid": "ns_pid",
+        "orphans": "orphans", "held": "parked", "uvm_registered": "state 2", "stray": "state 1",
+        "dying": "0 between calls", "snap_idx": "the writer's own",
+    },
+    "gs_object": {
+        "obj_kind": "", "file_id": "", "pid": "", "gpu": "", "client": "", "handle": "", "parent": "",
+        "klass": "", "engine": "", "size": "", "flags": "", "userd_mem": "", "userd_off": "",
+        "gp_entries": "",
+    },
+    "gs_mem": {"next": "orphans' order", "size": "", "refs": "", "gpu": "", "sys": "flags 1",
+               "uvm_maps": "", "snap_idx": "the writer's own"},
+    "gs_memref": {"next": "parked's order", "mem": ""},
+    "gs_export": {"next": "order", "file_id": "", "slot": "", "pending": "NULL: no call in flight",
+                  "client": "", "parent": "", "handle": "", "klass": "", "gpu": "", "mem": "",
+                  "held": "NULL outside a call", "sibling": "flags 1"},
+    "gs_uvm_rec": {"next": "order", "file_id": "", "kind": "", "start": "", "end": "", "mem": "",
+                   "pt": "NONE when never charged", "client": "", "handle": "", "orphan": "",
+                   "nr_gpus": "and the uuids after it"},
+    "gs_osev": {"next": "order", "file_id": "", "client": "", "fd": ""},
+    "gs_dep": {"from": "edges", "to": "dep[]", "next": "edges' order", "pprev": "edges' order"},
+}
+
+
+def struct_fields(text: str, name: str) -> set[str]:
+    body = re.search(r"^struct %s \{\n(.*?)^\};" % name, text, re.M | re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    body = re.sub(r"struct \w+ \{.*?\} (\w+);", r"int \1;", body, flags=re.S)
+    return {re.findall(r"(\w+)\s*(?:\[[^\]]*\])?$", decl.strip())[0]
+            for decl in body.split(";") if decl.strip() and "(" not in decl}
+
+
+def test_every_field_of_the_core_s_records_is_carried_or_said_why_not():
+    core = REPO / "kmod" / "core"
+    text = (core / "core_int.h").read_text() + (core / "core.h").read_text()
+    for name, fields in CARRIED.items():
+        assert struct_fields(text, name) == set(fields), name
