@@ -352,6 +352,18 @@ def test_every_byte_corrupted_is_refused(written, dest):
         refused(dest, bytes(b), want)
 
 
+def test_an_edge_to_no_record_is_refused(written, dest):
+    """An edge whose target is NONE (or past the records) from a slot that is NONE too: its
+    from's dep[slot] matches it, and the edges still count as many as the slots in use, so
+    only a bound on the target keeps the reader from linking record 0xffffffff."""
+    n = counts(written)
+    last = layout(written)["edges"] + 12 * (n["edges"] - 1)
+    assert n["edges"] and struct.unpack_from("<I", written, layout(written)["objs"])[0] == cs.OBJ_CLIENT
+    b = bytearray(written)
+    struct.pack_into("<3I", b, last, 0xFFFFFFFF, 0, 0)  # from record 0, a client: every slot NONE
+    refused(dest, with_crc(b), errno.EBADMSG)
+
+
 def accepted_as_written(so, data: bytes) -> bool:
     """Read into a fresh core: refused (-EBADMSG) with the core unchanged, or taken, and then a
     snapshot of it gives the same bytes: nothing read is outside what a writer writes."""

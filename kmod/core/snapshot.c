@@ -872,7 +872,7 @@ static int gs_snap_check_tables(const struct gs_snap_in *s)
 	for (i = 0, p = s->p + l->edges; i < l->n.edges; i++, p += GS_SNAP_EDGE) {
 		nv_u32 to = gs_get32(p), from = gs_get32(p + 4), slot = gs_get32(p + 8);
 
-		if (from >= l->n.objs || slot >= GS_OBJ_DEPS || to < prev ||
+		if (to >= l->n.objs || from >= l->n.objs || slot >= GS_OBJ_DEPS || to < prev ||
 		    gs_snap_o32(s, from, GS_SO_DEP + 4 * slot) != to)
 			return -EBADMSG;
 		prev = to;
