@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from test_core import ALLOC, CONTROL, DEV, DUP, Proc, cs, env, so  # noqa: F401  (fixtures)
 from test_core_fabric import fabric
-from test_core_lifetimes import CH, CTX, TSG, VAS, chan_params, os_event, scheduled_tsg, tsg_params
+from test_core_lifetimes import (CH, CTX, TSG, VAS, chan_params, ctxshare_params, gated, os_event, scheduled_tsg,
+                                 tsg_params)
 from test_core_uvm import BASE, UVM_FILE, map_arg, range_arg, region, register_channel, unregister_channel, uvm
 from coreshim import GiB, LOCK_HIST_BUCKETS, MAX_GPUS, MiB, abi
 
@@ -108,11 +109,12 @@ def failing(off: int, status: int = abi.NV_ERR_INVALID_ARGUMENT):
     return drv
 
 
-def fd_control(p: Proc, cmd: int, params: bytes, fd_file_id: int = EXPORT_FILE):
+def fd_control(p: Proc, cmd: int, params: bytes, fd_file_id: int = EXPORT_FILE, driver=None):
     buf = ctypes.create_string_buffer(params, len(params))
     p.keep.append(buf)
     arg = cs.control_arg(p.client, p.client, cmd, cs.addr(buf), len(params))
-    return p.core.call(CONTROL, arg, p.rm.ok(28), file_id=p.file_id, pid=p.pid, fd_file_id=fd_file_id)
+    return p.core.call(CONTROL, arg, driver or p.rm.ok(28), file_id=p.file_id, pid=p.pid,
+                       fd_file_id=fd_file_id)
 
 
 def export(p: Proc, h: int):
@@ -455,6 +457,112 @@ def test_a_snapshot_needs_no_call_in_flight_and_room(so):
     core.close()
 
 
+def snapshot_during(core, then):
+    """A driver that asks for a snapshot while RM runs the call, then answers as then does."""
+    seen = {}
+
+    def drv(arg: bytearray) -> int:
+        seen["size"] = api(core).gs_snapshot_size(core.inst)
+        buf = ctypes.create_string_buffer(1 << 20)
+        seen["write"] = api(core).gs_snapshot_write(core.inst, buf, len(buf))
+        return then(arg)
+    return drv, seen
+
+
+def handed_over(so, core):
+    """A fresh core reading core's snapshot: the same state."""
+    new = fresh(so)
+    assert read(new, snapshot(core)) == 0
+    assert state(new) == state(core)
+    return new
+
+
+BUSY = {"size": -errno.EBUSY, "write": -errno.EBUSY}
+
+
+def test_an_import_in_flight_holds_off_a_snapshot(so):
+    """An import holds no busy handle, reservation or pending export while RM runs it: the
+    count of calls in flight refuses the snapshot; after its gs_post() the import's handle
+    and its share of the charge are handed over."""
+    core = fresh(so, GiB)
+    rm = cs.MockRM()
+    p = Proc(core, rm)
+    q = Proc(core, rm, file_id=2, pid=200)
+    r, h = p.mem(256 * MiB)
+    ok(r)
+    p.keep = []
+    ok(export(p, h))
+    q.keep = []
+    drv, seen = snapshot_during(core, p.rm.ok(28))
+    ok(fd_control(q, abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD,
+                  abi.IMPORT_OBJECT_FROM_FD.pack(5, RM_TYPE, 0, DEV, 0xB0001), driver=drv))
+    assert seen == BUSY
+    new = handed_over(so, core)
+    assert any((o["client"], o["handle"]) == (q.client, 0xB0001) for o in new.objects())
+    # the exporter's handle and the export go: the import still holds the charge
+    pn = on(new, p, copy.copy(rm))
+    ok(pn.free(h))
+    new.file_closed(EXPORT_FILE)
+    assert stats(new)["used"] == 256 * MiB
+    core.close()
+    new.close()
+
+
+def test_a_schedule_in_flight_holds_off_a_snapshot(so):
+    """NVA06C_GPFIFO_SCHEDULE marks its TSG's channels in gs_post() and holds nothing before:
+    a snapshot waits for it, and then the new core gates the channel as the old one does."""
+    core = fresh(so, GiB)
+    rm = cs.MockRM()
+    p = Proc(core, rm)
+    keep = [tsg_params(VAS), chan_params(ctx=CTX)]
+    ok(p.alloc(DEV, abi.FERMI_VASPACE_A, VAS)[0])
+    ok(p.alloc(DEV, abi.KEPLER_CHANNEL_GROUP_A, TSG, keep[0])[0])
+    keep.append(ctxshare_params(VAS))
+    ok(p.alloc(TSG, abi.FERMI_CONTEXT_SHARE_A, CTX, keep[-1])[0])
+    ok(p.alloc(TSG, abi.HOPPER_CHANNEL_GPFIFO_A, CH, keep[1])[0])
+    drv, seen = snapshot_during(core, rm.control)
+    r, _ = p.control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, driver=drv)
+    ok(r)
+    assert seen == BUSY
+    new = handed_over(so, core)
+    assert gated(new) == gated(core) == [CH]
+    core.close()
+    new.close()
+
+
+def test_a_client_allocation_in_flight_holds_off_a_snapshot(so):
+    """RM_ALLOC of NV01_ROOT passes before any busy handle is added."""
+    core = fresh(so, GiB)
+    rm = cs.MockRM()
+    drv, seen = snapshot_during(core, rm.alloc)
+    arg = cs.alloc_arg(0, 0, 0, abi.NV01_ROOT_CLIENT)
+    assert core.call(ALLOC, arg, drv).verdict == cs.GS_PASS
+    assert seen == BUSY
+    client = struct.unpack_from("<I", arg, 8)[0]
+    new = handed_over(so, core)
+    assert [o["handle"] for o in new.objects()] == [client]
+    core.close()
+    new.close()
+
+
+def test_a_failed_or_lost_call_leaves_nothing_in_flight(so):
+    """A call RM failed, one the driver never ran (an error return) and one whose reply was
+    lost all reach gs_post() once: the snapshot is not held off after them."""
+    core = fresh(so, GiB)
+    p = Proc(core, cs.MockRM())
+    mp = cs.mem_params(MiB)
+    r = core.call(ALLOC, cs.alloc_arg(p.client, DEV, 0x901, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp)),
+                  failing(40), file_id=1, pid=100)
+    assert r.verdict == cs.GS_PASS
+    r = core.call(ALLOC, cs.alloc_arg(p.client, DEV, 0x902, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp)),
+                  p.rm.alloc, file_id=1, pid=100, ret=-errno.EFAULT)
+    assert r.verdict == cs.GS_PASS
+    core.run(ALLOC, cs.alloc_arg(p.client, DEV, 0x903, abi.NV01_MEMORY_LOCAL_USER, cs.addr(mp)),
+             p.rm.alloc, file_id=1, pid=100, unread=True, lost=True)
+    assert api(core).gs_snapshot_size(core.inst) > 0
+    core.close()
+
+
 # ---- (d) a hostile tenant at its caps ----
 
 def test_a_tenant_at_every_cap_round_trips_and_stays_capped(so):
@@ -522,7 +630,8 @@ CARRIED = {
         "nr_ioctls": "instance", "nr_refused_quota": "instance", "nr_refused_filter": "instance",
         "nr_objects": "counted again", "nr_channels": "counted again", "nr_tsgs": "counted again",
         "nr_strays": "counted again", "nr_mappers": "counted again", "nr_os_events": "os_events",
-        "busy": "NULL: no call in flight", "exports": "exports", "nr_exports": "exports",
+        "busy": "NULL: no call in flight", "nr_inflight": "0: no call in flight",
+        "exports": "exports", "nr_exports": "exports",
         "uvm_recs": "uvm", "nr_uvm_recs": "counted again", "nr_uvm_regions": "counted again",
         "nr_uvm_channels": "counted again", "hash": "rebuilt with the reader's key",
         "clients": "objs, clients first", "os_events": "os_events", "by_pid": "rebuilt",

@@ -1355,6 +1355,9 @@ enum gs_verdict gs_pre(struct gs_inst *in, struct gs_call *c, const struct gs_io
 	gs_lock(&in->lock);
 	in->nr_ioctls++;
 	v = gs_pre_locked(in, c, io, &q);
+	/* every passed call is followed by exactly one gs_post() (call.c) */
+	if (v == GS_PASS)
+		in->nr_inflight++;
 	if (v == GS_PASS && c->escape == NV_ESC_RM_ALLOC && c->kind != GS_FILE_UVM) {
 		const struct nvos64_params *a = c->arg;
 
@@ -1685,6 +1688,8 @@ void gs_post(struct gs_inst *in, struct gs_call *c, const struct gs_io *io, int 
 
 	gs_evq_init(&q);
 	gs_lock(&in->lock);
+	if (in->nr_inflight)
+		in->nr_inflight--;
 	gs_busy_done(in, c);
 	if (c->kind == GS_FILE_UVM) {
 		if (ret != 0)

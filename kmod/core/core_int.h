@@ -236,6 +236,7 @@ struct gs_inst {
 	nv_u32 nr_mappers;	/* NV_MEMORY_MAPPER objects (core.c) */
 	nv_u32 nr_os_events;	/* NV_ESC_ALLOC_OS_EVENT, less the frees (legacy.c) */
 	struct gs_busy *busy;		/* handles of the calls between gs_pre() and gs_post() */
+	nv_u32 nr_inflight;	/* calls gs_pre() passed whose gs_post() has not run (snapshot.c) */
 	struct gs_export *exports;	/* export.c */
 	nv_u32 nr_exports;
 	struct gs_uvm_rec *uvm_recs;	/* uvm.c */

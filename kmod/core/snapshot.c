@@ -238,13 +238,18 @@ static void gs_put_str(struct gs_snap_out *w, const char *s, nv_u32 n)
 	w->off += n;
 }
 
-/* no call between gs_pre() and gs_post(): nothing reserved, pending or being freed */
+/*
+ * No call between gs_pre() and gs_post(): none counted in flight (a call
+ * may hold nothing else while RM runs it: an import, a schedule, a client's
+ * allocation, nvidia-uvm's channel registration or unmap), nothing
+ * reserved, pending or being freed.
+ */
 static int gs_snap_quiet(const struct gs_inst *in)
 {
 	const struct gs_export *e;
 	unsigned int g;
 
-	if (in->busy || in->sys_reserved)
+	if (in->nr_inflight || in->busy || in->sys_reserved)
 		return -EBUSY;
 	for (g = 0; g < GPUSLICE_MAX_GPUS; g++)
 		if (in->gpu_reserved[g])
@@ -1252,7 +1257,7 @@ static int gs_snap_stage(struct gs_snap_stage *st, const struct gs_snap_in *s,
 static int gs_snap_empty(const struct gs_inst *in)
 {
 	return !in->nr_objects && !in->clients && !in->exports && !in->uvm_recs &&
-	       !in->os_events && !in->busy && !in->used && !in->sys_used && !in->sys_reserved;
+	       !in->os_events && !in->busy && !in->nr_inflight && !in->used && !in->sys_used && !in->sys_reserved;
 }
 
 /* under in->lock: the instance takes the staged records; cannot fail */
