@@ -223,3 +223,28 @@ def test_a_dup_of_an_object_of_a_class_the_instance_no_longer_has_is_refused(env
     assert (r.status, r.refusal) == (abi.NV_ERR_INVALID_CLASS, cs.GS_REFUSE_CAPS)
     assert p.free(h_mem).status == 0
     assert core.stats()["used"] == 0  # the refused dup held no reference on the charge
+
+
+def test_a_dup_of_a_source_the_core_cannot_class_is_refused_once_the_set_is_narrowed(env):
+    """A source of the instance's own client that the core never registered (or registered as a
+    duplicate of such a one, class 0) has no class to gate: with all capabilities it passes as
+    before; with fewer it is answered as RM answers a handle it does not know
+    (NV_ERR_INVALID_OBJECT_HANDLE), counted as a capability refusal, and RM never sees it."""
+    core, rm = env
+    p = Proc(core, rm)
+    r = core.call(DUP, cs.dup_arg(p.client, DEV, 0x901, p.client, 0x5C00ABCD), rm.ok(24))
+    assert (r.verdict, r.refusal) == (cs.GS_PASS, cs.GS_REFUSE_NONE)
+    assert {(o["handle"], o["klass"]) for o in core.objects()} >= {(0x901, 0)}
+    core.set_caps(cs.CAP_COMPUTE | cs.CAP_UTILITY)
+    before = core.stats()["refused_filter"]
+    for i, src in enumerate((0x5C00ABCE, 0x901)):
+        r = core.call(DUP, cs.dup_arg(p.client, DEV, 0x910 + i, p.client, src), never)
+        assert (r.verdict, r.status, r.refusal) == (cs.GS_REPLY, abi.NV_ERR_INVALID_OBJECT_HANDLE,
+                                                    cs.GS_REFUSE_CAPS), hex(src)
+    assert core.stats()["refused_filter"] == before + 2
+    assert not {0x910, 0x911} & {o["handle"] for o in core.objects()}
+    # a source of a class it knows is still gated by its row, and one in the set passes
+    r, h = p.mem(1 << 20)
+    assert r.verdict == cs.GS_PASS
+    r = core.call(DUP, cs.dup_arg(p.client, DEV, 0x920, p.client, h), rm.ok(24))
+    assert (r.verdict, r.refusal) == (cs.GS_PASS, cs.GS_REFUSE_NONE)

@@ -797,6 +797,17 @@ static enum gs_verdict gs_pre_dup(struct gs_inst *in, struct gs_call *c)
 	    (!gs_is_client(in, p->h_client_src) && !c->src_sibling))
 		return gs_refuse(c, GS_REFUSE_FOREIGN, GS_ST_NVOS55);
 	src = gs_obj_find(in, p->h_client_src, p->h_object_src);
+	/*
+	 * A source of the instance's own clients whose class the core does not
+	 * know (never registered: a handle RM chose that the core missed; or
+	 * registered as a duplicate of such a one, class 0) cannot be gated:
+	 * with a narrowed capability set it is answered as RM answers a handle
+	 * it does not know, rather than copied past the gate. A sibling's
+	 * source (src_sibling: legacy CUDA IPC through the preload) was gated
+	 * by the sibling's own core when it was made.
+	 */
+	if ((!src || !src->o.klass) && in->caps != GS_CAPS_ALL && gs_is_client(in, p->h_client_src))
+		return gs_refuse_as(c, GS_REFUSE_CAPS, GS_ST_NVOS55, NV_ERR_INVALID_OBJECT_HANDLE);
 	row = src ? gs_class_row(src->o.klass) : NULL;
 	if (row) {
 		c->what = src->o.klass;
