@@ -563,6 +563,64 @@ def test_a_failed_or_lost_call_leaves_nothing_in_flight(so):
     core.close()
 
 
+def with_deps(data: bytes, pairs) -> bytes:
+    """data with record frm depending on record to, for each (frm, to): in frm's first free
+    slot, and the edge on to's list, the edges kept in order and counted."""
+    b = bytearray(data)
+    n, lay = counts(data), layout(data)
+    edges = [struct.unpack_from("<3I", b, lay["edges"] + 12 * k) for k in range(n["edges"])]
+    for frm, to in pairs:
+        deps = list(struct.unpack_from("<4I", b, lay["objs"] + 104 * frm + 80))
+        slot = deps.index(0xFFFFFFFF)
+        struct.pack_into("<I", b, lay["objs"] + 104 * frm + 80 + 4 * slot, to)
+        edges.append((to, frm, slot))
+    edges.sort(key=lambda e: e[0])
+    out = bytearray(b[:lay["edges"]] + b"".join(struct.pack("<3I", *e) for e in edges) +
+                    b[lay["orphans"]:])
+    struct.pack_into("<I", out, 64, len(edges))
+    struct.pack_into("<I", out, 12, len(out))
+    return with_crc(out)
+
+
+def record(data: bytes, handle: int) -> int:
+    lay = layout(data)
+    return next(i for i in range(counts(data)["objs"])
+                if struct.unpack_from("<I", data, lay["objs"] + 104 * i + 12)[0] == handle)
+
+
+def test_a_dependency_graph_the_live_core_cannot_build_is_refused(so):
+    """The live core makes a TSG, a subcontext or a channel depend on a VA space of its device
+    or a subcontext of its TSG (core.c gs_dep_placed()), nothing else: mutual dependencies, a
+    dependency on the record's own ancestor or descendant, and one between records of other
+    classes are refused (-EBADMSG) with the destination unchanged; the graph the live core
+    built is taken."""
+    old = fresh(so, GiB)
+    p = Proc(old, cs.MockRM())
+    keep = scheduled_tsg(p)
+    r1, m1 = p.mem(64 * MiB)
+    r2, m2 = p.mem(32 * MiB)
+    ok(r1)
+    ok(r2)
+    data = snapshot(old)
+    new = fresh(so)
+    before = state(new)
+    i, j, dev, tsg, ch, ctx, vas = (record(data, h) for h in (m1, m2, DEV, TSG, CH, CTX, VAS))
+    for pairs in ([(i, j), (j, i)],       # mutual, between memory
+                  [(dev, i)],             # the device on its own child
+                  [(i, dev)],             # memory on its own parent's... device (an ancestor)
+                  [(tsg, ch)],            # a TSG on its own channel (a descendant)
+                  [(ctx, tsg)],           # a subcontext on its own TSG (an ancestor)
+                  [(vas, tsg)],           # a VA space on the TSG that depends on it (a cycle)
+                  [(ch, i)]):             # a channel on memory
+        assert read(new, with_deps(data, pairs)) == -errno.EBADMSG, pairs
+        assert state(new) == before
+    assert read(new, data) == 0
+    assert state(new) == state(old)
+    del keep
+    old.close()
+    new.close()
+
+
 # ---- (d) a hostile tenant at its caps ----
 
 def test_a_tenant_at_every_cap_round_trips_and_stays_capped(so):

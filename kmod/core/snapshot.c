@@ -774,7 +774,52 @@ static int gs_snap_check_inst(const struct gs_snap_in *s)
 	return gs_snap_check_lock(p + GS_SNAP_INST + GS_SNAP_GPU * GPUSLICE_MAX_GPUS);
 }
 
-/* record i's dependencies: other records of its client, live, not its parent, each once */
+/* record i's kind, class, up and whether a stray */
+static nv_u32 gs_snap_kind(const struct gs_snap_in *s, nv_u32 i)
+{
+	return gs_snap_o32(s, i, GS_SO_KIND);
+}
+
+static nv_u32 gs_snap_klass(const struct gs_snap_in *s, nv_u32 i)
+{
+	return gs_snap_o32(s, i, GS_SO_KLASS);
+}
+
+/*
+ * Could the live core have made record i depend on record to? Only as
+ * core.c gs_post_deps() does: a TSG, a subcontext or a channel (the classes
+ * of gs_dep_fields[]) on a target gs_dep_placed() takes: a VA space of its
+ * own device (a subcontext's: its TSG's device), or a channel's subcontext
+ * in the channel's own TSG; neither a stray. So no record depends on a VA
+ * space's dependant, nor on its own ancestor or descendant: no cycle.
+ */
+static int gs_snap_dep_placed(const struct gs_snap_in *s, nv_u32 i, nv_u32 to)
+{
+	nv_u32 kind = gs_snap_kind(s, i), klass = gs_snap_klass(s, i);
+	nv_u32 dev = gs_snap_o32(s, i, GS_SO_UP);
+
+	if ((gs_snap_o32(s, i, GS_SO_STATE) | gs_snap_o32(s, to, GS_SO_STATE)) & GS_SNAP_STRAY)
+		return 0;
+	if (kind != GPUSLICE_OBJ_TSG && kind != GPUSLICE_OBJ_CHANNEL && klass != FERMI_CONTEXT_SHARE_A)
+		return 0;
+	switch (gs_snap_klass(s, to)) {
+	case FERMI_VASPACE_A:
+		if (klass == FERMI_CONTEXT_SHARE_A)
+			dev = gs_snap_kind(s, dev) == GPUSLICE_OBJ_TSG ? gs_snap_o32(s, dev, GS_SO_UP) :
+									 GS_SNAP_NONE;
+		return dev != GS_SNAP_NONE && gs_snap_klass(s, dev) == NV01_DEVICE_0 &&
+		       gs_snap_o32(s, to, GS_SO_UP) == dev;
+	case FERMI_CONTEXT_SHARE_A:
+		return kind == GPUSLICE_OBJ_CHANNEL && gs_snap_kind(s, dev) == GPUSLICE_OBJ_TSG &&
+		       gs_snap_o32(s, to, GS_SO_UP) == dev;
+	}
+	return 0;
+}
+
+/*
+ * record i's dependencies: other records of its client, live, not its
+ * parent, each once, and placed as the live core places them
+ */
 static int gs_snap_check_deps(const struct gs_snap_in *s, nv_u32 i, nv_u32 *edges)
 {
 	nv_u32 k, j, to, up = gs_snap_o32(s, i, GS_SO_UP);
@@ -785,7 +830,7 @@ static int gs_snap_check_deps(const struct gs_snap_in *s, nv_u32 i, nv_u32 *edge
 			continue;
 		if (to >= s->l.n.objs || to == i || to == up ||
 		    gs_snap_o32(s, to, GS_SO_CLIENT) != gs_snap_o32(s, i, GS_SO_CLIENT) ||
-		    (gs_snap_o32(s, to, GS_SO_FLAGS) & GS_OBJ_LOST))
+		    (gs_snap_o32(s, to, GS_SO_FLAGS) & GS_OBJ_LOST) || !gs_snap_dep_placed(s, i, to))
 			return -EBADMSG;
 		for (j = 0; j < k; j++)
 			if (gs_snap_o32(s, i, GS_SO_DEP + 4 * j) == to)
