@@ -621,6 +621,41 @@ def test_a_dependency_graph_the_live_core_cannot_build_is_refused(so):
     new.close()
 
 
+COUNT_ALLOC = r"""
+#include <stddef.h>
+void *__real_calloc(size_t n, size_t size);
+unsigned long t_callocs;
+void *__wrap_calloc(size_t n, size_t size) { t_callocs++; return __real_calloc(n, size); }
+"""
+
+
+def test_counts_past_what_a_core_holds_are_refused_before_any_allocation(tmp_path, written):
+    """More orphans and parked references than twice the objects' cap, or more charges than
+    references to them, are refused (-EBADMSG) from the header's counts, before the staging
+    allocates a record for them (a core whose calloc is counted)."""
+    src = tmp_path / "count_alloc.c"
+    src.write_text(COUNT_ALLOC)
+    lib_so = cs.build(tmp_path, extra=[str(src), "-Wl,--wrap=calloc"])
+    core = fresh(lib_so)
+    callocs = ctypes.c_ulong.in_dll(core.lib, "t_callocs")
+    n, lay = counts(written), layout(written)
+
+    def grown(table: str, after: str, rec: bytes, k: int) -> bytes:
+        b = bytearray(written[:lay[after]] + rec * k + written[lay[after]:])
+        struct.pack_into("<I", b, 56 + 4 * COUNTS.index(table), n[table] + k)
+        struct.pack_into("<I", b, 12, len(b))
+        return with_crc(b)
+
+    refs = n["objs"] + n["orphans"] + n["parked"] + n["exports"] + 2 * n["uvm"]
+    more_mems = grown("mems", "objs", struct.pack("<Q4I", 0, 1, 0, 0, 0), refs - n["mems"] + 1)
+    more_orphans = grown("orphans", "parked", struct.pack("<2I", 0, 0), 2 * 65536 - n["orphans"] - n["parked"] + 1)
+    for data in (more_mems, more_orphans):
+        before = callocs.value
+        assert read(core, data) == -errno.EBADMSG
+        assert callocs.value == before
+    core.close()
+
+
 # ---- (d) a hostile tenant at its caps ----
 
 def test_a_tenant_at_every_cap_round_trips_and_stays_capped(so):

@@ -596,7 +596,8 @@ static long gs_snap_write_locked(struct gs_inst *in, nv_u8 *buf, unsigned long l
 		goto out;
 	gs_snap_layout(&l);
 	ret = -EFBIG;
-	if (l.end > 0xffffffffu || l.end > (nv_u64)(~0ul >> 1))
+	if (l.end > 0xffffffffu || l.end > (nv_u64)(~0ul >> 1) ||
+	    (nv_u64)l.n.orphans + l.n.parked > GS_SNAP_SLACK * GS_MAX_OBJECTS)
 		goto out;
 	ret = (long)l.end;
 	if (!buf)
@@ -708,7 +709,15 @@ static int gs_snap_header(struct gs_snap_in *s, const nv_u8 *p, unsigned long le
 	    n->uvm_gpus > (nv_u64)n->uvm * abi->uvm_gpus ||
 	    n->osev > GS_SNAP_SLACK * GS_MAX_OS_EVENTS)
 		return -EBADMSG;
-	/* mems, orphans and parked references: as many as the length holds */
+	/*
+	 * Orphans and parked references come from objects (a reply naming no
+	 * handle): no more than the objects' cap, doubled; and each charge has
+	 * a reference, so no more charges than references. Refused before the
+	 * staging allocates for them.
+	 */
+	if ((nv_u64)n->orphans + n->parked > GS_SNAP_SLACK * GS_MAX_OBJECTS ||
+	    n->mems > (nv_u64)n->objs + n->orphans + n->parked + n->exports + 2ull * n->uvm)
+		return -EBADMSG;
 	gs_snap_layout(&s->l);
 	if (s->l.end != len)
 		return -EBADMSG;
