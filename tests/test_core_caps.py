@@ -248,3 +248,19 @@ def test_a_dup_of_a_source_the_core_cannot_class_is_refused_once_the_set_is_narr
     assert r.verdict == cs.GS_PASS
     r = core.call(DUP, cs.dup_arg(p.client, DEV, 0x920, p.client, h), rm.ok(24))
     assert (r.verdict, r.refusal) == (cs.GS_PASS, cs.GS_REFUSE_NONE)
+
+
+def test_uvm_pageable_mem_access_on_gpu_needs_video(env):
+    """UVM_PAGEABLE_MEM_ACCESS_ON_GPU (uvm_ioctl.h UVM_IOCTL_BASE(70)) is nvproxy's CapVideo
+    (version.go uvmIoctl): passed with video, refused EINVAL (as a capability) without it, not
+    EPERM as an ioctl on no row."""
+    core, rm = env
+    arg = bytearray(24)  # gpu_uuid IN @0, pageableMemAccess OUT @16, rmStatus OUT @20
+    r = core.call(70, arg, lambda a: 0, kind=cs.GS_FILE_UVM, file_id=77)
+    assert (r.verdict, r.refusal) == (cs.GS_PASS, cs.GS_REFUSE_NONE)
+    core.set_caps(cs.CAP_COMPUTE | cs.CAP_UTILITY)
+    r = core.call(70, bytearray(24), never, kind=cs.GS_FILE_UVM, file_id=77)
+    assert (r.verdict, r.err, r.refusal) == (cs.GS_FAIL, errno.EINVAL, cs.GS_REFUSE_CAPS)
+    core.set_caps(cs.CAP_VIDEO)
+    r = core.call(70, bytearray(24), lambda a: 0, kind=cs.GS_FILE_UVM, file_id=77)
+    assert (r.verdict, r.refusal) == (cs.GS_PASS, cs.GS_REFUSE_NONE)

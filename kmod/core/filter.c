@@ -511,9 +511,9 @@ enum gs_verdict gs_filter_escape(struct gs_inst *in, struct gs_call *c)
  * atomics, POPULATE_PAGEABLE, sparse mappings, access-counter clearing,
  * device P2P allocation, DISCARD and the pre-UVM8 legacy calls.
  * caps: nvproxy's for the ioctl (version.go Init(), uvmIoctl: compUtil for
- * each of these; its one other, UVM_PAGEABLE_MEM_ACCESS_ON_GPU, is
- * CapVideo and not here), checked as its handler checks them (handlers.go
- * uvmIoctlHandler.handle(); gs_pre_caps()).
+ * each of these but UVM_PAGEABLE_MEM_ACCESS_ON_GPU, CapVideo), checked as
+ * its handler checks them (handlers.go uvmIoctlHandler.handle();
+ * gs_pre_caps()).
  */
 static const struct {
 	nv_u32 cmd;
@@ -547,6 +547,9 @@ static const struct {
 	{ 65, GS_CAPS_COMPUTE_UTILITY, "dt UVM_MAP_DYNAMIC_PARALLELISM_REGION" },
 	{ 66, GS_CAPS_COMPUTE_UTILITY, "UVM_UNMAP_EXTERNAL" },
 	{ 68, GS_CAPS_COMPUTE_UTILITY, "dt UVM_ALLOC_SEMAPHORE_POOL" },
+	/* uvm_ioctl.h UVM_IOCTL_BASE(70) in every branch of nvrm_tables.c (535 on) */
+	{ 70, GS_CAP_VIDEO,
+	  "UVM_PAGEABLE_MEM_ACCESS_ON_GPU: a query of one registered GPU (nvproxy: CapVideo)" },
 	{ 72, GS_CAPS_COMPUTE_UTILITY, "dt UVM_VALIDATE_VA_RANGE: a query" },
 	{ 73, GS_CAPS_COMPUTE_UTILITY, "dt UVM_CREATE_EXTERNAL_RANGE" },
 	{ 75, GS_CAPS_COMPUTE_UTILITY, "dt UVM_MM_INITIALIZE" },
