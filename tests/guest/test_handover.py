@@ -66,7 +66,7 @@ def _worker(dev: str, limit: int, hostile: bool) -> None:
         if state["pause"]:
             print("paused", flush=True)
             while state["pause"] and not state["stop"]:
-                signal.pause()
+                time.sleep(0.005)  # not signal.pause(): the resume may come before it
             print("resumed", flush=True)
             continue
         r = rnd.random()
@@ -80,7 +80,7 @@ def _worker(dev: str, limit: int, hostile: bool) -> None:
                 del held[h]
                 counts["free"] += 1
             elif r < 0.85 or hostile:
-                size = (4 if hostile else rnd.choice((1, 2, 4, 8))) * MIB
+                size = (4 if hostile else rnd.choice((2, 4, 6, 8))) * MIB
                 st, h, _ = s.alloc_vidmem(size)
                 fits = sum(held.values()) + size <= limit
                 if st == abi.NV_OK:
@@ -116,7 +116,7 @@ from gpuslice.netlink import NetlinkError  # noqa: E402
 
 import nvstub  # noqa: E402
 from gpuslice import abi  # noqa: E402
-from gsinst import Instance, needs_modules, real_session  # noqa: E402
+from gsinst import Instance, needs_modules, real_session, wait_for  # noqa: E402
 
 pytestmark = needs_modules
 
@@ -185,7 +185,7 @@ class Pauses:
         self.busy = 0
 
     def handover(self, nl, name: str) -> dict[str, int]:
-        while True:
+        for _ in range(50):
             try:
                 r = nl.instance_handover(name)
             except NetlinkError as e:
@@ -195,6 +195,7 @@ class Pauses:
                 continue
             self.rows.append(r)
             return r
+        raise AssertionError(f"{name}: 50 handovers in a row refused busy")
 
     def report(self, what: str) -> None:
         if not self.rows:
@@ -243,9 +244,10 @@ def test_handover_under_load(nl, pool) -> None:
         for i, r in zip(insts, results):
             assert r["nr_bad"] == 0, (i.name, r["bad"])
             assert r["counts"]["alloc"] and r["counts"]["free"] and r["counts"]["control"], r
-            d = kept(nl, i.name)
-            assert d["mem_used"] == 0 and d["mem_peak"] <= LIMIT, d
-        assert pool.held() == 0
+            assert wait_for(lambda: kept(nl, i.name)["mem_used"] == 0)
+            assert kept(nl, i.name)["mem_peak"] <= LIMIT
+        assert wait_for(lambda: pool.held() == 0)
+        print(f"\nworkload calls: {[r['counts']['calls'] for r in results]}")
     pauses.report("4 instances, a workload each")
 
 
@@ -272,8 +274,8 @@ def test_handover_hostile_at_the_limit(nl, pool) -> None:
             results = [w.stop() for w in workers]
         for r in results:
             assert r["nr_bad"] == 0, r["bad"]
-        d = kept(nl, inst.name)
-        assert d["mem_used"] == 0 == pool.held() and d["mem_peak"] <= limit, d
+        assert wait_for(lambda: kept(nl, inst.name)["mem_used"] == 0 == pool.held())
+        assert kept(nl, inst.name)["mem_peak"] <= limit
     pauses.report("hostile tenant, 4 processes at the limit")
 
 
@@ -309,7 +311,7 @@ def test_refused_handover_changes_nothing(nl, pool) -> None:
         finally:
             res = w.stop()
         assert res["nr_bad"] == 0, res["bad"]
-        assert kept(nl, inst.name)["mem_used"] == 0 == pool.held()
+        assert wait_for(lambda: kept(nl, inst.name)["mem_used"] == 0 == pool.held())
 
 
 def test_handover_unknown_instance(nl) -> None:
