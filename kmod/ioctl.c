@@ -561,7 +561,7 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		ic.gated = true;
 	}
 	ret = gs_call_run(ic.decode ? inst->core : NULL, &c, &io, &gs_ioctl_ops, &ic);
-	gs_op_done(&ic);	/* left already, unless the call never reached the core */
+	gs_op_done(&ic);	/* a no-op: gs_call_run() left the gate through .done */
 
 	if (ic.uvm_locked)
 		mutex_unlock(&gf->uvm_lock);
