@@ -228,10 +228,14 @@ static void gs_act_walk(struct gs_activity *act)
 
 	if (gen == act->walked_gen && now - act->walked_ns < GS_ACT_RESYNC_NS)
 		return;
+	/* a handover has the gate closed: walk at the next round */
+	if (!gs_gate_tryenter(&act->inst->gate))
+		return;
 	act->walked_gen = gen;
 	act->walked_ns = now;
 	act->nr_next = 0;
 	gs_for_each_object(act->inst->core, gs_act_collect, act);
+	gs_gate_leave(&act->inst->gate);
 	for (i = 0; i < act->nr_next; i++) {
 		struct gs_act_chan *c = &act->next[i];
 

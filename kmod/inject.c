@@ -46,3 +46,14 @@ bool gs_inject_test_escapes(void)
 {
 	return gs_allow_test_escapes;
 }
+
+static bool gs_handover_corrupt;
+module_param_named(handover_corrupt, gs_handover_corrupt, bool, 0644);
+MODULE_PARM_DESC(handover_corrupt,
+		 "TEST BUILD: change a byte of each handover's snapshot, so that the fresh core refuses it");
+
+void gs_inject_snapshot(void *buf, long len)
+{
+	if (READ_ONCE(gs_handover_corrupt) && len > 0)
+		((u8 *)buf)[len / 2] ^= 0x5a;
+}

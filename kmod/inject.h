@@ -14,6 +14,9 @@
  *                       may dup2() another file over it (tests/guest/test_export.py)
  *   allow_test_escapes  let the stand-in driver's test escape 0xF0 through
  *                       instances (GS_INST_ALLOW_TEST_ESCAPES on each new one)
+ *   handover_corrupt    change a byte of each handover's snapshot before the
+ *                       fresh core reads it, so that the reader refuses it
+ *                       (tests/guest/test_handover.py)
  *
  * The shipped module (what DKMS builds) has none of them: there the hooks are
  * the no-op stubs below and compile to nothing.
@@ -28,6 +31,7 @@
 bool gs_inject_fail(void);
 void gs_inject_fd_delay(void);
 bool gs_inject_test_escapes(void);
+void gs_inject_snapshot(void *buf, long len);
 #else
 static inline bool gs_inject_fail(void)
 {
@@ -41,6 +45,10 @@ static inline void gs_inject_fd_delay(void)
 static inline bool gs_inject_test_escapes(void)
 {
 	return false;
+}
+
+static inline void gs_inject_snapshot(void *buf, long len)
+{
 }
 #endif /* GPUSLICE_TEST */
 

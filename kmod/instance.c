@@ -341,6 +341,7 @@ int gs_instance_new(const struct gs_inst_cfg *cfg)
 	strscpy(inst->name, cfg->name, sizeof(inst->name));
 	mutex_init(&inst->procs_lock);
 	mutex_init(&inst->cfg_lock);
+	gs_gate_init(&inst->gate);
 	INIT_LIST_HEAD(&inst->procs);
 	gs_reaper_setup(&inst->reaper);
 	spin_lock_init(&inst->refused_lock);
@@ -468,7 +469,10 @@ int gs_instance_set(const struct gs_inst_cfg *cfg)
 		return -EINVAL;
 	}
 	mutex_lock(&inst->cfg_lock);
-	/* A call may hold the core lock long: wait for it without gs_instances_lock. */
+	/*
+	 * A call may hold the core lock long: wait for it without
+	 * gs_instances_lock. No handover runs (cfg_lock): inst->core stays.
+	 */
 	if (cfg->set & GS_CFG_MEM_LIMIT)
 		gs_inst_set_limit(inst->core, cfg->mem_limit);
 	if (cfg->set & GS_CFG_GPU_MEM_LIMIT)
@@ -511,6 +515,89 @@ out:
 	mutex_unlock(&gs_instances_lock);
 	mutex_unlock(&inst->cfg_lock);
 	gs_instance_put(inst);
+	return err;
+}
+
+/* how long a handover waits for the calls inside the gate before it gives up */
+#define GS_HANDOVER_WAIT_MS	100
+
+/*
+ * The snapshot's buffer, sized before the gate closes (the size then may be
+ * refused while calls are inside: a guess), grown inside if it must be.
+ */
+static void *gs_handover_buf(struct gs_inst *core, long *cap)
+{
+	long n = gs_snapshot_size(core);
+
+	*cap = max(n, 0L) + (max(n, 0L) >> 2) + PAGE_SIZE;
+	return gs_kvmalloc(*cap, GFP_KERNEL);
+}
+
+int gs_instance_handover(struct gs_instance *inst, struct gs_handover_stats *hs)
+{
+	struct gs_stats st;
+	struct gs_inst *fresh;
+	u64 t_close, t_drained;
+	void *buf;
+	long cap, len;
+	int err;
+
+	memset(hs, 0, sizeof(*hs));
+	if (mutex_lock_killable(&inst->cfg_lock))
+		return -EINTR;
+	/* no other handover and no INSTANCE_SET from here: inst->core stays until the swap */
+	gs_inst_stats(inst->core, &st);
+	fresh = gs_inst_new(st.mem_limit, &inst->core_ops);	/* the snapshot gives the rest */
+	if (!fresh) {
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	buf = gs_handover_buf(inst->core, &cap);
+	if (!buf) {
+		err = -ENOMEM;
+		goto out_fresh;
+	}
+
+	t_close = ktime_get_ns();
+	err = gs_gate_close(&inst->gate, msecs_to_jiffies(GS_HANDOVER_WAIT_MS));
+	t_drained = ktime_get_ns();
+	hs->drain_ns = t_drained - t_close;
+	if (err)
+		goto out_buf;
+	len = gs_snapshot_size(inst->core);
+	if (len > cap) {
+		kvfree(buf);
+		cap = len;
+		buf = gs_kvmalloc(cap, GFP_KERNEL);
+		if (!buf) {
+			err = -ENOMEM;
+			goto out_open;
+		}
+	}
+	if (len >= 0)
+		len = gs_snapshot_write(inst->core, buf, cap);
+	if (len < 0) {
+		err = len;
+		goto out_open;
+	}
+	hs->bytes = len;
+	gs_inject_snapshot(buf, len);	/* the test build's refused handover */
+	err = gs_snapshot_read(fresh, buf, len);
+	if (err)
+		goto out_open;
+	swap(inst->core, fresh);	/* fresh is the old core from here */
+
+out_open:
+	gs_gate_open(&inst->gate);
+	hs->pause_ns = ktime_get_ns() - t_close;
+	pr_debug("gpuslice: %s: handover %d: pause %llu ns (drain %llu ns), %llu bytes\n",
+		 inst->name, err, hs->pause_ns, hs->drain_ns, hs->bytes);
+out_buf:
+	kvfree(buf);
+out_fresh:
+	gs_inst_free(fresh);	/* the old core, or the unused fresh one */
+out_unlock:
+	mutex_unlock(&inst->cfg_lock);
 	return err;
 }
 

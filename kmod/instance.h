@@ -10,7 +10,9 @@
  * table, every instance's configuration and its nr_open count. procs_lock
  * guards an instance's process list. The decision core has its own lock,
  * which a container's call can hold for long (it reads user memory under it):
- * never wait for it with gs_instances_lock held.
+ * never wait for it with gs_instances_lock held. inst->core is read and used
+ * inside the instance's gate (gate.h), which a handover closes to swap it;
+ * cfg_lock orders handovers and INSTANCE_SETs of an instance.
  *
  * Lifetime: the list holds one reference (ref); netlink handlers take their
  * own under gs_instances_lock (gs_instance_get(), gs_instance_hold()) and
@@ -34,6 +36,7 @@
 
 #include "activity.h"
 #include "core.h"
+#include "gate.h"
 #include "netlink.h"
 #include "reaper.h"
 #include "uapi/gpuslice.h"
@@ -71,7 +74,8 @@ struct gs_instance {
 	kuid_t uid;
 	kgid_t gid;
 	umode_t mode;
-	struct gs_inst *core;
+	struct gs_inst *core;	/* used inside gate, swapped with it closed (handover) */
+	struct gs_gate gate;
 	struct gs_inst_ops core_ops;
 	struct gs_node *nodes[GS_MAX_GPUS + 2];
 	unsigned int nr_nodes;
@@ -128,6 +132,21 @@ void gs_instances_exit(void);
 int gs_instance_new(const struct gs_inst_cfg *cfg);
 int gs_instance_del(const char *name);
 int gs_instance_set(const struct gs_inst_cfg *cfg);
+
+/* What one handover took (gs_instance_handover()). */
+struct gs_handover_stats {
+	u64 pause_ns;		/* the gate closed: from closing it to opening it */
+	u64 drain_ns;		/* of which waiting for the calls inside */
+	u64 bytes;		/* the snapshot's length */
+};
+
+/*
+ * Hands the instance's decision state to a fresh core while its files stay
+ * open: -EBUSY when the calls inside do not finish within the bound (or the
+ * core refuses its snapshot), -EINTR, -ENOMEM, or the reader's refusal; on any
+ * of them the old core stays, unchanged.
+ */
+int gs_instance_handover(struct gs_instance *inst, struct gs_handover_stats *hs);
 /* Caller holds gs_instances_lock. */
 struct gs_instance *gs_instance_find(const char *name);
 /* Caller holds gs_instances_lock and found inst listed: takes a reference. */

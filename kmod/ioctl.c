@@ -142,7 +142,7 @@ static void gs_ts_set(struct gs_file *gf, u32 client, u32 handle, u64 us)
 				    gf->node->inst->name, client, handle, err, status);
 }
 
-/* Runs with the private fd table in place. */
+/* Runs with the private fd table in place, inside the instance's gate. */
 static void gs_ts_apply_lazy(struct gs_file *gf)
 {
 	struct gs_instance *inst = gf->node->inst;
@@ -400,6 +400,7 @@ struct gs_ioctl_call {
 	bool compat;
 	bool decode;		/* !gs_passthrough_only */
 	bool uvm_locked;	/* a UVM call decided on by its block, under gf->uvm_lock */
+	bool gated;		/* inside the instance's gate (gate.h) */
 	nv_s32 fd;		/* the fd an export or import control names, or -1 */
 	struct file *fd_file;	/* its file, if one of the instance's nvidiactl nodes */
 	u64 drv_ns;
@@ -463,11 +464,23 @@ static int gs_op_copy_out(void *ctx, const struct gs_call *c, long ret)
 	return 0;
 }
 
+/* the core is done with the call: the copies out run outside the gate */
+static void gs_op_done(void *ctx)
+{
+	struct gs_ioctl_call *ic = ctx;
+
+	if (ic->gated) {
+		gs_gate_leave(&ic->gf->node->inst->gate);
+		ic->gated = false;
+	}
+}
+
 static const struct gs_call_ops gs_ioctl_ops = {
 	.driver = gs_op_driver,
 	.after = gs_op_after,
 	.nested_out = gs_op_nested_out,
 	.copy_out = gs_op_copy_out,
+	.done = gs_op_done,
 };
 
 long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat)
@@ -537,7 +550,18 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		goto out_free;
 	}
 
+	/*
+	 * From gs_pre() to gs_post() the call uses inst->core, which a handover
+	 * swaps with the gate closed: the core is read inside it.
+	 */
+	if (ic.decode) {
+		ret = gs_gate_enter(&inst->gate);
+		if (ret)
+			goto out_unlock;
+		ic.gated = true;
+	}
 	ret = gs_call_run(ic.decode ? inst->core : NULL, &c, &io, &gs_ioctl_ops, &ic);
+	gs_op_done(&ic);	/* a no-op: gs_call_run() left the gate through .done */
 
 	if (ic.uvm_locked)
 		mutex_unlock(&gf->uvm_lock);
@@ -547,6 +571,11 @@ long gs_ioctl(struct file *file, unsigned int cmd, void __user *arg, bool compat
 		trace_gpuslice_refusal(inst->id, inst->name, c.pid, c.kind, c.escape,
 				       c.what, c.refusal, c.status,
 				       gs_refused_size(inst));
+	goto out_free;
+
+out_unlock:
+	if (ic.uvm_locked)
+		mutex_unlock(&gf->uvm_lock);
 out_free:
 	if (ic.fd_file)
 		fput(ic.fd_file);

@@ -11,7 +11,8 @@
  * Handlers run in parallel (parallel_ops) and never wait for an instance's
  * core lock, which a container's call can hold for long, with
  * gs_instances_lock held: they copy what they need under it, take a
- * reference, and read the core after dropping it.
+ * reference, and read the core after dropping it, inside the instance's gate
+ * (gate.h; a handover closes it for a bounded time).
  *
  * Refusal events (ALLOC_REFUSED, FILTER_REFUSED) are rate-limited per
  * instance (a token bucket, GS_NL_REFUSALS_PER_SEC with a burst of
@@ -223,6 +224,52 @@ static int gs_nl_put_u64(struct sk_buff *skb, int type, u64 v)
 	return nla_put_u64_64bit(skb, type, v, GPUSLICE_A_PAD);
 }
 
+/* instance.c gs_instance_handover(); the reply says how long new calls were held */
+static int gs_nl_instance_handover(struct sk_buff *skb, struct genl_info *info)
+{
+	char name[GPUSLICE_NAME_MAX];
+	struct gs_handover_stats hs;
+	struct gs_instance *inst;
+	struct sk_buff *msg;
+	void *hdr;
+	int err;
+
+	err = gs_nl_admin(skb, info);
+	if (err)
+		return err;
+	if (!info->attrs[GPUSLICE_A_NAME])
+		return -EINVAL;
+	nla_strscpy(name, info->attrs[GPUSLICE_A_NAME], sizeof(name));
+	msg = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
+	if (!msg)
+		return -ENOMEM;
+	inst = gs_instance_get(name);
+	if (!inst) {
+		err = -ENOENT;
+		goto err_free;
+	}
+	err = gs_instance_handover(inst, &hs);
+	gs_instance_put(inst);
+	if (err)
+		goto err_free;
+	hdr = genlmsg_put_reply(msg, info, &gs_genl_family, 0,
+				GPUSLICE_CMD_INSTANCE_HANDOVER);
+	if (!hdr ||
+	    nla_put_string(msg, GPUSLICE_A_NAME, name) ||
+	    gs_nl_put_u64(msg, GPUSLICE_A_HANDOVER_NS, hs.pause_ns) ||
+	    gs_nl_put_u64(msg, GPUSLICE_A_HANDOVER_DRAIN_NS, hs.drain_ns) ||
+	    gs_nl_put_u64(msg, GPUSLICE_A_SNAPSHOT_BYTES, hs.bytes)) {
+		err = -EMSGSIZE;
+		goto err_free;
+	}
+	genlmsg_end(msg, hdr);
+	return genlmsg_reply(msg, info);
+
+err_free:
+	nlmsg_free(msg);
+	return err;
+}
+
 /* the instance's core lock: counts, sums, maxima and the two histograms */
 static int gs_nl_put_lock(struct sk_buff *skb, const struct gs_lock_stats *l)
 {
@@ -361,9 +408,15 @@ static int gs_nl_inst_at(struct gs_nl_inst *s, long *pos, const struct nlattr *f
 	inst = gs_nl_hold_at(pos, filter, s);
 	if (!inst)
 		return -ENOENT;
+	err = gs_gate_enter(&inst->gate);
+	if (err) {
+		gs_instance_put(inst);
+		return err;
+	}
 	gs_inst_stats(inst->core, &s->st);
 	gs_inst_gpu_mem(inst->core, s->gpu_limit, s->gpu_used, s->gpu_peak);
 	s->caps = gs_inst_caps(inst->core);
+	gs_gate_leave(&inst->gate);
 	s->nr_events_suppressed = gs_nl_ratelimit_suppressed(&inst->refusal_events);
 	err = gs_nl_pids(inst, &s->pids, &s->nr_pids);
 	gs_instance_put(inst);
@@ -651,7 +704,12 @@ static int gs_nl_object_dump(struct sk_buff *skb, struct netlink_callback *cb)
 		d.skip = cb->args[1];
 		d.idx = 0;
 		d.full = false;
+		if (gs_gate_enter(&inst->gate)) {
+			gs_instance_put(inst);
+			return -EINTR;
+		}
 		gs_for_each_object(inst->core, gs_nl_object_one, &d);
+		gs_gate_leave(&inst->gate);
 		gs_instance_put(inst);
 		if (d.full) {
 			cb->args[1] = d.idx;
@@ -696,6 +754,11 @@ static const struct genl_ops gs_nl_ops[] = {
 		.flags = GENL_ADMIN_PERM,
 		.start = gs_nl_dump_start,
 		.dumpit = gs_nl_object_dump,
+	},
+	{
+		.cmd = GPUSLICE_CMD_INSTANCE_HANDOVER,
+		.flags = GENL_ADMIN_PERM,
+		.doit = gs_nl_instance_handover,
 	},
 };
 

@@ -74,7 +74,9 @@ static void gs_reap_one(struct gs_file *gf)
 	struct gs_instance *inst = gf->node->inst;
 
 	__fput_sync(gf->real);	/* the driver's release() runs here */
+	gs_gate_enter_wait(&inst->gate);	/* a handover closes it for a bounded time */
 	gs_file_closed(inst->core, gf->id);
+	gs_gate_leave(&inst->gate);
 	gs_node_close(gf->node);	/* the instance may be deleted from here on */
 	kfree(gf);
 	module_put(THIS_MODULE);

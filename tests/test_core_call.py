@@ -172,3 +172,23 @@ def test_no_instance_passes_everything_undecided(env):
     r = core.run(abi.IOCTL_REGISTER_FD, arg, None, ret=0, decide=False, nested=0)
     assert (r.ret, r.log) == (0, "DANC")
     assert n.delta() == (0, 0)
+
+
+def test_done_runs_once_before_anything_goes_back(env):
+    """gs_call_ops.done: once per call, right after gs_post() or gs_pre()'s own answer,
+    before after, the nested reply and the block go back (the kernel module leaves the
+    instance's gate there: the copies to the caller run outside it, kmod/gate.h)."""
+    core, rm = env
+    h = client(core, rm)
+    arg, p = mem_arg(h, 0x100, 64 * MiB)
+    r = core.run(ALLOC, arg, rm.alloc, nested=0)
+    assert (r.log, r.done, r.done_at) == ("DANC", 1, 1)
+    r = core.run(CONTROL, cs.control_arg(h, h, UNLISTED_CMD), rm.control, nested=0)
+    assert (r.log, r.done, r.done_at) == ("RNC", 1, 0)
+    r = core.run(abi.IOCTL_REGISTER_FD, bytearray(abi.REGISTER_FD.size), rm.alloc, nested=0)
+    assert (r.log, r.done, r.done_at) == ("R", 1, 0)
+    arg, p = mem_arg(h, 0x101, 64 * MiB)
+    r = core.run(ALLOC, arg, rm.alloc, nested=0, unread=True, lost=True)
+    assert (r.ret, r.log, r.done, r.done_at) == (-errno.EFAULT, "D", 1, 1)
+    r = core.run(abi.IOCTL_REGISTER_FD, bytearray(abi.REGISTER_FD.size), None, ret=0, decide=False, nested=0)
+    assert (r.log, r.done, r.done_at) == ("DANC", 1, 1)

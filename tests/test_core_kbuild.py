@@ -97,7 +97,7 @@ def test_the_module_never_vouches_for_another_process():
 
 
 # Only the test build (kmod/Kbuild with GPUSLICE_TEST=1: kmod/inject.c) declares these.
-TEST_PARAMS = {"fail_alloc_every", "race_delay_fd_us", "allow_test_escapes"}
+TEST_PARAMS = {"fail_alloc_every", "race_delay_fd_us", "allow_test_escapes", "handover_corrupt"}
 SHIPPED_PARAMS = {"passthrough_only", "require_device_cgroup", "userd_sample_ms"}
 KMOD_SOURCES = shutil.ignore_patterns("*.o", "*.ko", "*.mod", "*.mod.c", ".*.cmd", "*.order", "*.symvers")
 

@@ -97,5 +97,5 @@ def test_module_checks_the_request_version() -> None:
     against the loaded module; here: the check is there, on every doit and dump)."""
     src = open(os.path.join(REPO, "kmod", "netlink.c")).read()
     assert re.search(r"hdr->version != GPUSLICE_GENL_VERSION\)\s*\{[^}]*return -EPROTO;", src, re.S)
-    assert src.count("gs_nl_admin(skb, info)") == 4
+    assert src.count("gs_nl_admin(skb, info)") == 5  # NEW, DEL, SET, GET, HANDOVER
     assert "return gs_nl_check(cb->skb, cb->nlh, cb->extack);" in src

@@ -6,8 +6,9 @@
  *
  *   gs_pre() -> GS_FAIL: -c->err
  *            -> GS_REPLY: the block, status set, back to the caller; 0
- *            -> GS_PASS: ops->driver -> gs_post() -> ops->after ->
- *               the nested reply and the block back to the caller
+ *            -> GS_PASS: ops->driver -> gs_post() -> ops->done ->
+ *               ops->after -> the nested reply and the block back to the
+ *               caller
  *
  * What touches the caller's memory, the real driver or the glue's own state
  * is the glue's (struct gs_call_ops); the order, and that every call the
@@ -56,6 +57,8 @@ long gs_call_run(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 	long ret;
 
 	if (v != GS_PASS) {
+		if (ops->done)
+			ops->done(ctx);
 		if (ops->answered)
 			ops->answered(ctx, c);
 		if (v == GS_FAIL)
@@ -71,6 +74,8 @@ long gs_call_run(struct gs_inst *in, struct gs_call *c, const struct gs_io *io,
 	 */
 	if (in)
 		gs_post(in, c, io, c->reply_lost || ret > 0 ? 0 : (int)ret);
+	if (ops->done)
+		ops->done(ctx);
 	if (unread)
 		return -EFAULT;
 	if (ops->after)

@@ -401,6 +401,12 @@ struct gs_call_ops {
 	int (*copy_out)(void *ctx, const struct gs_call *c, long ret);
 	/* may be NULL: gs_pre() answered the call itself (GS_REPLY or GS_FAIL) */
 	void (*answered)(void *ctx, const struct gs_call *c);
+	/*
+	 * May be NULL: the core is done with the call (gs_pre() answered it, or
+	 * gs_post() ran), before the ops above that copy to the caller; once
+	 * per call. The kernel module leaves the instance's gate there (gate.h).
+	 */
+	void (*done)(void *ctx);
 };
 
 /*

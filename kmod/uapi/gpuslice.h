@@ -13,7 +13,8 @@
  * to go on when it differs from its own), and refuses every request whose
  * genetlink header carries another version with -EPROTO. Version 1 was the
  * contract before the handshake (no check); 2 adds only the check; 3 adds
- * SAMPLE_US and REPEAT_US; 4 adds CAPS.
+ * SAMPLE_US and REPEAT_US; 4 adds CAPS; 5 adds INSTANCE_HANDOVER and its
+ * HANDOVER_NS, HANDOVER_DRAIN_NS and SNAPSHOT_BYTES.
  *
  * Every command needs CAP_NET_ADMIN and CAP_SYS_ADMIN in the initial user
  * namespace (-EPERM without), reads and dumps included: replies name host
@@ -67,6 +68,20 @@
  *            disable them (NV_ERR_INVALID_CHANNEL), so a scheduler has nothing
  *            to gate. CHANNEL_NEW is sent at that moment, not at allocation;
  *            CHANNEL_DEL only for a channel that had its CHANNEL_NEW.
+ *   GPUSLICE_CMD_INSTANCE_HANDOVER
+ *       in:  NAME. out: NAME, HANDOVER_NS, HANDOVER_DRAIN_NS, SNAPSHOT_BYTES.
+ *       Hands the instance's decision state (limits, charges, the objects
+ *       it follows, counters) to a fresh decision core while its files stay
+ *       open: the calls on the instance's nodes between the core's check and
+ *       its record of RM's reply finish, new ones wait, the state is written
+ *       and read into the fresh core, which the waiting calls then reach.
+ *       HANDOVER_NS is how long new calls were held (from closing to opening
+ *       again), HANDOVER_DRAIN_NS the part of it spent waiting for the calls
+ *       in flight, SNAPSHOT_BYTES the state's size. -EBUSY when those calls
+ *       do not finish within 100 ms; that, -ENOMEM, -EINTR and the fresh
+ *       core's refusal of the state (-EBADMSG, -EPROTONOSUPPORT, -ENOEXEC)
+ *       leave the instance with its old core, unchanged. -ENOENT without
+ *       such an instance.
  *   GPUSLICE_CMD_EVENT          (multicast group GPUSLICE_MCGRP_EVENTS)
  *       out: EVENT (enum gpuslice_event), NAME, and the attributes of the
  *            object (as OBJECT_GET), PID, or SIZE, STATUS, CMD, CLASS and
@@ -112,7 +127,7 @@
 #define _UAPI_GPUSLICE_H
 
 #define GPUSLICE_GENL_NAME		"gpuslice"
-#define GPUSLICE_GENL_VERSION		4
+#define GPUSLICE_GENL_VERSION		5
 #define GPUSLICE_MCGRP_EVENTS		"events"
 
 #define GPUSLICE_NAME_MAX		32	/* including the NUL */
@@ -139,6 +154,7 @@ enum gpuslice_cmd {
 	GPUSLICE_CMD_INSTANCE_GET,
 	GPUSLICE_CMD_OBJECT_GET,
 	GPUSLICE_CMD_EVENT,
+	GPUSLICE_CMD_INSTANCE_HANDOVER,
 	__GPUSLICE_CMD_MAX,
 };
 #define GPUSLICE_CMD_MAX (__GPUSLICE_CMD_MAX - 1)
@@ -189,6 +205,9 @@ enum gpuslice_attr {
 	GPUSLICE_A_SAMPLE_US,		/* u32 the sampler's period for the instance, 0: default */
 	GPUSLICE_A_REPEAT_US,		/* u32 its CHANNEL_WORK at most this often, 0: default */
 	GPUSLICE_A_CAPS,		/* u32 GPUSLICE_CAP_* the instance may use; absent on NEW: all */
+	GPUSLICE_A_HANDOVER_NS,		/* u64 ns new calls were held by a handover */
+	GPUSLICE_A_HANDOVER_DRAIN_NS,	/* u64 ns of it waiting for the calls in flight */
+	GPUSLICE_A_SNAPSHOT_BYTES,	/* u64 bytes of the state handed over */
 	__GPUSLICE_A_MAX,
 };
 #define GPUSLICE_A_MAX (__GPUSLICE_A_MAX - 1)

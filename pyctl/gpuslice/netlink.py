@@ -30,7 +30,7 @@ def module_loaded(sys_module: str = SYS_MODULE) -> bool:
 # below are needed by processes that never open a netlink socket (sources, workloads).
 
 FAMILY = "gpuslice"
-VERSION = 4  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
+VERSION = 5  # GPUSLICE_GENL_VERSION: the handshake, see check_version()
 MCGRP_EVENTS = "events"
 EVENTS_RCVBUF = 8 << 20  # bytes: about 60 s of one instance's CHANNEL_WORK at its most
 NAME_MAX = 32
@@ -53,6 +53,7 @@ CMD_INSTANCE_SET = 3
 CMD_INSTANCE_GET = 4
 CMD_OBJECT_GET = 5
 CMD_EVENT = 6
+CMD_INSTANCE_HANDOVER = 7
 CMDS = {
     "GPUSLICE_CMD_UNSPEC": CMD_UNSPEC,
     "GPUSLICE_CMD_INSTANCE_NEW": CMD_INSTANCE_NEW,
@@ -61,6 +62,7 @@ CMDS = {
     "GPUSLICE_CMD_INSTANCE_GET": CMD_INSTANCE_GET,
     "GPUSLICE_CMD_OBJECT_GET": CMD_OBJECT_GET,
     "GPUSLICE_CMD_EVENT": CMD_EVENT,
+    "GPUSLICE_CMD_INSTANCE_HANDOVER": CMD_INSTANCE_HANDOVER,
 }
 
 # enum gpuslice_attr, in order (value = index), with the pyroute2 type of each
@@ -110,6 +112,9 @@ ATTRS: tuple[tuple[str, str], ...] = (
     ("GPUSLICE_A_SAMPLE_US", "uint32"),
     ("GPUSLICE_A_REPEAT_US", "uint32"),
     ("GPUSLICE_A_CAPS", "uint32"),
+    ("GPUSLICE_A_HANDOVER_NS", "uint64"),
+    ("GPUSLICE_A_HANDOVER_DRAIN_NS", "uint64"),
+    ("GPUSLICE_A_SNAPSHOT_BYTES", "uint64"),
 )
 ATTR_IDS = {name: i for i, (name, _t) in enumerate(ATTRS)}
 
@@ -349,6 +354,17 @@ class GpusliceNetlink:
 
     def instance_set(self, name: str, **attrs: Any) -> None:
         self._request(CMD_INSTANCE_SET, {"name": name, **attrs})
+
+    def instance_handover(self, name: str) -> dict[str, int]:
+        """Hand the instance's decision state to a fresh core (INSTANCE_HANDOVER) and return
+        what it took: {"handover_ns": new calls held, "handover_drain_ns": of which
+        waiting for the calls in flight, "snapshot_bytes": the state's size}. Raises
+        NetlinkError (EBUSY: calls in flight did not finish within 100 ms) with the old
+        core left in place."""
+        for r in self._request(CMD_INSTANCE_HANDOVER, {"name": name}):
+            if "handover_ns" in r:
+                return {k: int(r.get(k, 0)) for k in ("handover_ns", "handover_drain_ns", "snapshot_bytes")}
+        raise NetlinkError(errno.EIO, "gpuslice netlink INSTANCE_HANDOVER: no reply")
 
     def instances(self, name: str | None = None) -> list[dict[str, Any]]:
         if name is not None:

@@ -104,6 +104,8 @@ class TRun(ctypes.Structure):
         ("copy_ret_seen", ctypes.c_int64),
         ("n", ctypes.c_int32),
         ("log", ctypes.c_char * (T_RUN_LOG + 1)),
+        ("done", ctypes.c_int32),
+        ("done_at", ctypes.c_int32),
     ]
 
 
@@ -119,6 +121,8 @@ class Run:
     refusal: int
     after_ret: int
     copy_ret_seen: int
+    done: int = 0  # times the done op ran (the module leaves the instance's gate there)
+    done_at: int = 0  # how many of log's ops had run then
 
     @property
     def verdict(self) -> int:
@@ -272,7 +276,7 @@ class Core:
         if raised:
             raise raised[0]
         return Run(rc, t.log.decode(), out[0] & 0xFFFFFFFF, out[1], out[2], t.after_ret,
-                   t.copy_ret_seen)
+                   t.copy_ret_seen, t.done, t.done_at)
 
     def call_fd(self, req: int, arg: bytearray) -> int | None:
         """The fd gs_call_fd() finds in a control block, or None."""

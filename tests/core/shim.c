@@ -380,6 +380,8 @@ struct t_run {
 	int64_t copy_ret_seen;
 	int32_t n;
 	char log[T_RUN_LOG + 1];
+	int32_t done;		/* times the done op ran */
+	int32_t done_at;	/* how many ops of log had run then */
 };
 
 static void t_run_log(struct t_run *r, char op)
@@ -431,6 +433,14 @@ static void t_run_answered(void *ctx, const struct gs_call *c)
 	t_run_log(ctx, 'R');
 }
 
+static void t_run_done(void *ctx)
+{
+	struct t_run *r = ctx;
+
+	r->done++;
+	r->done_at = r->n;
+}
+
 /* in NULL: nothing decided. out[0..2] = status, err, refusal; returns gs_call_run()'s return */
 int64_t t_run(struct gs_inst *in, int kind, uint32_t minor, uint32_t req, void *arg,
 	      uint32_t arg_size, uint64_t file_id, uint32_t pid, struct t_run *r, int32_t *out)
@@ -441,6 +451,7 @@ int64_t t_run(struct gs_inst *in, int kind, uint32_t minor, uint32_t req, void *
 		.nested_out = r->nested ? t_run_nested : NULL,
 		.copy_out = t_run_copy,
 		.answered = t_run_answered,
+		.done = t_run_done,
 	};
 	struct gs_call c = {
 		.kind = kind,

@@ -168,7 +168,7 @@ NVSTUB_KO = REPO / "tests/standin/nvstub.ko"
 GPUSLICE_KO = REPO / "build/test-kmod/gpuslice.ko"
 # The shipped module, as DKMS builds it: none of the test parameters.
 GPUSLICE_SHIPPED_KO = REPO / "kmod/gpuslice.ko"
-TEST_PARAMS = ("fail_alloc_every", "race_delay_fd_us", "allow_test_escapes")
+TEST_PARAMS = ("fail_alloc_every", "race_delay_fd_us", "allow_test_escapes", "handover_corrupt")
 
 
 def sh(*args: str) -> subprocess.CompletedProcess:

@@ -35,7 +35,7 @@ NLA_TYPE_MASK = 0x3FFF
 # GPUSLICE_GENL_VERSION of kmod/uapi/gpuslice.h: the module refuses requests of another
 # version (-EPROTO). Kept here as a literal, this file being self-contained;
 # tests/test_uapi.py checks it against the header.
-GPUSLICE_GENL_VERSION = 4
+GPUSLICE_GENL_VERSION = 5
 CTRL_VERSION = 1
 
 Attrs = list[tuple[int, bytes]]
