@@ -263,3 +263,54 @@ def test_set_and_delete_without_the_module_fail(run, no_module) -> None:
     assert open(run.path).read() == before
     ok(run("instance", "list", kernel="auto"))  # reading needs no module
     ok(run("instance", "delete", "a"))
+
+
+# ---- instance handover ------------------------------------------------------------------------
+
+class HandoverNetlink(FakeNetlink):
+    """INSTANCE_HANDOVER's replies: the figures, or the errno of a refusal."""
+
+    def __init__(self, refuse: dict[str, int] | None = None) -> None:
+        super().__init__()
+        self.refuse = refuse or {}
+        self.handed: list[str] = []
+
+    def instance_handover(self, name: str) -> dict[str, int]:
+        if name in self.refuse:
+            raise OSError(self.refuse[name], "refused")
+        self.handed.append(name)
+        return {"handover_ns": 250_000, "handover_drain_ns": 6_000, "snapshot_bytes": 4096}
+
+
+def test_handover_names_each_instance_and_prints_the_pause(run) -> None:
+    import errno
+
+    nl = HandoverNetlink()
+    for n in ("a", "b"):
+        ok(run("instance", "create", n, "--memory", "1Gi", kernel="yes", nl=nl))
+    out = ok(run("instance", "handover", "a", kernel="yes", nl=nl))
+    assert nl.handed == ["a"]
+    assert out.splitlines()[0].split() == ["NAME", "PAUSE", "DRAIN", "STATE", "RESULT"]
+    assert out.splitlines()[1].split()[:3] == ["a", "0.25", "ms"] and "handed over" in out
+    res = run("instance", "handover", "--all", "--json", kernel="yes", nl=nl)
+    assert res.exit_code == 0, res.stderr
+    assert [(r["name"], r["ok"], r["snapshot_bytes"]) for r in json.loads(res.stdout)] == [("a", True, 4096),
+                                                                                         ("b", True, 4096)]
+    # a busy instance keeps its core: named on stderr, exit 1, the others still handed over
+    nl = HandoverNetlink(refuse={"a": errno.EBUSY})
+    nl.made = {"a": {}, "b": {}}
+    res = run("instance", "handover", "--all", kernel="yes", nl=nl)
+    assert res.exit_code == 1 and nl.handed == ["b"]
+    assert "not handed over: a: calls in flight did not finish within 100 ms" in res.stderr
+    assert res.stderr.splitlines()[-1] == "gpuctl: 1 instance(s) not handed over: a"
+
+
+def test_handover_usage(run) -> None:
+    nl = HandoverNetlink()
+    usage_error(run("instance", "handover", kernel="yes", nl=nl), "name one or more instances, or --all")
+    usage_error(run("instance", "handover", "a", "--all", kernel="yes", nl=nl), "name one or more instances, or --all")
+    usage_error(run("instance", "handover", "a"),
+                "instance handover needs the gpuslice module whatever --kernel says (drop --kernel no)")
+    res = run("instance", "handover", "zz", kernel="yes", nl=nl)
+    assert res.exit_code == 1 and res.stderr == "gpuctl: no instance 'zz' in the module (instances: none)\n"
+    assert nl.handed == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 from typing import Any
 
@@ -370,6 +371,57 @@ def instance_delete(ctx: click.Context, name: str) -> None:
         cdi_err = _regenerate_cdi(ctx, st)
     _cdi_failed(f"deleted {name}", cdi_err)
     emit(ctx, {"deleted": name}, lambda: f"deleted {name}")
+
+
+@instance.command("handover")
+@click.argument("names", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every instance the module has.")
+@json_option
+@click.pass_context
+def instance_handover(ctx: click.Context, names: tuple[str, ...], every: bool) -> None:
+    """Hand each instance's decision state to a fresh core in the module while its
+    containers keep running (INSTANCE_HANDOVER): new calls wait while the calls in
+    flight finish (at most 100 ms, else the instance keeps its core and is named
+    busy), then run on the new core with the same charges and limits. Prints how long
+    new calls were held (PAUSE), the part spent on calls in flight (DRAIN) and the
+    state's size."""
+    if bool(names) == every:
+        raise click.UsageError("name one or more instances, or --all")
+    nl = kernel(ctx)
+    if nl is None:
+        if ctx.obj["kernel"] == "no":
+            raise click.UsageError("instance handover needs the gpuslice module whatever --kernel says (drop --kernel no)")
+        raise GpuctlError("gpuslice module not loaded (modprobe gpuslice)")
+    have = [d["name"] for d in nl.instances() if "name" in d]
+    if every:
+        names = tuple(sorted(have))
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        raise GpuctlError(f"no instance {unknown[0]!r} in the module (instances: {', '.join(sorted(have)) or 'none'})")
+    rows: list[dict[str, Any]] = []
+    failed: list[str] = []
+    for name in names:
+        try:
+            r = nl.instance_handover(name)
+        except OSError as e:
+            why = ("calls in flight did not finish within 100 ms; it keeps its core (try again)"
+                   if e.errno == errno.EBUSY else (e.strerror or str(e)))
+            failed.append(f"{name}: {why}")
+            rows.append({"name": name, "ok": False, "error": why})
+            continue
+        rows.append({"name": name, "ok": True, **r})
+    warn([f"not handed over: {f}" for f in failed])
+
+    def text() -> str:
+        return table([{"NAME": r["name"], "PAUSE": f"{r['handover_ns'] / 1e6:.2f} ms" if r["ok"] else "-",
+                       "DRAIN": f"{r['handover_drain_ns'] / 1e6:.2f} ms" if r["ok"] else "-",
+                       "STATE": units.format_size(r["snapshot_bytes"]) if r["ok"] else "-",
+                       "RESULT": "handed over" if r["ok"] else r["error"]} for r in rows],
+                     [(c, c) for c in ("NAME", "PAUSE", "DRAIN", "STATE", "RESULT")])
+
+    emit(ctx, rows, text)
+    if failed:
+        raise GpuctlError(f"{len(failed)} instance(s) not handed over: {', '.join(f.split(':')[0] for f in failed)}")
 
 
 @instance.command("restore")
