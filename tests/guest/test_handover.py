@@ -114,9 +114,8 @@ import pytest  # noqa: E402
 
 from gpuslice.netlink import NetlinkError  # noqa: E402
 
-import nvstub  # noqa: E402
-from gpuslice import abi  # noqa: E402
-from gsinst import Instance, needs_modules, real_session, wait_for  # noqa: E402
+from gsinst import Instance, needs_modules, wait_for  # noqa: E402
+from test_quota_hostile import Pool  # noqa: E402
 
 pytestmark = needs_modules
 
@@ -144,34 +143,6 @@ class Worker:
         self.p.send_signal(signal.SIGTERM)
         out, _ = self.p.communicate(timeout=60)
         return json.loads(out.strip().splitlines()[-1])
-
-
-def stub_fb_total() -> int:
-    s = real_session()
-    try:
-        st, info = nvstub.fb_info(s.ctl, s.client, s.subdevice, [abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE])
-        assert st == abi.NV_OK
-        return info[abi.NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE]
-    finally:
-        s.close()
-
-
-class Pool:
-    """The stand-in's video memory in use, relative to the test's start."""
-
-    def __init__(self) -> None:
-        self.total = stub_fb_total()
-        self.r = real_session()
-        self.base = self.used()
-
-    def used(self) -> int:
-        return (self.total - self.r.fb_free_kib()) * 1024
-
-    def held(self) -> int:
-        return self.used() - self.base
-
-    def close(self) -> None:
-        self.r.close()
 
 
 def kept(nl, name: str) -> dict:

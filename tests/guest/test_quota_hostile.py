@@ -31,11 +31,12 @@ class Pool:
     """What the stand-in holds (its video memory pool), relative to the test's start."""
 
     def __init__(self) -> None:
+        self.total = nvstub_fb_total()  # the pool's size does not change while the stand-in is loaded
         self.r = real_session()
         self.base = self.used_abs()
 
     def used_abs(self) -> int:
-        return (nvstub_fb_total() - self.r.fb_free_kib()) * 1024
+        return (self.total - self.r.fb_free_kib()) * 1024
 
     def held(self) -> int:
         return self.used_abs() - self.base
